@@ -1,0 +1,64 @@
+# kiq: one command each for setup, tests and the demo. Every target is idempotent.
+#   make setup   venv + kiq package + Maven jars (Kafka broker, Spark Kafka connector)
+#   make test    setup, then the test suite (starts its own broker and Spark)
+#   make demo    setup, then a local cluster (for now: the broker)
+#   make clean   stop the local broker, remove venv, caches and local state
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+JARS   := .cache/jars
+MVN    := mvn -B -q -Dstyle.color=never
+PYTEST_ARGS ?=
+
+.PHONY: setup deps jars test test-fast lint demo stop clean
+
+setup: deps $(BIN)/.installed jars
+
+# Java 17+, Maven and a venv-capable Python: installed from Debian's packages when
+# missing and we may (root + apt-get); otherwise say what to install.
+deps:
+	@scripts/ensure-deps.sh
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+jars: $(JARS)/kafka/.stamp $(JARS)/spark/.stamp
+
+$(JARS)/kafka/.stamp: jvm/kafka-broker/pom.xml
+	@echo "fetching the Kafka broker jars from Maven Central into $(JARS)/kafka"
+	@rm -rf $(JARS)/kafka
+	$(MVN) -f jvm/kafka-broker/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(JARS)/kafka
+	@touch $@
+
+# The connector's version follows the installed pyspark, so the two always match.
+$(JARS)/spark/.stamp: jvm/spark-connector/pom.xml $(BIN)/.installed
+	@echo "fetching Spark's Kafka connector from Maven Central into $(JARS)/spark"
+	@rm -rf $(JARS)/spark
+	$(MVN) -f jvm/spark-connector/pom.xml dependency:copy-dependencies \
+		-Dspark.version=$$($(BIN)/python -c 'import pyspark; print(pyspark.__version__)') \
+		-DoutputDirectory=$(CURDIR)/$(JARS)/spark
+	@touch $@
+
+test: setup
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Unit tests only: no broker, no Spark.
+test-fast: setup
+	$(BIN)/pytest -m "not integration and not spark" $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+demo: setup
+	$(BIN)/kiq demo
+
+stop:
+	@if [ -x $(BIN)/kiq ]; then $(BIN)/kiq broker stop; fi
+
+clean: stop
+	rm -rf $(VENV) .cache .kiq build src/*.egg-info .pytest_cache .ruff_cache

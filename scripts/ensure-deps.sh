@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Make sure the tools kiq builds with are here: Java 17+, Maven, Python 3.11+ with venv.
+# On Debian/Ubuntu as root, missing ones are installed with apt-get; elsewhere this
+# says what to install and fails.
+set -euo pipefail
+
+missing=()
+java_ok() {
+  command -v java >/dev/null 2>&1 || return 1
+  local v
+  v=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
+  [ -n "$v" ] && [ "$v" -ge 17 ]
+}
+python_ok() {
+  "${PYTHON:-python3}" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
+}
+
+java_ok || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+python_ok || missing+=(python3 python3-venv)
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing from Debian's packages: ${missing[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  exit 0
+fi
+echo "kiq needs these and cannot install them here (not root, or no apt-get): ${missing[*]}" >&2
+echo "install them with your package manager, then run 'make setup' again" >&2
+exit 1

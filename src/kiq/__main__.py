@@ -1,0 +1,3 @@
+from kiq.cli.main import app
+
+app(prog_name="kiq")

@@ -1,0 +1,1 @@
+"""The `kiq` command line."""

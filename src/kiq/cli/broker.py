@@ -1,0 +1,115 @@
+"""`kiq broker start|stop|status`: the local single-node KRaft broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kiq import settings
+from kiq.cli.context import CliState, console, run_or_exit
+from kiq.runtime import BrokerStatus, LocalBroker
+
+app = typer.Typer(
+    help="Run a local Kafka broker (KRaft, single node) for development.", no_args_is_help=True
+)
+
+Port = Annotated[int | None, typer.Option(help="client port [default: 9092]")]
+ControllerPort = Annotated[int | None, typer.Option(help="KRaft controller port [default: port+1]")]
+Host = Annotated[str | None, typer.Option(help="address to listen on [default: 127.0.0.1]")]
+DataDir = Annotated[Path | None, typer.Option(help="broker data [default: .kiq/broker/data]")]
+LogDir = Annotated[Path | None, typer.Option(help="broker logs [default: .kiq/broker/logs]")]
+
+
+def _broker(ctx: typer.Context, **flags: object) -> LocalBroker:
+    state: CliState = ctx.obj
+    return LocalBroker(
+        run_or_exit(lambda: settings.load(settings.BrokerSettings, state.config, **flags))
+    )
+
+
+def _print(status: BrokerStatus) -> None:
+    if status.running and status.answering:
+        console.print(
+            f"broker [green]running[/] pid={status.pid} bootstrap={status.bootstrap} "
+            f"log={status.log_file}",
+            highlight=False,
+        )
+    elif status.running:
+        console.print(
+            f"broker [yellow]not answering[/] pid={status.pid} "
+            f"bootstrap={status.bootstrap} log={status.log_file}",
+            highlight=False,
+        )
+    else:
+        console.print(f"broker [red]stopped[/] bootstrap={status.bootstrap}", highlight=False)
+
+
+@app.command()
+def start(
+    ctx: typer.Context,
+    port: Port = None,
+    controller_port: ControllerPort = None,
+    host: Host = None,
+    data_dir: DataDir = None,
+    log_dir: LogDir = None,
+) -> None:
+    """Start the broker (formats storage on first start); returns once it answers."""
+    broker = _broker(
+        ctx,
+        port=port,
+        controller_port=controller_port,
+        host=host,
+        data_dir=data_dir,
+        log_dir=log_dir,
+    )
+    with console.status(f"starting the broker on {broker.bootstrap} ..."):
+        status = run_or_exit(broker.start)
+    _print(status)
+
+
+@app.command()
+def stop(
+    ctx: typer.Context,
+    port: Port = None,
+    controller_port: ControllerPort = None,
+    host: Host = None,
+    data_dir: DataDir = None,
+    log_dir: LogDir = None,
+) -> None:
+    """Stop the broker cleanly (SIGTERM, SIGKILL after 30 s). Fine if it is not running."""
+    broker = _broker(
+        ctx,
+        port=port,
+        controller_port=controller_port,
+        host=host,
+        data_dir=data_dir,
+        log_dir=log_dir,
+    )
+    stopped = run_or_exit(broker.stop)
+    console.print("broker stopped" if stopped else "broker was not running")
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    port: Port = None,
+    controller_port: ControllerPort = None,
+    host: Host = None,
+    data_dir: DataDir = None,
+    log_dir: LogDir = None,
+) -> None:
+    """Say whether the broker runs and answers; exit 0 only when it does."""
+    broker = _broker(
+        ctx,
+        port=port,
+        controller_port=controller_port,
+        host=host,
+        data_dir=data_dir,
+        log_dir=log_dir,
+    )
+    current = run_or_exit(broker.status)
+    _print(current)
+    if not (current.running and current.answering):
+        raise typer.Exit(1)

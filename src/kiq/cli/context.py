@@ -1,0 +1,33 @@
+"""What every subcommand shares: the config file path and error reporting."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from kiq.errors import KiqError
+
+T = TypeVar("T")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class CliState:
+    config: Path | None
+
+
+def run_or_exit(fn: Callable[[], T]) -> T:
+    """Run ``fn``; a KiqError becomes its message on stderr and exit code 1, no traceback."""
+    try:
+        return fn()
+    except KiqError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(1) from exc

@@ -1,0 +1,39 @@
+"""`kiq`: the entry point; subcommands live one module each beside this one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kiq.cli import broker, demo
+from kiq.cli.context import CliState, run_or_exit
+from kiq.logs import setup_logging
+
+app = typer.Typer(
+    name="kiq",
+    help="Kafka topics and Spark-derived tables, answerable by key from any node.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(broker.app, name="broker")
+app.command("demo")(demo.demo)
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="TOML file (default: $KIQ_CONFIG, else ./kiq.toml)"),
+    ] = None,
+    log_level: Annotated[str, typer.Option(envvar="KIQ_LOG_LEVEL", help="DEBUG, INFO, ...")] = (
+        "INFO"
+    ),
+) -> None:
+    setup_logging(log_level)
+    ctx.obj = CliState(config=config)
+
+
+__all__ = ["app", "run_or_exit"]

@@ -1,0 +1,105 @@
+"""Topic administration and broker liveness checks."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kiq.errors import KiqError
+
+
+def _admin(bootstrap: str, **extra: object) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000, **extra})
+
+
+def _reachable(bootstrap: str, timeout_s: float) -> bool:
+    """A plain TCP connect to any bootstrap address, to avoid librdkafka's retry noise."""
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def ping(bootstrap: str, timeout_s: float = 2.0) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request in time."""
+    if not _reachable(bootstrap, timeout_s):
+        return False
+    try:
+        md = _admin(bootstrap, log_level=0).list_topics(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return bool(md.brokers)
+
+
+def topic_partitions(bootstrap: str, topic: str, timeout_s: float = 10.0) -> int | None:
+    """The partition count of ``topic``, or None when it does not exist."""
+    md = _admin(bootstrap).list_topics(topic=topic, timeout=timeout_s)
+    meta = md.topics.get(topic)
+    if meta is None or meta.error is not None:
+        return None
+    return len(meta.partitions)
+
+
+def create_topics(
+    bootstrap: str,
+    topics: Mapping[str, int] | Iterable[str],
+    *,
+    partitions: int = 1,
+    replication_factor: int = 1,
+    config: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+) -> None:
+    """Create topics (name → partition count) and wait until every one has leaders.
+
+    An existing topic with the same partition count is fine; a different count is
+    an error, since key → partition would change under the data.
+    """
+    wanted = dict(topics) if isinstance(topics, Mapping) else dict.fromkeys(topics, partitions)
+    admin = _admin(bootstrap)
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                name,
+                num_partitions=n,
+                replication_factor=replication_factor,
+                config=dict(config or {}),
+            )
+            for name, n in wanted.items()
+        ],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    for name, fut in futures.items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise KiqError(f"could not create topic {name!r}: {exc.args[0].str()}") from exc
+    deadline = time.monotonic() + timeout_s
+    for name, n in wanted.items():
+        while True:
+            md = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
+            ready = (
+                md is not None
+                and md.error is None
+                and md.partitions
+                and all(p.leader >= 0 for p in md.partitions.values())
+            )
+            if ready:
+                if len(md.partitions) != n:
+                    raise KiqError(
+                        f"topic {name!r} exists with {len(md.partitions)} partitions, not {n}: "
+                        "delete it or ask for its real count"
+                    )
+                break
+            if time.monotonic() > deadline:
+                raise KiqError(f"topic {name!r} has no leaders after {timeout_s:.0f}s")
+            time.sleep(0.1)

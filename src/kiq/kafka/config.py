@@ -1,0 +1,44 @@
+"""librdkafka settings that every kiq client shares.
+
+``partitioner=murmur2_random`` is not optional: librdkafka's default
+(``consistent_random``, CRC32) would put keys in other partitions than Spark's
+Kafka sink and the Java clients do, and kiq's routing would look in the wrong
+place (see ``kiq.partitioning``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PARTITIONER = "murmur2_random"
+
+
+def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    """Producer settings: Java-compatible partitioning, idempotent, no lost writes."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "partitioner": PARTITIONER,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+    }
+    conf.update(overrides)
+    if conf["partitioner"] != PARTITIONER:
+        raise ValueError(
+            f"partitioner must be {PARTITIONER!r} to agree with Kafka's Java default; "
+            f"got {conf['partitioner']!r}"
+        )
+    return conf
+
+
+def consumer_config(bootstrap: str, group_id: str, **overrides: Any) -> dict[str, Any]:
+    """Consumer settings: kiq commits by itself, and reads from the start by default."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+    }
+    conf.update(overrides)
+    return conf

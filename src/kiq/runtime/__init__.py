@@ -1,0 +1,20 @@
+"""The local runtime kiq brings along: Java, the Maven jar cache and a Kafka broker.
+
+For development, tests and the demo. Production points kiq at an existing Kafka
+cluster and Spark master instead (see README).
+"""
+
+from kiq.runtime.broker import BrokerStatus, LocalBroker
+from kiq.runtime.jars import kafka_broker_classpath, spark_connector_jars
+from kiq.runtime.java import java_executable
+from kiq.runtime.ports import free_port, free_ports
+
+__all__ = [
+    "BrokerStatus",
+    "LocalBroker",
+    "free_port",
+    "free_ports",
+    "java_executable",
+    "kafka_broker_classpath",
+    "spark_connector_jars",
+]

@@ -1,0 +1,35 @@
+"""The Maven jar cache that `make jars` fills from jvm/*/pom.xml.
+
+Layout under the jars dir: ``kafka/`` holds the broker and its runtime
+dependencies; ``spark/`` holds Spark's Kafka connector and the three jars the
+pyspark wheel lacks, at the installed pyspark's version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kiq.errors import SetupError
+
+_FIX = "run `make jars` (or `make setup`) in the kiq checkout, or set KIQ_*_JARS_DIR"
+
+
+def kafka_broker_classpath(jars_dir: Path) -> str:
+    """A java ``-cp`` value with every broker jar."""
+    kafka = jars_dir / "kafka"
+    if not any(kafka.glob("kafka_2.13-*.jar")):
+        raise SetupError(f"the Kafka broker jars are not in {kafka}: {_FIX}")
+    return str(kafka / "*")
+
+
+def spark_connector_jars(jars_dir: Path, spark_version: str) -> list[Path]:
+    """The jars to hand Spark as ``spark.jars`` for the Kafka source and sink."""
+    spark = jars_dir / "spark"
+    connector = spark / f"spark-sql-kafka-0-10_2.13-{spark_version}.jar"
+    if not connector.exists():
+        found = sorted(p.name for p in spark.glob("spark-sql-kafka-*.jar"))
+        detail = f" (found {', '.join(found)})" if found else ""
+        raise SetupError(
+            f"Spark's Kafka connector for pyspark {spark_version} is not in {spark}{detail}: {_FIX}"
+        )
+    return sorted(spark.glob("*.jar"))

@@ -1,0 +1,166 @@
+"""Typed, frozen settings read once at the edge (CLI, app factory, tests).
+
+One name per setting everywhere: the TOML table ``[broker]`` key ``port`` is the
+environment variable ``KIQ_BROKER_PORT`` and the flag ``kiq broker start --port``.
+Precedence, highest first: flags, environment, the TOML file, defaults. The TOML
+file is ``--config``, else ``$KIQ_CONFIG``, else ``kiq.toml`` in the working
+directory when it exists.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import Field
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from kiq.errors import ConfigError
+
+DEFAULT_CONFIG_FILE = "kiq.toml"
+
+# The repo root for a source checkout (src/kiq/settings.py -> ../../..): where
+# `make jars` puts the Maven cache.
+_CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
+
+
+# The TOML file's tables while `load` builds a section (read by `_TomlTable`).
+_TOML: ContextVar[dict[str, Any] | None] = ContextVar("kiq_toml", default=None)
+
+
+def _default_jars_dir() -> Path:
+    return _CHECKOUT_ROOT / ".cache" / "jars"
+
+
+class _TomlTable(PydanticBaseSettingsSource):
+    """One table of the kiq TOML file, as a settings source."""
+
+    def __init__(self, settings_cls: type[BaseSettings], table: str) -> None:
+        super().__init__(settings_cls)
+        values = (_TOML.get() or {}).get(table, {})
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{table}] in the config file must be a table")
+        self._values = values
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+class _Section(BaseSettings):
+    """Base for one TOML table; subclasses set ``table`` and the env prefix."""
+
+    table: ClassVar[str]
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlTable(settings_cls, cls.table))
+
+
+class BrokerSettings(_Section):
+    """The local single-node KRaft broker that `kiq broker` runs for development."""
+
+    table: ClassVar[str] = "broker"
+    model_config = SettingsConfigDict(env_prefix="KIQ_BROKER_", frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(9092, ge=1, le=65535)
+    controller_port: int = Field(0, ge=0, le=65535, description="0 means port + 1")
+    data_dir: Path = Path(".kiq/broker/data")
+    log_dir: Path = Path(".kiq/broker/logs")
+    heap: str = "512m"
+    start_timeout_s: float = Field(60.0, gt=0)
+    jars_dir: Path = Field(default_factory=_default_jars_dir)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def effective_controller_port(self) -> int:
+        return self.controller_port or self.port + 1
+
+
+class SparkSettings(_Section):
+    """How kiq pipelines reach Spark: a master, the connector jars, checkpoints."""
+
+    table: ClassVar[str] = "spark"
+    model_config = SettingsConfigDict(env_prefix="KIQ_SPARK_", frozen=True, extra="forbid")
+
+    master: str = "local[*]"
+    app_name: str = "kiq"
+    checkpoint_dir: Path = Path(".kiq/checkpoints")
+    jars_dir: Path = Field(default_factory=_default_jars_dir)
+    shuffle_partitions: int = Field(0, ge=0, description="0 means Spark's default")
+    driver_memory: str = "1g"
+    ui: bool = False
+    conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")
+
+
+S = TypeVar("S", bound=_Section)
+
+
+def config_path(explicit: Path | None = None) -> Path | None:
+    """The TOML file to read: the flag, else ``$KIQ_CONFIG``, else ./kiq.toml if present."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigError(f"config file {explicit} does not exist: fix --config")
+        return explicit
+    env = os.environ.get("KIQ_CONFIG")
+    if env:
+        path = Path(env)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist: fix $KIQ_CONFIG")
+        return path
+    default = Path(DEFAULT_CONFIG_FILE)
+    return default if default.is_file() else None
+
+
+def load_toml(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+
+
+def load(section: type[S], config: Path | None = None, **flags: Any) -> S:
+    """Build ``section`` from flags (``None`` means not given), env and the TOML file."""
+    from pydantic import ValidationError
+
+    token = _TOML.set(load_toml(config_path(config)))
+    try:
+        return section(**{k: v for k, v in flags.items() if v is not None})
+    except ValidationError as exc:
+        raise ConfigError(_describe(section, exc)) from exc
+    finally:
+        _TOML.reset(token)
+
+
+def _describe(section: type[_Section], exc: Any) -> str:
+    prefix = section.model_config.get("env_prefix", "")
+    lines = [f"invalid [{section.table}] settings:"]
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err["loc"])
+        lines.append(
+            f"  {name}: {err['msg']} (flag --{name.replace('_', '-')}, "
+            f"env {prefix}{name.upper()}, TOML [{section.table}] {name})"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kiq.errors import SetupError
+from kiq.pipelines.session import ROCKSDB_PROVIDER, spark_conf
+from kiq.runtime import free_ports, kafka_broker_classpath, spark_connector_jars
+from kiq.settings import SparkSettings
+
+
+def test_missing_broker_jars_say_which_make_target(tmp_path: Path):
+    with pytest.raises(SetupError, match="make jars"):
+        kafka_broker_classpath(tmp_path)
+    (tmp_path / "kafka").mkdir()
+    (tmp_path / "kafka" / "kafka_2.13-4.1.1.jar").touch()
+    assert kafka_broker_classpath(tmp_path) == f"{tmp_path / 'kafka'}/*"
+
+
+def test_connector_must_match_pyspark(tmp_path: Path):
+    spark = tmp_path / "spark"
+    spark.mkdir()
+    (spark / "spark-sql-kafka-0-10_2.13-4.1.0.jar").touch()
+    (spark / "kafka-clients-3.9.2.jar").touch()
+    with pytest.raises(
+        SetupError, match=r"pyspark 4\.2\.0.*found spark-sql-kafka-0-10_2\.13-4\.1\.0"
+    ):
+        spark_connector_jars(tmp_path, "4.2.0")
+    (spark / "spark-sql-kafka-0-10_2.13-4.2.0.jar").touch()
+    names = [p.name for p in spark_connector_jars(tmp_path, "4.2.0")]
+    assert "spark-sql-kafka-0-10_2.13-4.2.0.jar" in names and "kafka-clients-3.9.2.jar" in names
+
+
+def test_spark_conf_for_local_and_remote_masters(tmp_path: Path):
+    jars = [tmp_path / "a.jar", tmp_path / "b.jar"]
+    local = spark_conf(SparkSettings(checkpoint_dir=tmp_path / "cp", shuffle_partitions=6), jars)
+    assert local["spark.jars"] == f"{jars[0]},{jars[1]}"
+    assert local["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
+    assert local["spark.sql.streaming.checkpointLocation"] == str((tmp_path / "cp").resolve())
+    assert local["spark.sql.shuffle.partitions"] == "6"
+    assert local["spark.driver.bindAddress"] == "127.0.0.1"
+
+    remote = spark_conf(
+        SparkSettings(master="spark://h:7077", conf={"spark.executor.memory": "2g"}), jars
+    )
+    assert "spark.driver.bindAddress" not in remote
+    assert "spark.sql.shuffle.partitions" not in remote
+    assert remote["spark.executor.memory"] == "2g"
+
+
+def test_free_ports_are_distinct():
+    ports = free_ports(5)
+    assert len(set(ports)) == 5 and all(p > 0 for p in ports)

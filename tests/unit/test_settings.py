@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kiq import settings
+from kiq.errors import ConfigError
+from kiq.settings import BrokerSettings, SparkSettings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    for name in ("KIQ_CONFIG", "KIQ_BROKER_PORT", "KIQ_BROKER_HEAP", "KIQ_SPARK_MASTER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_defaults_work_on_a_laptop():
+    b = settings.load(BrokerSettings)
+    assert b.bootstrap == "127.0.0.1:9092"
+    assert b.effective_controller_port == 9093
+    assert settings.load(SparkSettings).master == "local[*]"
+
+
+def test_precedence_flag_env_toml_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    cfg = write(tmp_path / "c.toml", '[broker]\nport = 9500\nheap = "256m"\nhost = "127.0.0.2"\n')
+    monkeypatch.setenv("KIQ_BROKER_HEAP", "300m")
+    monkeypatch.setenv("KIQ_BROKER_PORT", "9600")
+    b = settings.load(BrokerSettings, cfg, port=9700, host=None)
+    assert b.port == 9700  # flag beats env and TOML
+    assert b.heap == "300m"  # env beats TOML
+    assert b.host == "127.0.0.2"  # TOML beats default
+    assert b.log_dir == Path(".kiq/broker/logs")  # default
+
+
+def test_kiq_toml_in_cwd_and_env_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    write(tmp_path / "kiq.toml", '[spark]\nmaster = "spark://a:7077"\n')
+    assert settings.load(SparkSettings).master == "spark://a:7077"
+    other = write(tmp_path / "other.toml", '[spark]\nmaster = "local[1]"\n')
+    monkeypatch.setenv("KIQ_CONFIG", str(other))
+    assert settings.load(SparkSettings).master == "local[1]"
+
+
+def test_bad_values_name_every_way_to_fix_them(tmp_path: Path):
+    with pytest.raises(ConfigError) as err:
+        settings.load(BrokerSettings, port=70000)
+    text = str(err.value)
+    assert "--port" in text and "KIQ_BROKER_PORT" in text and "[broker] port" in text
+
+
+def test_unknown_toml_keys_are_errors(tmp_path: Path):
+    cfg = write(tmp_path / "c.toml", "[broker]\nprot = 1\n")
+    with pytest.raises(ConfigError, match="prot"):
+        settings.load(BrokerSettings, cfg)
+
+
+def test_missing_or_broken_config_file(tmp_path: Path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        settings.load(BrokerSettings, tmp_path / "nope.toml")
+    broken = write(tmp_path / "b.toml", "[broker\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        settings.load(BrokerSettings, broken)
+    not_table = write(tmp_path / "n.toml", "broker = 3\n")
+    with pytest.raises(ConfigError, match="must be a table"):
+        settings.load(BrokerSettings, not_table)
+
+
+def test_settings_are_frozen():
+    b = settings.load(BrokerSettings)
+    with pytest.raises(ValueError):
+        b.port = 1  # type: ignore[misc]
