@@ -112,6 +112,35 @@ class SparkSettings(_Section):
     conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")
 
 
+class ServeSettings(_Section):
+    """One serving node: `kiq serve`."""
+
+    table: ClassVar[str] = "serve"
+    model_config = SettingsConfigDict(env_prefix="KIQ_SERVE_", frozen=True, extra="forbid")
+
+    bootstrap: str = "127.0.0.1:9092"
+    node_id: str = "node-1"
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    advertise: str = Field(
+        "", description="URL other nodes reach this one at; default http://host:port"
+    )
+    data_dir: Path = Path(".kiq/node-1")
+    tables: list[str] = Field(default_factory=list, description="NAME=TOPIC[,option...]")
+    standby_replicas: int = Field(1, ge=0, le=10)
+    cluster: str = Field("kiq", description="consumer group of the serving nodes")
+    dead_letter_topic: str = "kiq-dead-letters"
+    session_timeout_ms: int = Field(6000, ge=500)
+    ready_max_lag: int = Field(1000, ge=0)
+    linger_s: float = Field(30.0, ge=0)
+    forward_timeout_ms: int = Field(2000, gt=0)
+    view_refresh_ms: int = Field(500, ge=50)
+
+    @property
+    def advertised_url(self) -> str:
+        return (self.advertise or f"http://{self.host}:{self.port}").rstrip("/")
+
+
 S = TypeVar("S", bound=_Section)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -20,8 +20,17 @@ class Record:
     offset: int
 
 
-def produce(bootstrap: str, topic: str, items: Iterable[tuple[str, str]]) -> dict[str, int]:
-    """Produce (key, value) pairs; returns key → partition the broker acknowledged."""
+def produce(
+    bootstrap: str,
+    topic: str,
+    items: Iterable[tuple[str, str]],
+    partition_of: Callable[[str], int] | None = None,
+) -> dict[str, int]:
+    """Produce (key, value) pairs; returns key → partition the broker acknowledged.
+
+    ``partition_of`` picks partitions explicitly (composite keys that must stay
+    with their entity); otherwise the partitioner (murmur2) does.
+    """
     producer = Producer(producer_config(bootstrap))
     placed: dict[str, int] = {}
     errors: list[str] = []
@@ -35,8 +44,9 @@ def produce(bootstrap: str, topic: str, items: Iterable[tuple[str, str]]) -> dic
     for key, value in items:
         while True:
             try:
+                extra = {} if partition_of is None else {"partition": partition_of(key)}
                 producer.produce(
-                    topic, key=key.encode(), value=value.encode(), on_delivery=on_delivery
+                    topic, key=key.encode(), value=value.encode(), on_delivery=on_delivery, **extra
                 )
                 break
             except BufferError:

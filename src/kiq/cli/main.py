@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kiq.cli import broker, demo
+from kiq.cli import broker, demo, serve
 from kiq.cli.context import CliState, run_or_exit
 from kiq.logs import setup_logging
 
@@ -19,6 +19,7 @@ app = typer.Typer(
 )
 app.add_typer(broker.app, name="broker")
 app.command("demo")(demo.demo)
+app.command("serve")(serve.serve)
 
 
 @app.callback()

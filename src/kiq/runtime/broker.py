@@ -181,6 +181,8 @@ class LocalBroker:
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
+            # Lets tests and the demo use short session timeouts (faster failover).
+            "group.min.session.timeout.ms": "1000",
         }
         self.properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log_dir=self.log_dir))

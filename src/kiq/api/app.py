@@ -1,0 +1,121 @@
+"""The ASGI application of one node: a small dispatcher in front of the handlers.
+
+Routes (all JSON):
+  GET  /v1/tables/{table}/keys/{key}        point lookup (lookups.py, the hot path)
+  POST /v1/tables/{table}/multiget          many keys, one call per owner
+  GET  /v1/tables/{table}/range             byte-ordered scan with cursors
+  GET  /v1/tables                           tables and their partition counts
+  GET  /v1/metadata                         nodes, actives, standbys, offsets, lag
+  GET  /v1/health/live, /v1/health/ready    liveness, readiness
+  GET  /metrics                             Prometheus
+  GET  /v1/internal/tables/{t}/partitions/{p}/scan   node-to-node scans
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kiq.api import admin
+from kiq.api.asgi import JSON, header, query, read_body, respond
+from kiq.api.batches import Batches
+from kiq.api.errors import ApiError, BadRequest
+from kiq.api.lookups import Lookups
+from kiq.node import Node
+from kiq.routing import Forwarder, Router
+from kiq.routing.forwarder import FORWARDED
+
+log = logging.getLogger(__name__)
+
+_TABLES = "/v1/tables/"
+_NOT_FOUND = b'{"error":"no_route","message":"no such path; see /v1/tables and /v1/metadata"}'
+_PROMETHEUS = (b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
+
+
+class KiqApp:
+    def __init__(self, node: Node, start_node: bool = True) -> None:
+        self.node = node
+        self.router = Router(node.node_id)
+        self.forwarder = Forwarder(node.node_id, node.settings.forward_timeout_ms)
+        self.lookups = Lookups(node, self.router, self.forwarder)
+        self.batches = Batches(node, self.router, self.forwarder)
+        self._start_node = start_node
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            path: str = scope["path"]
+            if scope["method"] == "GET" and path.startswith(_TABLES):
+                raw = scope.get("raw_path") or path.encode()
+                table, sep, key = raw[len(_TABLES) :].partition(b"/keys/")
+                if sep and b"/" not in table:
+                    await self.lookups.get(scope, send, table.decode("latin-1"), key)
+                    return
+            try:
+                await self._other(scope, receive, send, path)
+            except ApiError as exc:
+                await respond(send, exc.status, exc.body())
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _other(self, scope: dict[str, Any], receive: Any, send: Any, path: str) -> None:
+        method = scope["method"]
+        parts = path.strip("/").split("/")
+        auth = header(scope, b"authorization")
+        if method == "GET":
+            if path == "/v1/tables":
+                return await respond(send, 200, admin.tables(self.node))
+            if path == "/v1/metadata":
+                return await respond(send, 200, admin.metadata(self.node))
+            if path == "/v1/health/live":
+                return await respond(send, 200, b'{"live":true}')
+            if path == "/v1/health/ready":
+                status, body = await asyncio.to_thread(admin.ready, self.node)
+                return await respond(send, status, body)
+            if path == "/metrics":
+                return await respond(send, 200, admin.metrics(self.node), [_PROMETHEUS])
+            if len(parts) == 4 and parts[:2] == ["v1", "tables"] and parts[3] == "range":
+                body = await self.batches.range(parts[2], query(scope), auth)
+                return await respond(send, 200, body)
+            if len(parts) == 7 and parts[:3] == ["v1", "internal", "tables"] and parts[6] == "scan":
+                try:
+                    partition = int(parts[5])
+                except ValueError as exc:
+                    raise BadRequest("partition must be a number") from exc
+                body = await self.batches.internal_scan(parts[3], partition, query(scope))
+                return await respond(send, 200, body)
+        elif (
+            method == "POST"
+            and len(parts) == 4
+            and parts[:2] == ["v1", "tables"]
+            and (parts[3] == "multiget")
+        ):
+            forwarded = header(scope, FORWARDED.encode()) is not None
+            body = await self.batches.multiget(parts[2], await read_body(receive), forwarded, auth)
+            return await respond(send, 200, body)
+        await respond(send, 404, _NOT_FOUND, [JSON])
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.forwarder.start()
+                    if self._start_node:
+                        await asyncio.to_thread(self.node.start)
+                except Exception as exc:
+                    log.exception("node start failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.forwarder.close()
+                if self._start_node:
+                    await asyncio.to_thread(self.node.stop)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def create_app(node: Node, start_node: bool = True) -> KiqApp:
+    return KiqApp(node, start_node)

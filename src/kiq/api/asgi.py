@@ -1,0 +1,53 @@
+"""The few raw-ASGI helpers the hot path uses instead of a framework's objects."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+from urllib.parse import parse_qsl
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Headers = Sequence[tuple[bytes, bytes]]
+
+JSON = (b"content-type", b"application/json")
+
+
+async def respond(send: Send, status: int, body: bytes, headers: Headers = (JSON,)) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def query(scope: dict[str, Any]) -> dict[str, str]:
+    raw = scope.get("query_string") or b""
+    if not raw:
+        return {}
+    return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+
+
+MAX_BODY = 4 * 1024 * 1024
+
+
+async def read_body(
+    receive: Callable[[], Awaitable[dict[str, Any]]], limit: int = MAX_BODY
+) -> bytes:
+    """The request body, refusing more than ``limit`` bytes."""
+    from kiq.api.errors import BadRequest
+
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(f"request body larger than {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)

@@ -1,0 +1,80 @@
+"""`kiq serve`: one serving node of a kiq cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kiq import settings
+from kiq.cli.context import CliState, run_or_exit
+
+log = logging.getLogger(__name__)
+
+
+def serve(
+    ctx: typer.Context,
+    bootstrap: Annotated[
+        str | None, typer.Option(help="Kafka bootstrap servers [127.0.0.1:9092]")
+    ] = None,
+    node_id: Annotated[
+        str | None, typer.Option(help="this node's id, unique in the cluster")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="address to listen on [127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port [8080]")] = None,
+    advertise: Annotated[
+        str | None, typer.Option(help="URL other nodes use [http://host:port]")
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="local stores [.kiq/node-1]")] = None,
+    table: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=TOPIC[,store=memory][,format=avro][,schema=PATH][,standby=N][,global][,sep=C]"
+        ),
+    ] = None,
+    standby_replicas: Annotated[
+        int | None, typer.Option(help="default standbys per partition [1]")
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option(help="cluster name (the consumer group) [kiq]")
+    ] = None,
+) -> None:
+    """Serve tables from Kafka topics; any node answers any key."""
+    state: CliState = ctx.obj
+    conf = run_or_exit(lambda: settings.load(
+        settings.ServeSettings, state.config, bootstrap=bootstrap, node_id=node_id, host=host,
+        port=port, advertise=advertise, data_dir=data_dir, tables=table or None,
+        standby_replicas=standby_replicas, cluster=cluster,
+    ))  # fmt: skip
+    from kiq.node import node_from_settings
+
+    node = run_or_exit(lambda: node_from_settings(conf))
+    import uvloop
+
+    uvloop.run(_serve(node, conf))
+
+
+async def _serve(node, conf: settings.ServeSettings) -> None:
+    from granian.constants import Interfaces
+    from granian.server.embed import Server
+
+    from kiq.api import create_app
+
+    logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
+    server = Server(
+        create_app(node),
+        address=conf.host,
+        port=conf.port,
+        interface=Interfaces.ASGI,
+        log_enabled=False,
+        backlog=2048,
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, server.stop)
+    log.info("serving node=%s url=%s", conf.node_id, conf.advertised_url)
+    await server.serve()

@@ -1,0 +1,106 @@
+"""The cluster view: for every table partition, its active node and its standbys.
+
+Pure logic, rebuilt from each group description. Actives come from the group's
+assignment; standbys are the top-ranked other members by rendezvous hashing of
+(node, table, partition), so a node joining or leaving moves as few standbys as
+possible, and a surviving standby stays standby when its active dies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kiq.cluster.members import Member
+
+
+@dataclass(frozen=True)
+class PartitionReplicas:
+    active: str | None
+    standbys: tuple[str, ...]
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return ((self.active,) if self.active else ()) + self.standbys
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """What the view needs to know of a table."""
+
+    name: str
+    topic: str
+    partitions: int
+    standby_replicas: int
+    global_: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    version: int
+    members: Mapping[str, Member]
+    replicas: Mapping[tuple[str, int], PartitionReplicas] = field(repr=False)
+
+    def of(self, table: str, partition: int) -> PartitionReplicas:
+        return self.replicas.get((table, partition), _NOBODY)
+
+    def url(self, node_id: str) -> str | None:
+        member = self.members.get(node_id)
+        return member.url if member else None
+
+    def roles_of(self, node_id: str) -> dict[tuple[str, int], str]:
+        """(table, partition) → "active" | "standby" for one node."""
+        roles: dict[tuple[str, int], str] = {}
+        for key, reps in self.replicas.items():
+            if reps.active == node_id:
+                roles[key] = "active"
+            elif node_id in reps.standbys:
+                roles[key] = "standby"
+        return roles
+
+
+_NOBODY = PartitionReplicas(active=None, standbys=())
+EMPTY_VIEW = ClusterView(version=0, members={}, replicas={})
+
+
+def rank(node_id: str, table: str, partition: int) -> int:
+    digest = hashlib.blake2b(f"{node_id}/{table}/{partition}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def build_view(
+    version: int,
+    members: Iterable[Member],
+    assignments: Mapping[str, Iterable[tuple[str, int]]],
+    tables: Iterable[TableLayout],
+    previous: ClusterView | None = None,
+) -> ClusterView:
+    """Derive every partition's replicas from members and their (topic, partition) sets.
+
+    A partition nobody holds (mid-rebalance) keeps its previous active if that node
+    is still a member; otherwise it has no active and one more standby.
+    """
+    by_id = {m.node_id: m for m in members}
+    owner: dict[tuple[str, int], str] = {}
+    for node_id in sorted(assignments):
+        if node_id in by_id:
+            for tp in assignments[node_id]:
+                owner.setdefault(tp, node_id)
+    replicas: dict[tuple[str, int], PartitionReplicas] = {}
+    for t in tables:
+        for p in range(t.partitions):
+            key = (t.name, p)
+            if t.global_:
+                replicas[key] = PartitionReplicas(active=None, standbys=tuple(sorted(by_id)))
+                continue
+            active = owner.get((t.topic, p))
+            if active is None and previous is not None:
+                before = previous.of(t.name, p).active
+                active = before if before in by_id else None
+            others = sorted(
+                (n for n in by_id if n != active), key=lambda n: rank(n, t.name, p), reverse=True
+            )
+            wanted = t.standby_replicas + (0 if active else 1)
+            replicas[key] = PartitionReplicas(active=active, standbys=tuple(others[:wanted]))
+    return ClusterView(version=version, members=by_id, replicas=replicas)

@@ -1,0 +1,172 @@
+"""A serving node: where the pieces are put together, and nothing else.
+
+Tables → stores (one per partition) → materializer (tails active and standby
+partitions) ← cluster view (group assignment + standbys) → router → HTTP API.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+
+from kiq.cluster import ClusterView, Member, build_view
+from kiq.cluster.view import EMPTY_VIEW, TableLayout
+from kiq.errors import ConfigError, KiqError
+from kiq.kafka import create_topics, topic_partitions
+from kiq.kafka.dlq import DeadLetters
+from kiq.kafka.group import GroupMember
+from kiq.kafka.reader import PartitionReader
+from kiq.metrics import NodeMetrics
+from kiq.partitioning import partition_for
+from kiq.replicas import Materializer, Replica, Role, TableRuntime
+from kiq.settings import ServeSettings
+from kiq.stores import open_partition_store
+from kiq.tables import TableSpec, codec_for, parse_table
+
+log = logging.getLogger(__name__)
+
+
+class Node:
+    def __init__(self, settings: ServeSettings, tables: list[TableSpec]) -> None:
+        if not tables:
+            raise ConfigError("no tables to serve: add --table NAME=TOPIC")
+        topics = [t.topic for t in tables]
+        if len(set(topics)) != len(topics) or len({t.name for t in tables}) != len(tables):
+            raise ConfigError("each table needs its own name and its own topic")
+        self.settings = settings
+        self.node_id = settings.node_id
+        self.url = settings.advertised_url
+        self.metrics = NodeMetrics()
+        self.tables: dict[str, TableRuntime] = {}
+        for spec in tables:
+            count = topic_partitions(settings.bootstrap, spec.topic)
+            if count is None:
+                raise ConfigError(
+                    f"table {spec.name}: topic {spec.topic!r} does not exist on "
+                    f"{settings.bootstrap}: create it (with the input's partition count) first"
+                )
+            self.tables[spec.name] = TableRuntime(spec, codec_for(spec), count)
+        self._layouts = [
+            TableLayout(t.spec.name, t.spec.topic, t.partitions, t.spec.standby_replicas,
+                        t.spec.global_)
+            for t in self.tables.values()
+        ]  # fmt: skip
+        self.view: ClusterView = EMPTY_VIEW
+        create_topics(settings.bootstrap, {settings.dead_letter_topic: 1})
+        self.materializer = Materializer(
+            reader=PartitionReader(settings.bootstrap, client_id=f"kiq-reader-{self.node_id}"),
+            tables=self.tables,
+            open_store=self._open_store,
+            dead_letters=DeadLetters(settings.bootstrap, settings.dead_letter_topic),
+            metrics=self.metrics,
+            linger_s=settings.linger_s,
+        )
+        self.metrics.watch_replicas(lambda: self.materializer.replicas.values())
+        grouped = [t.spec.topic for t in self.tables.values() if not t.spec.global_]
+        self.group = GroupMember(
+            settings.bootstrap, settings.cluster, self.node_id, self.url, grouped,
+            on_change=self._poke, session_timeout_ms=settings.session_timeout_ms,
+        ) if grouped else None  # fmt: skip
+        self._poke_event = threading.Event()
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="kiq-view", daemon=True)
+        self.started_at = time.time()
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def start(self) -> None:
+        log.info(
+            "node starting node=%s url=%s tables=%s", self.node_id, self.url, ",".join(self.tables)
+        )
+        self.materializer.start()
+        if self.group is not None:
+            self.group.start()
+        self._refresh()
+        self._watcher.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._poke_event.set()
+        if self.group is not None:
+            self.group.stop()
+        self._watcher.join(timeout=10)
+        self.materializer.stop()
+        log.info("node stopped node=%s", self.node_id)
+
+    # -- lookups ----------------------------------------------------------------
+
+    def partition_of(self, runtime: TableRuntime, key: str) -> int:
+        return partition_for(runtime.spec.partition_key(key), runtime.partitions)
+
+    def replica(self, table: str, partition: int) -> Replica | None:
+        return self.materializer.replicas.get((table, partition))
+
+    def is_ready(self) -> tuple[bool, str]:
+        """Ready when the group is joined and every active replica is within the lag bound."""
+        if self.group is not None and not self.group.wait_joined(0):
+            return False, "not yet a member of the cluster group"
+        roles = self.view.roles_of(self.node_id)
+        for (table, partition), role in roles.items():
+            replica = self.replica(table, partition)
+            if role != "active" and not self.tables[table].spec.global_:
+                continue
+            if replica is None or not replica.state.serving:
+                return False, f"{table}[{partition}] is restoring"
+            if replica.lag > self.settings.ready_max_lag:
+                return False, f"{table}[{partition}] lags {replica.lag} records"
+        return True, "ok"
+
+    # -- keeping the view -------------------------------------------------------
+
+    def _open_store(self, table: str, partition: int):
+        spec = self.tables[table].spec
+        return open_partition_store(spec.store, self.settings.data_dir, table, partition)
+
+    def _poke(self) -> None:
+        self._poke_event.set()
+
+    def _watch(self) -> None:
+        interval = self.settings.view_refresh_ms / 1000
+        while not self._stop.is_set():
+            self._poke_event.wait(interval)
+            self._poke_event.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self._refresh()
+            except Exception as exc:
+                log.warning("cluster view refresh failed node=%s error=%s", self.node_id, exc)
+
+    def _refresh(self) -> None:
+        members: list[Member] = [Member(self.node_id, self.url)]
+        assignments: Mapping[str, set] = {}
+        if self.group is not None:
+            try:
+                described, assignments = self.group.describe()
+            except KiqError:
+                raise
+            except Exception as exc:  # the coordinator may be busy rebalancing
+                log.debug("describe group failed: %s", exc)
+                return
+            members = described or members
+            if self.node_id not in {m.node_id for m in members}:
+                members.append(Member(self.node_id, self.url))
+            assignments = {**assignments, self.node_id: set(self.group.owned)}
+        view = build_view(self.view.version + 1, members, assignments, self._layouts, self.view)
+        changed = view.replicas != self.view.replicas or view.members != self.view.members
+        self.view = view
+        if changed:
+            log.info(
+                "cluster view version=%d members=%s", view.version, ",".join(sorted(view.members))
+            )
+        roles = view.roles_of(self.node_id)
+        self.materializer.reconcile(
+            {key: Role.ACTIVE if role == "active" else Role.STANDBY for key, role in roles.items()}
+        )
+
+
+def node_from_settings(settings: ServeSettings) -> Node:
+    tables = [parse_table(t, default_standby=settings.standby_replicas) for t in settings.tables]
+    return Node(settings, tables)

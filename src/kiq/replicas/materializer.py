@@ -1,0 +1,232 @@
+"""The materializer: one thread that tails every local replica and applies records.
+
+It owns the partition reader (a Kafka consumer is used from one thread only);
+other threads change the set of replicas through ``reconcile``, which queues the
+wanted roles for the thread to apply between fetches.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from kiq.errors import BadRecord
+from kiq.kafka.dlq import DeadLetters
+from kiq.kafka.reader import Fetched, PartitionReader
+from kiq.metrics import NodeMetrics
+from kiq.replicas.replica import Replica
+from kiq.replicas.state import ReplicaState, Role
+from kiq.stores import PartitionStore
+from kiq.tables import TableSpec, ValueCodec
+
+log = logging.getLogger(__name__)
+
+MAX_KEY_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class TableRuntime:
+    spec: TableSpec
+    codec: ValueCodec
+    partitions: int
+
+
+class Materializer:
+    def __init__(
+        self,
+        reader: PartitionReader,
+        tables: Mapping[str, TableRuntime],
+        open_store: Callable[[str, int], PartitionStore],
+        dead_letters: DeadLetters,
+        metrics: NodeMetrics,
+        linger_s: float = 30.0,
+        watermark_interval_s: float = 0.5,
+    ) -> None:
+        self._reader = reader
+        self._tables = tables
+        self._by_topic = {t.spec.topic: t for t in tables.values()}
+        self._open_store = open_store
+        self._dlq = dead_letters
+        self._metrics = metrics
+        self._linger_s = linger_s
+        self._watermark_interval_s = watermark_interval_s
+        self.replicas: dict[tuple[str, int], Replica] = {}
+        self._wanted: queue.Queue[dict[tuple[str, int], Role]] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kiq-materializer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        for replica in self.replicas.values():
+            replica.store.close()
+        self._reader.close()
+        self._dlq.flush()
+
+    def reconcile(self, wanted: dict[tuple[str, int], Role]) -> None:
+        """Ask for exactly these replicas with these roles (applied by the thread soon)."""
+        self._wanted.put(wanted)
+
+    def get(self, table: str, partition: int) -> Replica | None:
+        return self.replicas.get((table, partition))
+
+    # -- the thread ------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_watermarks = 0.0
+        while not self._stop.is_set():
+            try:
+                self._apply_wanted()
+                fetched = self._reader.consume() if self.replicas else []
+                if not fetched and not self.replicas:
+                    time.sleep(0.05)
+                self._apply(fetched)
+                now = time.monotonic()
+                if now >= next_watermarks:
+                    self._refresh_watermarks()
+                    self._expire_lingering(now)
+                    next_watermarks = now + self._watermark_interval_s
+            except Exception:  # keep serving; an operator sees the stack in the log
+                log.exception("materializer loop error; retrying")
+                time.sleep(0.5)
+
+    def _apply_wanted(self) -> None:
+        wanted = None
+        while True:
+            try:
+                wanted = self._wanted.get_nowait()
+            except queue.Empty:
+                break
+        if wanted is None:
+            return
+        to_assign = []
+        for key, role in wanted.items():
+            replica = self.replicas.get(key)
+            if replica is None:
+                table, partition = key
+                runtime = self._tables[table]
+                store = self._open_store(table, partition)
+                replica = Replica(table, runtime.spec.topic, partition, store, role)
+                self.replicas[key] = replica
+                to_assign.append((replica.topic, partition, replica.position))
+                log.info(
+                    "replica opened table=%s partition=%d role=%s from_offset=%d",
+                    table, partition, role.value, replica.position,
+                )  # fmt: skip
+            elif replica.role is not role or replica.lingering_since is not None:
+                replica.lingering_since = None
+                replica.set_role(role)
+                log.info("replica role table=%s partition=%d role=%s", *key, role.value)
+        for key, replica in self.replicas.items():
+            if key not in wanted and replica.lingering_since is None:
+                replica.lingering_since = time.monotonic()
+                replica.set_role(Role.STANDBY)
+                log.info("replica lingering table=%s partition=%d", *key)
+        self._reader.assign(to_assign)
+
+    def _expire_lingering(self, now: float) -> None:
+        expired = [
+            key for key, r in self.replicas.items()
+            if r.lingering_since is not None and now - r.lingering_since > self._linger_s
+        ]  # fmt: skip
+        if not expired:
+            return
+        self._reader.unassign([(self.replicas[k].topic, k[1]) for k in expired])
+        for key in expired:
+            replica = self.replicas.pop(key)
+            replica.move_to(ReplicaState.REVOKED)
+            replica.store.close()
+            log.info("replica revoked table=%s partition=%d", *key)
+
+    def _apply(self, fetched: list[Fetched]) -> None:
+        batches: dict[tuple[str, int], list[tuple[bytes, bytes | None, int]]] = defaultdict(list)
+        last: dict[tuple[str, int], int] = {}
+        eofs: list[Fetched] = []
+        for rec in fetched:
+            runtime = self._by_topic.get(rec.topic)
+            if runtime is None:
+                continue
+            key = (runtime.spec.name, rec.partition)
+            if rec.eof:
+                eofs.append(rec)
+                continue
+            last[key] = rec.offset
+            entry = self._decode(runtime, rec)
+            if entry is not None:
+                batches[key].append(entry)
+        for key, offset in last.items():
+            replica = self.replicas.get(key)
+            if replica is None or offset < replica.position:
+                continue
+            batch = batches.get(key, [])
+            replica.store.apply(batch, offset)
+            replica.position = offset + 1
+            replica.restored += len(batch)
+            replica.end_offset = max(replica.end_offset, replica.position)
+            self._metrics.records_applied.labels(key[0]).inc(len(batch))
+        for rec in eofs:
+            replica = self.replicas.get((self._by_topic[rec.topic].spec.name, rec.partition))
+            if replica is None:
+                continue
+            if rec.offset > replica.position:  # skipped offsets (compaction, control records)
+                replica.store.apply([], rec.offset - 1)
+                replica.position = rec.offset
+            replica.end_offset = rec.offset
+            self._caught_up(replica)
+
+    def _decode(
+        self, runtime: TableRuntime, rec: Fetched
+    ) -> tuple[bytes, bytes | None, int] | None:
+        reason = None
+        if rec.key is None:
+            reason = "record has no key"
+        elif len(rec.key) > MAX_KEY_BYTES:
+            reason = f"key longer than {MAX_KEY_BYTES} bytes"
+        else:
+            try:
+                rec.key.decode("utf-8")
+            except UnicodeDecodeError:
+                reason = "key is not UTF-8"
+        if reason is None:
+            if rec.value is None:
+                return (rec.key, None, rec.offset)  # a tombstone deletes the key
+            try:
+                return (rec.key, runtime.codec.decode(rec.value), rec.offset)
+            except BadRecord as exc:
+                reason = str(exc)
+        self._dlq.send(rec.topic, rec.partition, rec.offset, rec.key, rec.value, reason)
+        self._metrics.dead_letters.labels(runtime.spec.name).inc()
+        return None
+
+    def _refresh_watermarks(self) -> None:
+        for replica in list(self.replicas.values()):
+            try:
+                end = self._reader.end_offset(replica.topic, replica.partition)
+            except Exception as exc:  # the broker may be briefly unreachable
+                log.debug(
+                    "watermark failed table=%s partition=%d error=%s",
+                    replica.table,
+                    replica.partition,
+                    exc,
+                )
+                continue
+            replica.end_offset = max(end, replica.position) if end >= 0 else replica.end_offset
+            if replica.state is ReplicaState.RESTORING and replica.lag == 0:
+                self._caught_up(replica)
+
+    def _caught_up(self, replica: Replica) -> None:
+        if replica.state is ReplicaState.RESTORING:
+            replica.mark_caught_up()
+            took = (replica.caught_up_at or 0) - replica.opened_at
+            log.info(
+                "replica ready table=%s partition=%d state=%s restored=%d seconds=%.2f",
+                replica.table, replica.partition, replica.state.value, replica.restored, took,
+            )  # fmt: skip

@@ -1,0 +1,79 @@
+"""One local replica of one table partition: its store, role, state and lag."""
+
+from __future__ import annotations
+
+import time
+
+from kiq.replicas.state import ReplicaState, Role, check_transition
+from kiq.stores import PartitionStore
+
+
+class Replica:
+    """Written by the materializer thread; read (get, lag) by request handlers.
+
+    ``position`` is the next offset to read; ``end_offset`` the log end last seen.
+    Plain attribute writes are atomic under the GIL, so readers need no lock.
+    """
+
+    __slots__ = (
+        "caught_up_at", "end_offset", "lingering_since", "opened_at", "partition", "position",
+        "restored", "role", "state", "store", "table", "topic",
+    )  # fmt: skip
+
+    def __init__(
+        self, table: str, topic: str, partition: int, store: PartitionStore, role: Role
+    ) -> None:
+        self.table = table
+        self.topic = topic
+        self.partition = partition
+        self.store = store
+        self.role = role
+        self.state = ReplicaState.RESTORING
+        self.position = store.applied_offset() + 1
+        self.end_offset = -1  # unknown until the first watermark or EOF
+        self.restored = 0  # records applied since this replica was opened
+        self.opened_at = time.monotonic()
+        self.caught_up_at: float | None = None
+        self.lingering_since: float | None = None
+
+    @property
+    def applied_offset(self) -> int:
+        return self.position - 1
+
+    @property
+    def lag(self) -> int:
+        """Records between what this replica applied and the log end (-1: not known yet)."""
+        if self.end_offset < 0:
+            return -1
+        return max(0, self.end_offset - self.position)
+
+    @property
+    def is_active(self) -> bool:
+        return self.state is ReplicaState.ACTIVE
+
+    def move_to(self, target: ReplicaState) -> None:
+        check_transition(self.state, target)
+        self.state = target
+
+    def set_role(self, role: Role) -> None:
+        self.role = role
+        if self.state.serving:
+            self.move_to(ReplicaState.ACTIVE if role is Role.ACTIVE else ReplicaState.STANDBY)
+
+    def mark_caught_up(self) -> None:
+        if self.state is ReplicaState.RESTORING:
+            self.caught_up_at = time.monotonic()
+            self.move_to(ReplicaState.ACTIVE if self.role is Role.ACTIVE else ReplicaState.STANDBY)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "table": self.table,
+            "partition": self.partition,
+            "role": self.role.value,
+            "state": self.state.value,
+            "applied_offset": self.applied_offset,
+            "end_offset": self.end_offset,
+            "lag": self.lag,
+            "restored_records": self.restored,
+            "lingering": self.lingering_since is not None,
+        }

@@ -1,0 +1,59 @@
+"""Ordering the replicas that may answer for a partition.
+
+The active replica first (freshest), then the standbys, then a lingering local
+copy as a last resort. A node that failed a moment ago goes to the back of the
+line for a short while, so a dead node costs one failed attempt, not one per
+request. Only members of the cluster view are ever targets.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from kiq.cluster import ClusterView
+from kiq.replicas import Replica
+
+LOCAL: Final = "local"
+
+
+class Router:
+    def __init__(self, node_id: str, penalty_s: float = 1.0) -> None:
+        self.node_id = node_id
+        self._penalty_s = penalty_s
+        self._down_until: dict[str, float] = {}
+
+    def targets(
+        self, view: ClusterView, table: str, partition: int, local: Replica | None,
+        max_lag: int | None = None,
+    ) -> list[str]:  # fmt: skip
+        """``LOCAL`` or member URLs, best first."""
+        local_ok = local is not None and servable(local, max_lag)
+        order: list[str] = []
+        later: list[str] = []
+        now = time.monotonic()
+        for node_id in view.of(table, partition).all:
+            if node_id == self.node_id:
+                if local_ok:
+                    order.append(LOCAL)
+                continue
+            url = view.url(node_id)
+            if url is None:
+                continue
+            (later if self._down_until.get(url, 0.0) > now else order).append(url)
+        order.extend(later)
+        if local_ok and LOCAL not in order:
+            order.append(LOCAL)
+        return order
+
+    def failed(self, url: str) -> None:
+        self._down_until[url] = time.monotonic() + self._penalty_s
+
+    def succeeded(self, url: str) -> None:
+        self._down_until.pop(url, None)
+
+
+def servable(replica: Replica, max_lag: int | None) -> bool:
+    if not replica.state.serving:
+        return False
+    return max_lag is None or 0 <= replica.lag <= max_lag

@@ -1,0 +1,35 @@
+"""Local state: one key-value store per table partition.
+
+The only package that imports ``rocksdict``; everything above it sees
+``PartitionStore``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kiq.errors import ConfigError
+from kiq.stores.base import PartitionStore
+from kiq.stores.memory import MemoryPartitionStore
+from kiq.stores.rocksdb import RocksDBPartitionStore
+
+__all__ = [
+    "MemoryPartitionStore",
+    "PartitionStore",
+    "RocksDBPartitionStore",
+    "open_partition_store",
+]
+
+_KINDS = ("rocksdb", "memory")
+
+
+def open_partition_store(kind: str, data_dir: Path, table: str, partition: int) -> PartitionStore:
+    """Open (creating if needed) the store of one table partition.
+
+    RocksDB data goes to ``data_dir/tables/<table>/<partition>``.
+    """
+    if kind == "rocksdb":
+        return RocksDBPartitionStore(data_dir / "tables" / table / str(partition))
+    if kind == "memory":
+        return MemoryPartitionStore()
+    raise ConfigError(f"unknown store kind {kind!r}: use one of {', '.join(_KINDS)}")

@@ -1,0 +1,62 @@
+"""The interface every partition store implements.
+
+One store holds one partition of one table. A single writer (the partition's
+materializer) calls ``apply``, ``wipe`` and ``close``; any number of reader
+threads call ``get``, ``scan``, ``count`` and ``size_bytes`` at the same time.
+Each value carries the offset of the Kafka record that wrote it, so a reader
+can tell how fresh an answer is, and the store records how far into the topic
+it has applied, atomically with the data, so a restart resumes exactly there.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+# (key, value or None for a tombstone, offset of the record that carried it)
+Change = tuple[bytes, bytes | None, int]
+
+
+class PartitionStore(abc.ABC):
+    """Local key-value state of one table partition."""
+
+    @abc.abstractmethod
+    def get(self, key: bytes) -> tuple[bytes, int] | None:
+        """(value, offset of the record that wrote it), or None when absent."""
+
+    @abc.abstractmethod
+    def apply(self, batch: Sequence[Change], applied_offset: int) -> None:
+        """Write ``batch`` and record ``applied_offset``, all or nothing.
+
+        One atomic write, so after a crash the data and the resume point agree.
+        An empty batch still advances the offset (e.g. past skipped records).
+        """
+
+    @abc.abstractmethod
+    def applied_offset(self) -> int:
+        """The last Kafka offset applied, or -1 when nothing has been."""
+
+    @abc.abstractmethod
+    def scan(
+        self, start: bytes | None = None, end: bytes | None = None, limit: int = 1000
+    ) -> list[tuple[bytes, bytes, int]]:
+        """(key, value, offset) for keys in [start, end) in byte order, at most ``limit``."""
+
+    @abc.abstractmethod
+    def count(self) -> int:
+        """Number of keys; may be an estimate."""
+
+    @abc.abstractmethod
+    def size_bytes(self) -> int:
+        """Approximate bytes the data takes, on disk or in memory."""
+
+    @abc.abstractmethod
+    def wipe(self) -> None:
+        """Delete every key and the applied offset; the store stays open and empty.
+
+        For a partition that must restore from the start of its topic.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the store; idempotent. Later calls raise ``StoreClosedError``."""

@@ -1,0 +1,188 @@
+"""A partition store on RocksDB (through rocksdict), one directory per partition.
+
+Data lives in the default column family as ``8-byte big-endian offset + value``,
+so one point lookup returns both. The applied offset lives in its own column
+family, so scans never see it, and every ``apply`` writes both in one
+WriteBatch: with the WAL on, RocksDB recovers such a batch whole or not at all.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    DbClosedError,
+    DBCompressionType,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
+
+from kiq.errors import StoreClosedError
+from kiq.stores.base import Change, PartitionStore
+
+_MIB = 1024 * 1024
+_META_CF = "kiq-meta"
+_APPLIED_KEY = b"applied-offset"
+_OFFSET = struct.Struct(">q")
+_OFFSET_SIZE = _OFFSET.size
+
+# One block cache for every store in the process: memory stays bounded however
+# many partitions a node holds.
+_BLOCK_CACHE = Cache(64 * _MIB)
+
+# A closed Rdict raises DbClosedError; one closing under a reader's call raises
+# pyo3's RuntimeError ("Already mutably borrowed"). Readers turn either into
+# StoreClosedError once close() has begun, and re-raise it otherwise.
+_CLOSED = (DbClosedError, RuntimeError)
+
+
+def _options() -> Options:
+    """Options for a small, read-heavy store whose writes come in batches."""
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    opts.set_compression_type(DBCompressionType.lz4())
+    opts.set_write_buffer_size(16 * _MIB)
+    opts.set_max_write_buffer_number(2)
+    # The meta family gets a few bytes per batch and rarely flushes on its own;
+    # this cap forces it, so old WAL files can be deleted.
+    opts.set_max_total_wal_size(64 * _MIB)
+    opts.set_level_compaction_dynamic_level_bytes(True)
+    opts.set_max_background_jobs(2)
+    opts.set_keep_log_file_num(2)
+    opts.set_max_log_file_size(4 * _MIB)
+    table = BlockBasedOptions()
+    table.set_bloom_filter(10, False)  # full filter: most misses skip the disk
+    table.set_block_cache(_BLOCK_CACHE)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    opts.set_block_based_table_factory(table)
+    return opts
+
+
+class RocksDBPartitionStore(PartitionStore):
+    """Persistent store: data and applied offset survive restarts together."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()  # serializes the writer's calls with close()
+        self._closed = False
+        self._db = Rdict(str(path), _options(), column_families={_META_CF: _options()})
+        write_opts = WriteOptions()
+        write_opts.sync = False  # WAL on, no fsync per batch: Kafka can replay the tail
+        self._db.set_write_options(write_opts)
+        meta = self._db.get_column_family(_META_CF)
+        raw = meta.get(_APPLIED_KEY)
+        del meta  # a family handle keeps the DB open; close() must be the last owner
+        self._applied = -1 if raw is None else _OFFSET.unpack(raw)[0]
+
+    def get(self, key: bytes) -> tuple[bytes, int] | None:
+        try:
+            raw = self._db.get(key)
+        except _CLOSED:
+            if self._closed:
+                raise self._closed_error() from None
+            raise
+        if raw is None:
+            return None
+        return raw[_OFFSET_SIZE:], _OFFSET.unpack_from(raw)[0]
+
+    def apply(self, batch: Sequence[Change], applied_offset: int) -> None:
+        wb = WriteBatch(raw_mode=True)
+        pack = _OFFSET.pack
+        for key, value, offset in batch:
+            if value is None:
+                wb.delete(key)
+            else:
+                wb.put(key, pack(offset) + value)
+        with self._lock:
+            self._check_open()
+            wb.put(_APPLIED_KEY, pack(applied_offset), self._db.get_column_family_handle(_META_CF))
+            self._db.write(wb)
+            self._applied = applied_offset
+
+    def applied_offset(self) -> int:
+        return self._applied
+
+    def scan(
+        self, start: bytes | None = None, end: bytes | None = None, limit: int = 1000
+    ) -> list[tuple[bytes, bytes, int]]:
+        if limit <= 0:
+            return []
+        read_opts = ReadOptions()
+        if end is not None:
+            read_opts.set_iterate_upper_bound(end)
+        try:
+            it = self._db.iter(read_opts)
+            if start is None:
+                it.seek_to_first()
+            else:
+                it.seek(start)
+            out: list[tuple[bytes, bytes, int]] = []
+            while it.valid() and len(out) < limit:
+                raw = it.value()
+                out.append((it.key(), raw[_OFFSET_SIZE:], _OFFSET.unpack_from(raw)[0]))
+                it.next()
+        except _CLOSED:
+            if self._closed:
+                raise self._closed_error() from None
+            raise
+        return out
+
+    def count(self) -> int:
+        return self._int_property("rocksdb.estimate-num-keys")
+
+    def size_bytes(self) -> int:
+        return self._int_property("rocksdb.total-sst-files-size") + self._int_property(
+            "rocksdb.cur-size-all-mem-tables"
+        )
+
+    def wipe(self) -> None:
+        with self._lock:
+            self._check_open()
+            it = self._db.iter()
+            it.seek_to_last()
+            last = it.key() if it.valid() else None
+            del it
+            wb = WriteBatch(raw_mode=True)
+            if last is not None:
+                # Every key sorts before last + b"\0": one range tombstone covers
+                # them all, and goes out atomically with the offset's delete.
+                wb.delete_range(b"", last + b"\0")
+            wb.delete(_APPLIED_KEY, self._db.get_column_family_handle(_META_CF))
+            self._db.write(wb)
+            self._applied = -1
+            self._db.compact_range(None, None)  # reclaim the space, make count() exact
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._db.close()
+
+    def _int_property(self, name: str) -> int:
+        try:
+            return self._db.property_int_value(name) or 0
+        except _CLOSED:
+            if self._closed:
+                raise self._closed_error() from None
+            raise
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+
+    def _closed_error(self) -> StoreClosedError:
+        return StoreClosedError(f"partition store {self._path} is closed")
+
+    def __repr__(self) -> str:
+        return f"RocksDBPartitionStore({str(self._path)!r})"

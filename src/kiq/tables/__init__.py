@@ -1,0 +1,8 @@
+"""Tables: which topic backs each served table, and how its values are decoded."""
+
+from __future__ import annotations
+
+from kiq.tables.codecs import ValueCodec, codec_for
+from kiq.tables.spec import TableSpec, parse_table
+
+__all__ = ["TableSpec", "ValueCodec", "codec_for", "parse_table"]

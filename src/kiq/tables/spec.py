@@ -1,0 +1,158 @@
+"""What a table is: a name served over the API, the topic behind it, how it is kept.
+
+``parse_table`` reads the CLI's ``--table`` flag; ``TableSpec`` checks itself,
+so a spec from TOML or code is held to the same rules.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+from kiq.errors import ConfigError
+
+StoreKind = Literal["rocksdb", "memory"]
+ValueFormat = Literal["json", "avro", "raw"]
+
+MAX_STANDBY_REPLICAS = 10
+TABLE_SYNTAX = "NAME=TOPIC[,store=memory][,format=avro][,schema=PATH][,standby=N][,global][,sep=C]"
+_EXAMPLES = (
+    "quotes=stock-quotes or ref=symbols,store=memory,global or ev=events,format=avro,schema=ev.avsc"
+)
+
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+# Kafka's own rule for topic names.
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One served table: ``name`` in URLs, ``topic`` its compacted source.
+
+    ``standby_replicas`` is how many nodes besides the active one keep a warm
+    copy of each partition; a ``global_`` table is held whole by every node
+    (small reference data joined on every request).
+    """
+
+    name: str
+    topic: str
+    store: StoreKind = "rocksdb"
+    format: ValueFormat = "json"
+    schema_file: Path | None = None
+    standby_replicas: int = 1
+    global_: bool = False
+    # Composite keys ("AAPL|2026-11-22T10:31"): the part before the first
+    # separator picks the partition, so an entity's keys stay together and a
+    # prefix scan that includes the separator reads one partition.
+    key_separator: str | None = None
+
+    def partition_key(self, key: str) -> str:
+        """The part of ``key`` that decides its partition."""
+        if self.key_separator is None:
+            return key
+        return key.split(self.key_separator, 1)[0]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ConfigError(
+                f"table name {self.name!r} is invalid: use 1-100 of A-Z a-z 0-9 . _ -"
+            )
+        if not isinstance(self.topic, str) or not _TOPIC.fullmatch(self.topic):
+            raise ConfigError(
+                f"table {self.name}: topic {self.topic!r} is not a valid Kafka topic name"
+                " (1-249 of A-Z a-z 0-9 . _ -)"
+            )
+        if self.store not in get_args(StoreKind):
+            raise ConfigError(
+                f"table {self.name}: store {self.store!r} is unknown:"
+                f" use one of {', '.join(get_args(StoreKind))}"
+            )
+        if self.format not in get_args(ValueFormat):
+            raise ConfigError(
+                f"table {self.name}: format {self.format!r} is unknown:"
+                f" use one of {', '.join(get_args(ValueFormat))}"
+            )
+        self._check_schema()
+        if self.key_separator is not None and (
+            not isinstance(self.key_separator, str) or len(self.key_separator) != 1
+        ):
+            raise ConfigError(
+                f"table {self.name}: the key separator must be one character,"
+                f" got {self.key_separator!r}"
+            )
+        standby = self.standby_replicas
+        if (
+            isinstance(standby, bool)
+            or not isinstance(standby, int)
+            or not 0 <= standby <= MAX_STANDBY_REPLICAS
+        ):
+            raise ConfigError(
+                f"table {self.name}: standby replicas must be a whole number"
+                f" from 0 to {MAX_STANDBY_REPLICAS}, got {standby!r}"
+            )
+
+    def _check_schema(self) -> None:
+        if self.format == "avro":
+            if self.schema_file is None:
+                raise ConfigError(
+                    f"table {self.name}: format avro needs a schema file (schema=PATH)"
+                )
+            if not Path(self.schema_file).is_file():
+                raise ConfigError(
+                    f"table {self.name}: Avro schema file {str(self.schema_file)!r} does not exist"
+                )
+        elif self.schema_file is not None:
+            raise ConfigError(
+                f"table {self.name}: a schema file only applies to format avro, not {self.format}"
+            )
+
+
+def parse_table(text: str, default_standby: int = 1) -> TableSpec:
+    """A ``TableSpec`` from the ``--table`` flag's ``TABLE_SYNTAX``.
+
+    Paths cannot contain commas; ``standby`` defaults to ``default_standby``.
+    """
+    name, sep, rest = text.partition("=")
+    parts = [part.strip() for part in rest.split(",")]
+    if not sep or not name.strip() or not parts[0]:
+        raise _syntax_error(text, "expected NAME=TOPIC first")
+    options: dict[str, str | None] = {}
+    for part in parts[1:]:
+        key, has_value, value = (s.strip() for s in part.partition("="))
+        if key in options:
+            raise _syntax_error(text, f"{key!r} is given twice")
+        if key == "global":
+            if has_value:
+                raise _syntax_error(text, "'global' takes no value")
+            options[key] = None
+        elif key in ("store", "format", "schema", "standby", "sep"):
+            if not value:
+                raise _syntax_error(text, f"{key!r} needs a value ({key}=...)")
+            options[key] = value
+        else:
+            raise _syntax_error(text, f"unknown option {part!r}")
+    standby_text = options.get("standby")
+    try:
+        standby = default_standby if standby_text is None else int(standby_text)
+    except ValueError:
+        raise _syntax_error(text, f"standby must be a number, got {standby_text!r}") from None
+    schema = options.get("schema")
+    try:
+        return TableSpec(
+            name=name.strip(),
+            topic=parts[0],
+            store=options.get("store") or "rocksdb",  # type: ignore[arg-type]
+            format=options.get("format") or "json",  # type: ignore[arg-type]
+            schema_file=Path(schema) if schema else None,
+            standby_replicas=standby,
+            global_="global" in options,
+            key_separator=options.get("sep"),
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"--table {text!r}: {exc}") from None
+
+
+def _syntax_error(text: str, problem: str) -> ConfigError:
+    return ConfigError(f"--table {text!r}: {problem}; expected {TABLE_SYNTAX} (e.g. {_EXAMPLES})")

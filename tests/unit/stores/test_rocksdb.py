@@ -1,0 +1,131 @@
+"""What only the RocksDB store promises: durability, layout, close under load."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import kiq.stores
+from kiq.errors import ConfigError, StoreClosedError
+from kiq.stores import (
+    MemoryPartitionStore,
+    RocksDBPartitionStore,
+    open_partition_store,
+)
+
+
+def test_data_and_offset_survive_reopen(tmp_path: Path):
+    store = RocksDBPartitionStore(tmp_path / "p")
+    store.apply([(b"a", b"1", 7), (b"b", b"2", 8)], 8)
+    store.apply([(b"a", None, 9)], 12)
+    store.close()
+
+    store = RocksDBPartitionStore(tmp_path / "p")
+    try:
+        assert store.applied_offset() == 12
+        assert store.get(b"a") is None
+        assert store.get(b"b") == (b"2", 8)
+        assert store.scan() == [(b"b", b"2", 8)]
+    finally:
+        store.close()
+
+
+def test_wipe_survives_reopen(tmp_path: Path):
+    store = RocksDBPartitionStore(tmp_path / "p")
+    store.apply([(b"a", b"1", 0)], 0)
+    store.wipe()
+    store.close()
+
+    store = RocksDBPartitionStore(tmp_path / "p")
+    try:
+        assert store.applied_offset() == -1
+        assert store.scan() == []
+    finally:
+        store.close()
+
+
+_CRASH = """
+import os, sys
+from pathlib import Path
+from kiq.stores import RocksDBPartitionStore
+s = RocksDBPartitionStore(Path(sys.argv[1]))
+s.apply([(b"k%d" % i, b"v", i) for i in range(100)], 99)
+os._exit(0)  # no close, no flush: only the WAL has the batch
+"""
+
+
+def test_batch_and_offset_recover_together_after_a_crash(tmp_path: Path):
+    path = tmp_path / "p"
+    subprocess.run([sys.executable, "-c", _CRASH, str(path)], check=True, timeout=60)
+    store = RocksDBPartitionStore(path)
+    try:
+        assert store.applied_offset() == 99
+        assert len(store.scan(limit=1000)) == 100
+        assert store.get(b"k99") == (b"v", 99)
+    finally:
+        store.close()
+
+
+def test_close_under_readers_raises_only_store_closed(tmp_path: Path):
+    store = RocksDBPartitionStore(tmp_path / "p")
+    store.apply([(b"k%05d" % i, b"x" * 50, i) for i in range(5000)], 4999)
+    unexpected: list[BaseException] = []
+    closed_seen = threading.Event()
+
+    def reader() -> None:
+        i = 0
+        while True:
+            try:
+                store.get(b"k%05d" % (i % 5000))
+                if i % 100 == 0:
+                    store.scan(start=b"k%05d" % (i % 5000), limit=100)
+            except StoreClosedError:
+                closed_seen.set()
+                return
+            except BaseException as exc:
+                unexpected.append(exc)
+                return
+            i += 1
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    store.close()
+    for t in threads:
+        t.join(timeout=30)
+    assert unexpected == []
+    assert closed_seen.is_set()
+    # The directory lock was released: the partition can be opened again.
+    RocksDBPartitionStore(tmp_path / "p").close()
+
+
+def test_open_partition_store_layout(tmp_path: Path):
+    store = open_partition_store("rocksdb", tmp_path, "quotes", 3)
+    try:
+        assert isinstance(store, RocksDBPartitionStore)
+        assert (tmp_path / "tables" / "quotes" / "3" / "CURRENT").is_file()
+    finally:
+        store.close()
+    memory = open_partition_store("memory", tmp_path, "quotes", 3)
+    assert isinstance(memory, MemoryPartitionStore)
+    assert memory.applied_offset() == -1
+
+
+def test_open_partition_store_unknown_kind(tmp_path: Path):
+    with pytest.raises(ConfigError, match="rocksdb, memory"):
+        open_partition_store("lmdb", tmp_path, "quotes", 0)
+
+
+def test_exports():
+    assert sorted(kiq.stores.__all__) == [
+        "MemoryPartitionStore",
+        "PartitionStore",
+        "RocksDBPartitionStore",
+        "open_partition_store",
+    ]
