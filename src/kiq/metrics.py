@@ -7,26 +7,43 @@ collector, so the hot paths never update them.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class RouteStats:
+    """Request counts and a latency histogram for one route, in plain ints.
+
+    The lookup path is the product: prometheus_client's locked counters and its
+    histogram cost several microseconds a request, these a fraction of one. Only
+    the event loop thread writes them; the scrape reads them.
+    """
+
+    __slots__ = ("buckets", "statuses", "sum")
+
+    def __init__(self) -> None:
+        self.statuses: dict[int, int] = {}
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def record(self, status: int, seconds: float) -> None:
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        self.buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.sum += seconds
 
 
 class NodeMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            "kiq_requests", "HTTP requests answered", ["route", "status"], registry=r
-        )
-        self.latency = Histogram(
-            "kiq_request_seconds", "HTTP request latency", ["route"],
-            buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+        self.routes: dict[str, RouteStats] = {}
+        r.register(_RouteCollector(self.routes))
         self.forwards = Counter(
             "kiq_forwards", "requests forwarded to another node", ["outcome"], registry=r
         )
@@ -38,8 +55,34 @@ class NodeMetrics:
             registry=r,
         )  # fmt: skip
 
+    def route(self, name: str) -> RouteStats:
+        return self.routes.setdefault(name, RouteStats())
+
     def watch_replicas(self, replicas: Callable[[], Iterable[object]]) -> None:
         self.registry.register(_ReplicaCollector(replicas))
+
+
+class _RouteCollector(Collector):
+    def __init__(self, routes: dict[str, RouteStats]) -> None:
+        self._routes = routes
+
+    def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
+        requests = CounterMetricFamily(
+            "kiq_requests", "HTTP requests answered", labels=["route", "status"]
+        )
+        latency = HistogramMetricFamily(
+            "kiq_request_seconds", "HTTP request latency", labels=["route"]
+        )
+        for name, stats in list(self._routes.items()):
+            for status, count in list(stats.statuses.items()):
+                requests.add_metric([name, str(status)], count)
+            cumulative, buckets = 0, []
+            for bound, count in zip((*LATENCY_BUCKETS, float("inf")), stats.buckets, strict=True):
+                cumulative += count
+                buckets.append((str(bound) if bound != float("inf") else "+Inf", cumulative))
+            latency.add_metric([name], buckets, stats.sum)
+        yield requests
+        yield latency
 
 
 class _ReplicaCollector(Collector):

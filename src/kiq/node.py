@@ -27,6 +27,8 @@ from kiq.tables import TableSpec, codec_for, parse_table
 
 log = logging.getLogger(__name__)
 
+_PARTITION_CACHE_SIZE = 1_000_000
+
 
 class Node:
     def __init__(self, settings: ServeSettings, tables: list[TableSpec]) -> None:
@@ -54,6 +56,7 @@ class Node:
             for t in self.tables.values()
         ]  # fmt: skip
         self.view: ClusterView = EMPTY_VIEW
+        self._partition_cache: dict[str, dict[str, int]] = {name: {} for name in self.tables}
         create_topics(settings.bootstrap, {settings.dead_letter_topic: 1})
         self.materializer = Materializer(
             reader=PartitionReader(settings.bootstrap, client_id=f"kiq-reader-{self.node_id}"),
@@ -98,7 +101,15 @@ class Node:
     # -- lookups ----------------------------------------------------------------
 
     def partition_of(self, runtime: TableRuntime, key: str) -> int:
-        return partition_for(runtime.spec.partition_key(key), runtime.partitions)
+        # murmur2 in Python costs microseconds; hot keys repeat, so remember them.
+        cache = self._partition_cache[runtime.spec.name]
+        partition = cache.get(key)
+        if partition is None:
+            partition = partition_for(runtime.spec.partition_key(key), runtime.partitions)
+            if len(cache) >= _PARTITION_CACHE_SIZE:
+                cache.clear()
+            cache[key] = partition
+        return partition
 
     def replica(self, table: str, partition: int) -> Replica | None:
         return self.materializer.replicas.get((table, partition))

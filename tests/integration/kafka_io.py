@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
@@ -18,6 +18,7 @@ class Record:
     value: bytes | None
     partition: int
     offset: int
+    headers: dict[str, bytes] = field(default_factory=dict)
 
 
 def produce(
@@ -69,7 +70,10 @@ def drain(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0) ->
             for msg in consumer.consume(num_messages=1000, timeout=0.5):
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
-                records.append(Record(msg.key(), msg.value(), msg.partition(), msg.offset()))
+                headers = dict(msg.headers() or [])
+                records.append(
+                    Record(msg.key(), msg.value(), msg.partition(), msg.offset(), headers)
+                )
     finally:
         consumer.close()
     return records

@@ -28,7 +28,10 @@ NODE_ENV = {"KIQ_SERVE_SESSION_TIMEOUT_MS": "3000", "KIQ_SERVE_VIEW_REFRESH_MS":
 
 
 class Cluster:
-    def __init__(self, bootstrap: str, root: Path, tables: list[str]) -> None:
+    def __init__(
+        self, bootstrap: str, root: Path, tables: list[str], env: dict[str, str] | None = None
+    ) -> None:
+        self.env = {**NODE_ENV, **(env or {})}
         self.bootstrap = bootstrap
         self.root = root
         self.tables = tables
@@ -39,7 +42,7 @@ class Cluster:
         node = LocalNode(
             node_id=node_id, bootstrap=self.bootstrap, tables=self.tables,
             data_dir=self.root / node_id, log_file=self.root / f"{node_id}.log",
-            extra_args=["--cluster", self.name, *FAST_FAILOVER], env=NODE_ENV,
+            extra_args=["--cluster", self.name, *FAST_FAILOVER], env=self.env,
         )  # fmt: skip
         self.nodes[node_id] = node
         if start:
@@ -76,8 +79,8 @@ class Cluster:
 def make_cluster(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     made: list[Cluster] = []
 
-    def make(tables: list[str], nodes: int = 3) -> Cluster:
-        cluster = Cluster(bootstrap, tmp_path, tables)
+    def make(tables: list[str], nodes: int = 3, extra_env: dict | None = None) -> Cluster:
+        cluster = Cluster(bootstrap, tmp_path, tables, extra_env)
         for i in range(1, nodes + 1):
             cluster.add(f"n{i}")
         cluster.wait_ready()
@@ -194,6 +197,8 @@ def test_kill_dash_nine_under_load_fails_no_lookup(bootstrap, make_topic, make_c
     after = [t for t, by, _ in stats.served if t >= killed_at and by != "n2"]
     assert after and after[0] - killed_at < 1.0
     assert all(by != "n2" for t, by, _ in stats.served if t > killed_at + 0.5)
+    # Until the group rebalanced, standbys answered for the dead node, and said so.
+    assert any(stale for t, _, stale in stats.served if t >= killed_at)
 
 
 def test_restart_resumes_from_its_stores(bootstrap, make_topic, make_cluster):
@@ -312,6 +317,35 @@ def test_range_multiget_and_read_your_writes(bootstrap, make_topic, make_cluster
         params={"min_offset": acked["o"] + 1000, "wait_ms": 200},
     )
     assert far.status_code == 503 and far.json()["error"] == "unavailable"
+
+
+def test_malformed_records_go_to_the_dead_letter_topic(bootstrap, make_topic, make_cluster):
+    from tests.integration.kafka_io import drain
+
+    topic = make_topic("dlq", partitions=3)
+    dlq = make_topic("dlq-out", partitions=1)
+    producer = Producer(producer_config(bootstrap))
+    producer.produce(topic, key=b"good1", value=b'{"ok": 1}')
+    producer.produce(topic, key=b"broken", value=b"{not json")
+    producer.produce(topic, key=None, value=b'{"no": "key"}')
+    producer.produce(topic, key=b"\xff\xfe", value=b"1")
+    producer.produce(topic, key=b"good2", value=b'{"ok": 2}')
+    assert producer.flush(10) == 0
+    cluster = make_cluster([f"t={topic}"], nodes=1, extra_env={"KIQ_SERVE_DEAD_LETTER_TOPIC": dlq})
+    url = cluster.nodes["n1"].url
+    wait_applied(cluster, "t", end_offsets(bootstrap, topic, 3))
+    assert httpx.get(f"{url}/v1/tables/t/keys/good1").json() == {"ok": 1}
+    assert httpx.get(f"{url}/v1/tables/t/keys/good2").json() == {"ok": 2}
+    assert httpx.get(f"{url}/v1/tables/t/keys/broken").status_code == 404
+    letters = drain(bootstrap, dlq, expected=3, timeout_s=30)
+    assert sorted(r.key or b"" for r in letters) == sorted([b"broken", b"", b"\xff\xfe"])
+    reasons = {r.key: r.headers["kiq.reason"].decode() for r in letters}
+    assert reasons[b"broken"].startswith("invalid JSON")
+    assert reasons[None] == "record has no key"
+    assert reasons[b"\xff\xfe"] == "key is not UTF-8"
+    assert all(r.headers["kiq.source.topic"] == topic.encode() for r in letters)
+    metrics = httpx.get(f"{url}/metrics").text
+    assert 'kiq_dead_letters_total{table="t"} 3.0' in metrics
 
 
 def test_bad_input_is_4xx_never_5xx(bootstrap, make_topic, make_cluster):

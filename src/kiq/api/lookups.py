@@ -15,7 +15,7 @@ from kiq.api.asgi import JSON, Send, header, query, respond
 from kiq.api.errors import ApiError, KeyNotFound, NotHere, Unavailable, UnknownTable
 from kiq.api.params import bool_param, int_param, key_from_path
 from kiq.node import Node
-from kiq.replicas import Replica
+from kiq.replicas import Replica, ReplicaState
 from kiq.routing import LOCAL, Forwarder, Router
 from kiq.routing.forwarder import FORWARDED
 from kiq.routing.router import servable
@@ -31,8 +31,7 @@ class Lookups:
         self.forwarder = forwarder
         self._served_by = node.node_id.encode()
         m = node.metrics
-        self._latency = m.latency.labels("get")
-        self._statuses = {s: m.requests.labels("get", str(s)) for s in (200, 307, 404, 421, 503)}
+        self._stats = m.route("get")
         self._forward_ok = m.forwards.labels("ok")
         self._forward_failed = m.forwards.labels("failed")
 
@@ -43,19 +42,19 @@ class Lookups:
         except ApiError as exc:
             status = exc.status
             await respond(send, status, exc.body())
-        self._latency.observe(time.perf_counter() - started)
-        counter = self._statuses.get(status)
-        (counter or self.node.metrics.requests.labels("get", str(status))).inc()
+        self._stats.record(status, time.perf_counter() - started)
 
     async def _get(self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes) -> int:
         runtime = self.node.tables.get(table)
         if runtime is None:
             raise UnknownTable(f"no table named {table!r}", table=table)
         key = key_from_path(raw_key)
-        params = query(scope)
-        max_lag = int_param(params, "max_lag") if params else None
         partition = self.node.partition_of(runtime, key.decode())
         local = self.node.replica(table, partition)
+        params = query(scope)
+        if not params and local is not None and local.state is ReplicaState.ACTIVE:
+            return await self._serve(send, local, key, params)  # the common case: we own it
+        max_lag = int_param(params, "max_lag") if params else None
 
         if header(scope, FORWARDED.encode()) is not None:
             if local is None or not servable(local, max_lag):

@@ -56,6 +56,7 @@ class Materializer:
         self._linger_s = linger_s
         self._watermark_interval_s = watermark_interval_s
         self.replicas: dict[tuple[str, int], Replica] = {}
+        self._progress_logged: dict[tuple[str, int], float] = {}
         self._wanted: queue.Queue[dict[tuple[str, int], Role]] = queue.Queue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kiq-materializer", daemon=True)
@@ -219,8 +220,23 @@ class Materializer:
                 )
                 continue
             replica.end_offset = max(end, replica.position) if end >= 0 else replica.end_offset
-            if replica.state is ReplicaState.RESTORING and replica.lag == 0:
-                self._caught_up(replica)
+            if replica.state is ReplicaState.RESTORING:
+                if replica.lag == 0:
+                    self._caught_up(replica)
+                else:
+                    self._log_progress(replica)
+
+    def _log_progress(self, replica: Replica) -> None:
+        now = time.monotonic()
+        if now - self._progress_logged.get((replica.table, replica.partition), 0.0) < 5.0:
+            return
+        self._progress_logged[(replica.table, replica.partition)] = now
+        rate = replica.restored / max(now - replica.opened_at, 1e-3)
+        log.info(
+            "replica restoring table=%s partition=%d applied=%d end=%d lag=%d records_per_s=%.0f",
+            replica.table, replica.partition, replica.applied_offset, replica.end_offset,
+            replica.lag, rate,
+        )  # fmt: skip
 
     def _caught_up(self, replica: Replica) -> None:
         if replica.state is ReplicaState.RESTORING:
