@@ -172,9 +172,14 @@ class Node:
             log.info(
                 "cluster view version=%d members=%s", view.version, ",".join(sorted(view.members))
             )
-        roles = view.roles_of(self.node_id)
+        # Every node owns its copy of a global table: it answers from it, never forwards.
         self.materializer.reconcile(
-            {key: Role.ACTIVE if role == "active" else Role.STANDBY for key, role in roles.items()}
+            {
+                key: Role.ACTIVE
+                if role == "active" or self.tables[key[0]].spec.global_
+                else Role.STANDBY
+                for key, role in view.roles_of(self.node_id).items()
+            }
         )
 
 

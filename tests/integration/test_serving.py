@@ -64,7 +64,7 @@ class Cluster:
                  for p in table["partitions"]}
                 for n in live
             ]  # fmt: skip
-            actives = set(views[0].values())
+            actives = set(views[0].values()) - {None}  # global tables have no active
             if all(v == views[0] for v in views) and actives == {n.node_id for n in live}:
                 return
             time.sleep(0.2)
@@ -370,3 +370,31 @@ def test_bad_input_is_4xx_never_5xx(bootstrap, make_topic, make_cluster):
     resp = httpx.post(f"{url}/v1/tables/t/multiget", content=b"not json")
     assert resp.status_code == 400
     assert httpx.get(f"{url}/v1/tables/t/keys/a").json() == 1
+
+
+def test_global_memory_table_is_served_locally_everywhere(bootstrap, make_topic, make_cluster):
+    sharded = make_topic("sharded", partitions=6)
+    reference = make_topic("ref", partitions=3)
+    produce(bootstrap, sharded, [(f"k{i}", str(i)) for i in range(300)])
+    produce(bootstrap, reference, [(f"r{i}", json.dumps({"name": f"ref {i}"})) for i in range(50)])
+    cluster = make_cluster([f"t={sharded}", f"ref={reference},store=memory,global"])
+    wait_applied(cluster, "ref", end_offsets(bootstrap, reference, 3))
+    for node in cluster.nodes.values():
+        for i in range(50):
+            resp = httpx.get(f"{node.url}/v1/tables/ref/keys/r{i}")
+            assert resp.status_code == 200 and resp.json() == {"name": f"ref {i}"}
+            assert resp.headers["x-kiq-served-by"] == node.node_id  # never forwarded
+    tables = {t["name"]: t for t in httpx.get(f"{node.url}/v1/tables").json()["tables"]}
+    assert tables["ref"]["global"] is True and tables["ref"]["store"] == "memory"
+    assert tables["t"]["partitions"] == 6
+
+    # The cluster-wide metadata shows every replica's state and lag, asked of its node.
+    meta = httpx.get(f"{node.url}/v1/metadata", params={"cluster": "true"}).json()
+    for part in meta["tables"]["t"]["partitions"]:
+        assert len(part["replicas"]) == 2  # the active and one standby
+        for replica in part["replicas"]:
+            assert replica["reachable"]
+            assert replica["local"]["lag"] == 0
+            assert replica["local"]["role"] in ("active", "standby")
+        assert part["replicas"][0]["node"] == part["active"]
+        assert part["replicas"][0]["local"]["role"] == "active"

@@ -7,12 +7,14 @@ their URLs, and this node's own replicas with offsets and lag.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
 from prometheus_client import generate_latest
 
 from kiq.node import Node
+from kiq.routing import Forwarder, Reply
 
 
 def tables(node: Node) -> bytes:
@@ -34,7 +36,35 @@ def tables(node: Node) -> bytes:
     )
 
 
-def metadata(node: Node) -> bytes:
+async def metadata(node: Node, forwarder: Forwarder, cluster: bool) -> bytes:
+    """This node's view; with ``cluster``, every replica's state and lag asked of its node."""
+    local = metadata_of(node)
+    if not cluster:
+        return orjson.dumps(local)
+    peers = [m for m in node.view.members.values() if m.node_id != node.node_id]
+    answers = await asyncio.gather(
+        *(forwarder.send("GET", f"{m.url}/v1/metadata") for m in peers), return_exceptions=True
+    )
+    by_node = {node.node_id: local}
+    for member, answer in zip(peers, answers, strict=True):
+        if isinstance(answer, Reply) and answer.status == 200:
+            by_node[member.node_id] = orjson.loads(answer.body)
+    for name, table in local["tables"].items():
+        for part in table["partitions"]:
+            replicas = []
+            for node_id in [part["active"], *part["standbys"]]:
+                if node_id is None:
+                    continue
+                theirs = by_node.get(node_id)
+                state = None
+                if theirs is not None:
+                    state = theirs["tables"][name]["partitions"][part["partition"]]["local"]
+                replicas.append({"node": node_id, "reachable": theirs is not None, "local": state})
+            part["replicas"] = replicas
+    return orjson.dumps(local)
+
+
+def metadata_of(node: Node) -> dict[str, Any]:
     view = node.view
     out: dict[str, Any] = {
         "node": {"id": node.node_id, "url": node.url},
@@ -57,7 +87,7 @@ def metadata(node: Node) -> bytes:
                 }
             )
         out["tables"][name] = {"topic": runtime.spec.topic, "partitions": parts}
-    return orjson.dumps(out)
+    return out
 
 
 def ready(node: Node) -> tuple[int, bytes]:

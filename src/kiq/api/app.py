@@ -67,7 +67,9 @@ class KiqApp:
             if path == "/v1/tables":
                 return await respond(send, 200, admin.tables(self.node))
             if path == "/v1/metadata":
-                return await respond(send, 200, admin.metadata(self.node))
+                cluster = query(scope).get("cluster", "") in ("1", "true")
+                body = await admin.metadata(self.node, self.forwarder, cluster)
+                return await respond(send, 200, body)
             if path == "/v1/health/live":
                 return await respond(send, 200, b'{"live":true}')
             if path == "/v1/health/ready":
