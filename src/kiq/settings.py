@@ -106,7 +106,10 @@ class SparkSettings(_Section):
     app_name: str = "kiq"
     checkpoint_dir: Path = Path(".kiq/checkpoints")
     jars_dir: Path = Field(default_factory=_default_jars_dir)
-    shuffle_partitions: int = Field(0, ge=0, description="0 means Spark's default")
+    # State partitions of every stateful query: fixed once a query has a checkpoint.
+    # Spark's default (200) makes each micro-batch open 200 RocksDB stores per
+    # query, which is far too many for a laptop; raise it on a real cluster.
+    shuffle_partitions: int = Field(4, ge=0, description="0 means Spark's default (200)")
     driver_memory: str = "1g"
     ui: bool = False
     conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")

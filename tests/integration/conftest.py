@@ -15,22 +15,13 @@ from pathlib import Path
 import pytest
 
 from kiq.kafka import create_topics
-from kiq.runtime import LocalBroker, free_ports
-from kiq.settings import BrokerSettings, SparkSettings
+from kiq.runtime import LocalBroker
+from kiq.settings import SparkSettings
 
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    root = tmp_path_factory.mktemp("broker")
-    port, controller_port = free_ports(2)
-    local = LocalBroker(
-        BrokerSettings(
-            port=port,
-            controller_port=controller_port,
-            data_dir=root / "data",
-            log_dir=root / "logs",
-        )
-    )
+    local = LocalBroker.on_free_ports(tmp_path_factory.mktemp("broker"))
     local.start()
     yield local
     local.stop()

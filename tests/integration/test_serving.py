@@ -81,10 +81,10 @@ def make_cluster(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Clust
 
     def make(tables: list[str], nodes: int = 3, extra_env: dict | None = None) -> Cluster:
         cluster = Cluster(bootstrap, tmp_path, tables, extra_env)
+        made.append(cluster)  # before anything can fail: teardown stops what started
         for i in range(1, nodes + 1):
             cluster.add(f"n{i}")
         cluster.wait_ready()
-        made.append(cluster)
         return cluster
 
     yield make

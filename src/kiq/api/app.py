@@ -9,6 +9,9 @@ Routes (all JSON):
   GET  /v1/health/live, /v1/health/ready    liveness, readiness
   GET  /metrics                             Prometheus
   GET  /v1/internal/tables/{t}/partitions/{p}/scan   node-to-node scans
+  POST /v1/internal/lookups                 node-to-node batched point lookups (msgpack)
+  GET  /v1/stocks/{symbol}, /v1/stocks?symbols=, /v1/stocks/{symbol}/bars   (stocks.py)
+  POST /v1/words, GET /v1/words/{word}                                       (words.py)
 """
 
 from __future__ import annotations
@@ -22,15 +25,19 @@ from kiq.api.asgi import JSON, header, query, read_body, respond
 from kiq.api.batches import Batches
 from kiq.api.errors import ApiError, BadRequest
 from kiq.api.lookups import Lookups
+from kiq.api.stocks import Stocks
+from kiq.api.words import Words
 from kiq.node import Node
 from kiq.routing import Forwarder, Router
 from kiq.routing.forwarder import FORWARDED
+from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK
 
 log = logging.getLogger(__name__)
 
 _TABLES = "/v1/tables/"
 _NOT_FOUND = b'{"error":"no_route","message":"no such path; see /v1/tables and /v1/metadata"}'
 _PROMETHEUS = (b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
+_MSGPACK = (b"content-type", MSGPACK.encode())
 
 
 class KiqApp:
@@ -40,6 +47,8 @@ class KiqApp:
         self.forwarder = Forwarder(node.node_id, node.settings.forward_timeout_ms)
         self.lookups = Lookups(node, self.router, self.forwarder)
         self.batches = Batches(node, self.router, self.forwarder)
+        self.stocks = Stocks(self.lookups, self.batches)
+        self.words = Words(self.lookups, node.settings.bootstrap)
         self._start_node = start_node
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -53,6 +62,11 @@ class KiqApp:
                     await self.lookups.get(scope, send, table.decode("latin-1"), key)
                     return
             try:
+                if scope["method"] == "GET" and path.startswith("/v1/stocks/"):
+                    symbol, sep, _ = path[len("/v1/stocks/") :].partition("/")
+                    if not sep:
+                        await self.stocks.quote(scope, send, symbol)
+                        return
                 await self._other(scope, receive, send, path)
             except ApiError as exc:
                 await respond(send, exc.status, exc.body())
@@ -77,6 +91,13 @@ class KiqApp:
                 return await respond(send, status, body)
             if path == "/metrics":
                 return await respond(send, 200, admin.metrics(self.node), [_PROMETHEUS])
+            if path == "/v1/stocks":
+                return await respond(send, 200, await self.stocks.quotes(query(scope), auth))
+            if len(parts) == 4 and parts[:2] == ["v1", "stocks"] and parts[3] == "bars":
+                body = await self.stocks.bars(parts[2], query(scope), auth)
+                return await respond(send, 200, body)
+            if len(parts) == 3 and parts[:2] == ["v1", "words"]:
+                return await self.words.count(scope, send, parts[2])
             if len(parts) == 4 and parts[:2] == ["v1", "tables"] and parts[3] == "range":
                 body = await self.batches.range(parts[2], query(scope), auth)
                 return await respond(send, 200, body)
@@ -96,6 +117,11 @@ class KiqApp:
             forwarded = header(scope, FORWARDED.encode()) is not None
             body = await self.batches.multiget(parts[2], await read_body(receive), forwarded, auth)
             return await respond(send, 200, body)
+        elif method == "POST" and path == "/v1/words":
+            return await respond(send, 202, await self.words.post(await read_body(receive)))
+        elif method == "POST" and path == INTERNAL_LOOKUPS:
+            body = await self.lookups.internal(await read_body(receive))
+            return await respond(send, 200, body, [_MSGPACK])
         await respond(send, 404, _NOT_FOUND, [JSON])
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
@@ -113,6 +139,7 @@ class KiqApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.forwarder.close()
+                self.words.close()
                 if self._start_node:
                     await asyncio.to_thread(self.node.stop)
                 await send({"type": "lifespan.shutdown.complete"})

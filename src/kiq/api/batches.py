@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import heapq
+import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,6 +23,8 @@ from kiq.node import Node
 from kiq.replicas import TableRuntime
 from kiq.routing import LOCAL, Forwarder, Router
 from kiq.routing.router import servable
+
+log = logging.getLogger(__name__)
 
 MAX_MULTIGET_KEYS = 10_000
 MAX_RANGE_LIMIT = 1000
@@ -58,6 +61,17 @@ class Batches:
             raise BadRequest('"keys" must be a list of strings')
         if len(keys) > MAX_MULTIGET_KEYS:
             raise BadRequest(f"at most {MAX_MULTIGET_KEYS} keys per request", count=len(keys))
+        found, missing, unavailable = await self.get_many(runtime, keys, forwarded, auth)
+        out: dict[str, Any] = {"found": found, "missing": missing}
+        if unavailable:
+            out["unavailable"] = unavailable
+        return orjson.dumps(out)
+
+    async def get_many(
+        self, runtime: TableRuntime, keys: list[str], forwarded: bool, auth: str | None
+    ) -> tuple[dict[str, Any], list[str], list[str]]:
+        """(found, missing, unavailable): one call per owner, fallbacks per partition."""
+        table = runtime.spec.name
         by_partition: dict[int, list[str]] = defaultdict(list)
         for key in dict.fromkeys(keys):
             check_key(key.encode())
@@ -86,10 +100,7 @@ class Batches:
                 for p in parts:
                     if not any(k in refused for k in by_partition[p]):
                         pending.pop(p, None)
-        out: dict[str, Any] = {"found": found, "missing": missing}
-        if unavailable:
-            out["unavailable"] = unavailable
-        return orjson.dumps(out)
+        return found, missing, unavailable
 
     def _targets(self, table: str, partition: int, forwarded: bool) -> list[str]:
         local = self.node.replica(table, partition)
@@ -132,14 +143,29 @@ class Batches:
     async def range(self, table: str, params: dict[str, str], auth: str | None) -> bytes:
         runtime = self._table(table)
         limit = int_param(params, "limit", 1, MAX_RANGE_LIMIT) or 100
-        prefix = params.get("prefix", "").encode()
-        start = params.get("from", "").encode() or None
-        end = params.get("to", "").encode() or None
+        items, last_key = await self.scan(
+            runtime,
+            prefix=params.get("prefix", "").encode(),
+            start=params.get("from", "").encode() or None,
+            end=params.get("to", "").encode() or None,
+            cursor=params.get("cursor"),
+            limit=limit,
+            auth=auth,
+        )
+        out = [{"key": k.decode(), "value": v} for k, v in items]
+        next_cursor = encode_cursor(last_key) if last_key is not None else None
+        return orjson.dumps({"items": out, "next_cursor": next_cursor})
+
+    async def scan(
+        self, runtime: TableRuntime, prefix: bytes, start: bytes | None, end: bytes | None,
+        cursor: str | None, limit: int, auth: str | None,
+    ) -> tuple[list[tuple[bytes, Any]], bytes | None]:  # fmt: skip
+        """Up to ``limit`` (key, value) in key order, and the cursor key when there may be more."""
         if prefix:
             start = max(start or prefix, prefix)
             upper = prefix_end(prefix)
             end = upper if end is None else (min(end, upper) if upper else end)
-        if cursor := params.get("cursor"):
+        if cursor:
             after = decode_cursor(cursor) + b"\x00"
             start = after if start is None else max(start, after)
         partitions = range(runtime.partitions)
@@ -152,9 +178,7 @@ class Batches:
         merged = list(heapq.merge(*pages, key=lambda item: item[0]))
         more = len(merged) > limit or any(len(page) >= limit for page in pages)
         merged = merged[:limit]
-        items = [{"key": k.decode(), "value": v} for k, v in merged]
-        next_cursor = encode_cursor(merged[-1][0]) if more and merged else None
-        return orjson.dumps({"items": items, "next_cursor": next_cursor})
+        return merged, (merged[-1][0] if more and merged else None)
 
     async def _scan(
         self, runtime: TableRuntime, partition: int, start: bytes | None, end: bytes | None,
@@ -177,9 +201,23 @@ class Batches:
                 self.router.failed(target)
                 continue
             if reply.status != 200:
+                log.warning(
+                    "scan refused table=%s partition=%d target=%s status=%d body=%s",
+                    runtime.spec.name,
+                    partition,
+                    target,
+                    reply.status,
+                    reply.body[:200],
+                )
                 continue
             return [(base64.urlsafe_b64decode(k + "=" * (-len(k) % 4)), _refragment(runtime, v))
                     for k, v in orjson.loads(reply.body)["items"]]  # fmt: skip
+        log.warning(
+            "scan unavailable table=%s partition=%d replicas=%s",
+            runtime.spec.name,
+            partition,
+            self.node.view.of(runtime.spec.name, partition),
+        )
         raise Unavailable(
             f"no replica of {runtime.spec.name}[{partition}] could scan", partition=partition
         )

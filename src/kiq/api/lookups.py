@@ -1,37 +1,46 @@
 """Point lookups: GET /v1/tables/{table}/keys/{key}. The hot path: keep it lean.
 
-A node answers from its own replica when it is the best one, else forwards to
-the replicas the router orders, falling back on failure; a forwarded request is
-answered locally or refused with 421, never forwarded again.
+A node answers from its own replica when it is the best one, else asks the
+replicas the router orders, falling back on failure. Lookups for another node
+go through the batcher, which sends those of one loop tick together as one
+POST /v1/internal/lookups (``internal`` answers it); the receiver answers every
+item from its own replica or refuses it with 421, never forwarding it again (as
+for a GET carrying X-Kiq-Forwarded). Local and forwarded answers become a
+response in one place, ``_answer``, so both carry the same headers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from kiq.api.asgi import JSON, Send, header, query, respond
-from kiq.api.errors import ApiError, KeyNotFound, NotHere, Unavailable, UnknownTable
-from kiq.api.params import bool_param, int_param, key_from_path
+from kiq.api.errors import ApiError, BadRequest, KeyNotFound, NotHere, Unavailable, UnknownTable
+from kiq.api.params import bool_param, check_key, int_param, key_from_path
 from kiq.node import Node
-from kiq.replicas import Replica, ReplicaState
-from kiq.routing import LOCAL, Forwarder, Router
+from kiq.replicas import Replica, ReplicaState, TableRuntime
+from kiq.routing import LOCAL, Forwarder, LookupBatcher, LookupResult, Router
 from kiq.routing.forwarder import FORWARDED
 from kiq.routing.router import servable
+from kiq.routing.wire import FAILED, DecodeError, decode_lookups, encode
 
 OCTETS = (b"content-type", b"application/octet-stream")
 MAX_WAIT_MS = 60_000
+_NOT_HERE = LookupResult(421, reason="no usable replica of this partition here")
+_NO_TABLE = LookupResult(421, reason="no such table here")
 
 
 class Lookups:
     def __init__(self, node: Node, router: Router, forwarder: Forwarder) -> None:
         self.node = node
         self.router = router
-        self.forwarder = forwarder
+        self.batcher = LookupBatcher(forwarder, router)
         self._served_by = node.node_id.encode()
         m = node.metrics
         self._stats = m.route("get")
+        self._internal_stats = m.route("internal_lookups")
         self._forward_ok = m.forwards.labels("ok")
         self._forward_failed = m.forwards.labels("failed")
 
@@ -53,7 +62,7 @@ class Lookups:
         local = self.node.replica(table, partition)
         params = query(scope)
         if not params and local is not None and local.state is ReplicaState.ACTIVE:
-            return await self._serve(send, local, key, params)  # the common case: we own it
+            return await self._serve(send, runtime, local, key, params)  # the common case
         max_lag = int_param(params, "max_lag") if params else None
 
         if header(scope, FORWARDED.encode()) is not None:
@@ -61,7 +70,7 @@ class Lookups:
                 raise NotHere(
                     f"{self.node.node_id} holds no usable replica of {table}[{partition}]"
                 )
-            return await self._serve(send, local, key, params)
+            return await self._serve(send, runtime, local, key, params)
 
         targets = self.router.targets(self.node.view, table, partition, local, max_lag)
         if params and bool_param(params, "redirect") and targets and targets[0] != LOCAL:
@@ -72,63 +81,123 @@ class Lookups:
                 location += "?" + "&".join(rest)
             await respond(send, 307, b"", [(b"location", location.encode()), JSON])
             return 307
-        wait_s = (int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0) / 1000 if params else 0.0
+        min_offset = int_param(params, "min_offset") if params else None
+        wait_ms = (int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0) if params else 0
+        auth = header(scope, b"authorization")
         last_error = "no replica of this partition is known"
         for target in targets:
             if target == LOCAL:
                 assert local is not None
-                return await self._serve(send, local, key, params)
-            path = scope["raw_path"].decode("latin-1")
-            qs = scope["query_string"].decode("latin-1")
-            url = f"{target}{path}?{qs}" if qs else f"{target}{path}"
-            try:
-                reply = await self.forwarder.send(
-                    "GET", url, header(scope, b"authorization"), extra_timeout_s=wait_s
-                )
-            except ConnectionError as exc:
-                self.router.failed(target)
+                return await self._serve(send, runtime, local, key, params)
+            result = await self.batcher.get(target, table, key, max_lag, min_offset, wait_ms, auth)
+            status = result.status
+            if status == 200 or status == 404:
+                self._forward_ok.inc()
+                return await _answer(send, runtime, key, result)
+            if status == FAILED:
                 self._forward_failed.inc()
-                last_error = str(exc)
-                continue
-            self.router.succeeded(target)
-            if reply.status in (421, 503):
-                last_error = f"{target} answered {reply.status}"
-                continue
-            self._forward_ok.inc()
-            await respond(send, reply.status, reply.body, reply.headers)
-            return reply.status
+                last_error = result.reason
+            else:  # 421, 503: this replica cannot answer (yet); the next one may
+                last_error = f"{target} answered {status}: {result.reason}"
         raise Unavailable(
             f"no replica of {table}[{partition}] could answer", partition=partition,
             reason=last_error,
         )  # fmt: skip
 
-    async def _serve(self, send: Send, replica: Replica, key: bytes, params: dict[str, str]) -> int:
+    async def _serve(
+        self, send: Send, runtime: TableRuntime, replica: Replica, key: bytes,
+        params: dict[str, str],
+    ) -> int:  # fmt: skip
         if params:
             min_offset = int_param(params, "min_offset")
             if min_offset is not None and replica.applied_offset < min_offset:
                 wait_ms = int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0
                 await _wait_for(replica, min_offset, wait_ms / 1000)
+        return await _answer(send, runtime, key, self._result(replica, key))
+
+    def _result(self, replica: Replica, key: bytes) -> LookupResult:
+        """What the local replica holds for ``key``, as a local or forwarded answer needs it."""
         got = replica.store.get(key)
-        headers = [
-            JSON,
-            (b"x-kiq-partition", str(replica.partition).encode()),
-            (b"x-kiq-served-by", self._served_by),
-            (b"x-kiq-lag", str(max(replica.lag, 0)).encode()),
-        ]
-        if not replica.is_active:
-            headers.append((b"x-kiq-stale", b"true"))
+        stale = replica.state is not ReplicaState.ACTIVE
         if got is None:
-            body = KeyNotFound(
-                "no such key", table=replica.table, key=key.decode(), partition=replica.partition
-            ).body()
-            await respond(send, 404, body, headers)
-            return 404
+            return LookupResult(404, replica.partition, replica.lag, stale, self._served_by)
         value, offset = got
-        headers.append((b"x-kiq-offset", str(offset).encode()))
-        if self.node.tables[replica.table].spec.format == "raw":
-            headers[0] = OCTETS
-        await respond(send, 200, value, headers)
-        return 200
+        return LookupResult(200, replica.partition, replica.lag, stale, self._served_by, offset,
+                            value)  # fmt: skip
+
+    # -- POST /v1/internal/lookups: another node's batch --------------------------
+
+    async def internal(self, body: bytes) -> bytes:
+        """Answers each item from the local replica only; items that wait, wait together."""
+        started = time.perf_counter()
+        try:
+            items = decode_lookups(body)
+        except DecodeError as exc:
+            raise BadRequest(f"malformed lookup batch: {exc}") from exc
+        tables = self.node.tables
+        results: list[LookupResult] = []
+        waiting: list[Coroutine[Any, Any, None]] = []
+        for item in items:
+            runtime = tables.get(item.table)
+            if runtime is None:
+                results.append(_NO_TABLE)
+                continue
+            key = item.key
+            try:
+                check_key(key)
+            except BadRequest as exc:
+                results.append(LookupResult(400, reason=exc.message))
+                continue
+            replica = self.node.replica(item.table, self.node.partition_of(runtime, key.decode()))
+            if replica is None or not servable(replica, item.max_lag):
+                results.append(_NOT_HERE)
+                continue
+            min_offset = item.min_offset
+            if min_offset is not None and replica.applied_offset < min_offset:
+                wait_s = min(item.wait_ms, MAX_WAIT_MS) / 1000
+                waiting.append(self._when_applied(results, len(results), replica, key, min_offset,
+                                                  wait_s))  # fmt: skip
+                results.append(_NOT_HERE)  # replaced once the wait is over
+                continue
+            results.append(self._result(replica, key))
+        if waiting:
+            await asyncio.gather(*waiting)
+        self._internal_stats.record(200, time.perf_counter() - started)
+        return encode(results)
+
+    async def _when_applied(
+        self, results: list[LookupResult], index: int, replica: Replica, key: bytes,
+        min_offset: int, wait_s: float,
+    ) -> None:  # fmt: skip
+        try:
+            await _wait_for(replica, min_offset, wait_s)
+        except Unavailable as exc:
+            results[index] = LookupResult(503, replica.partition, reason=exc.message)
+        else:
+            results[index] = self._result(replica, key)
+
+
+async def _answer(send: Send, runtime: TableRuntime, key: bytes, result: LookupResult) -> int:
+    """The response for a found (200) or missing (404) key, wherever it was looked up."""
+    headers = [
+        JSON,
+        (b"x-kiq-partition", str(result.partition).encode()),
+        (b"x-kiq-served-by", result.served_by),
+        (b"x-kiq-lag", str(max(result.lag, 0)).encode()),
+    ]
+    if result.stale:
+        headers.append((b"x-kiq-stale", b"true"))
+    if result.status == 404:
+        body = KeyNotFound(
+            "no such key", table=runtime.spec.name, key=key.decode(), partition=result.partition
+        ).body()
+        await respond(send, 404, body, headers)
+        return 404
+    headers.append((b"x-kiq-offset", str(result.offset).encode()))
+    if runtime.spec.format == "raw":
+        headers[0] = OCTETS
+    await respond(send, 200, result.value, headers)
+    return 200
 
 
 async def _wait_for(replica: Replica, min_offset: int, wait_s: float) -> None:

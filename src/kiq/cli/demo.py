@@ -1,23 +1,130 @@
-"""`kiq demo`: a local cluster to try kiq on. For now, the broker the rest builds on."""
+"""`kiq demo`: the whole stock-price system on one machine, until Ctrl-C.
+
+Broker → topics → one Spark driver running the stock and word-count pipelines
+→ three serving nodes (the first on the front-door port) → the tick feed.
+Everything lives under ``.kiq/demo`` and logs to files there; Ctrl-C stops it
+all in reverse order.
+"""
 
 from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, console, run_or_exit
-from kiq.runtime import LocalBroker
+from kiq.errors import KiqError
+from kiq.kafka import create_topics
+from kiq.pipelines.runner import COMPACTED
+from kiq.pipelines.stocks import StockTopics
+from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+
+PARTITIONS = 30
 
 
-def demo(ctx: typer.Context) -> None:
-    """Start the local demo cluster and say how to use and stop it."""
+def demo(
+    ctx: typer.Context,
+    feed: Annotated[bool, typer.Option(help="run the simulated tick feed")] = True,
+    rate: Annotated[float, typer.Option(help="ticks per second of the feed")] = 500,
+    symbols: Annotated[int, typer.Option(help="symbols the feed simulates")] = 100,
+    port: Annotated[
+        int, typer.Option(help="the front door; nodes 2 and 3 take the next ports")
+    ] = 8080,
+    trigger: Annotated[str, typer.Option(help="microbatch or realtime")] = "microbatch",
+    home: Annotated[Path, typer.Option(help="where the demo keeps its state and logs")] = Path(
+        ".kiq/demo"
+    ),
+) -> None:
+    """Start the local stock-price cluster, print example requests, stop on Ctrl-C."""
     state: CliState = ctx.obj
     broker = LocalBroker(run_or_exit(lambda: settings.load(settings.BrokerSettings, state.config)))
-    with console.status(f"starting the broker on {broker.bootstrap} ..."):
-        status = run_or_exit(broker.start)
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    topics = StockTopics()
+    pipeline = LocalPipeline(
+        ("stocks", "wordcount"), broker.bootstrap, home / "checkpoints", home / "pipeline.log",
+        trigger=trigger, partitions=PARTITIONS,
+    )  # fmt: skip
+    tables = [
+        f"stock-quotes={topics.quotes}",
+        f"stock-bars-1m={topics.bars},sep=|",
+        f"stock-day-stats={topics.day_stats},sep=|",
+        "word-counts=word-counts",
+    ]
+    nodes = [
+        LocalNode(f"n{i}", broker.bootstrap, tables, home / f"n{i}", home / f"n{i}.log",
+                  port=port + i - 1, extra_args=["--cluster", "kiq-demo"])
+        for i in (1, 2, 3)
+    ]  # fmt: skip
+    feeder: subprocess.Popen[bytes] | None = None
+    broker_was_running = broker.status().running
+    try:
+        with console.status("starting the Kafka broker ..."):
+            status = run_or_exit(broker.start)
+        console.print(f"[green]✓[/] Kafka broker on {status.bootstrap}", highlight=False)
+        run_or_exit(lambda: _create_topics(broker.bootstrap, topics))
+        pipeline.start()
+        console.print(f"[green]✓[/] Spark pipelines starting (log: {pipeline.log_file})",
+                      highlight=False)  # fmt: skip
+        for node in nodes:
+            node.start()
+        with console.status("waiting for the serving nodes ..."):
+            for node in nodes:
+                run_or_exit(lambda node=node: node.wait_ready(120))
+        console.print("[green]✓[/] serving nodes: " + ", ".join(n.url for n in nodes))
+        if feed:
+            log = (home / "feed.log").open("ab")
+            feeder = subprocess.Popen(
+                [sys.executable, "-m", "kiq", "feed", "stocks", "--bootstrap", broker.bootstrap,
+                 "--rate", str(rate), "--symbols", str(symbols)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            console.print(f"[green]✓[/] tick feed: {rate:g} ticks/s over {symbols} symbols")
+        _print_examples(f"http://127.0.0.1:{port}")
+        while not stopping.wait(1.0):
+            if not pipeline.running:
+                raise KiqError(f"the Spark pipelines stopped; see {pipeline.log_file}")
+    finally:
+        console.print("stopping ...")
+        if feeder is not None:
+            feeder.terminate()
+            feeder.wait(10)
+        for node in nodes:
+            node.stop()
+        pipeline.stop()
+        if not broker_was_running:
+            broker.stop()
+        console.print("kiq demo stopped")
+
+
+def _create_topics(bootstrap: str, topics: StockTopics) -> None:
+    create_topics(bootstrap, {topics.ticks: PARTITIONS, "words": PARTITIONS})
+    compacted = [topics.quotes, topics.day_stats, topics.bars, "word-counts"]
+    create_topics(bootstrap, dict.fromkeys(compacted, PARTITIONS), config=COMPACTED)
+    create_topics(bootstrap, {topics.dead_letters: 1})
+
+
+def _print_examples(url: str) -> None:
     console.print(
-        f"[green]kiq demo is up[/]: Kafka broker on {status.bootstrap} (pid {status.pid}), "
-        f"logs in {status.log_file}\n"
-        "stop it with:  make stop   (or: .venv/bin/kiq broker stop)",
+        f"""
+[bold]kiq demo is up[/] — the front door is {url} (any node answers any key).
+Quotes appear once the pipeline's first batches are done (about half a minute).
+
+  curl -i {url}/v1/stocks/AAPL
+  curl -s '{url}/v1/stocks?symbols=AAPL,MSFT,NVDA'
+  curl -s '{url}/v1/stocks/AAPL/bars?from=2020-01-01T00:00Z'
+  curl -s -XPOST {url}/v1/words -d '{{"text": "the quick brown fox jumps over the lazy dog"}}'
+  curl -s {url}/v1/words/the
+  curl -s {url}/v1/metadata?cluster=true
+  curl -s {url}/metrics | grep kiq_
+
+Ctrl-C stops everything.""",
         highlight=False,
     )

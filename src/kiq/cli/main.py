@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kiq.cli import broker, demo, serve
+from kiq.cli import bench, broker, demo, feed, pipeline, serve
 from kiq.cli.context import CliState, run_or_exit
 from kiq.logs import setup_logging
 
@@ -18,6 +18,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(broker.app, name="broker")
+app.add_typer(feed.app, name="feed")
+app.add_typer(pipeline.app, name="pipeline")
+app.add_typer(bench.app, name="bench")
 app.command("demo")(demo.demo)
 app.command("serve")(serve.serve)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +16,13 @@ from kiq import settings
 from kiq.cli.context import CliState, run_or_exit
 
 log = logging.getLogger(__name__)
+
+SHUTDOWN_DEADLINE_S = 30.0
+
+
+def _give_up(node_id: str) -> None:
+    log.error("node=%s did not stop within %.0fs; exiting now", node_id, SHUTDOWN_DEADLINE_S)
+    os._exit(1)
 
 
 def serve(
@@ -74,7 +83,17 @@ async def _serve(node, conf: settings.ServeSettings) -> None:
         backlog=2048,
     )
     loop = asyncio.get_running_loop()
+
+    def shut_down() -> None:
+        log.info("stopping node=%s (signal)", conf.node_id)
+        server.stop()
+        # Leaving the group and closing stores is quick when Kafka answers; when it does
+        # not, an operator still expects the process to end.
+        watchdog = threading.Timer(SHUTDOWN_DEADLINE_S, _give_up, args=(conf.node_id,))
+        watchdog.daemon = True
+        watchdog.start()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, server.stop)
+        loop.add_signal_handler(sig, shut_down)
     log.info("serving node=%s url=%s", conf.node_id, conf.advertised_url)
     await server.serve()

@@ -45,6 +45,7 @@ class Forwarder:
     async def send(
         self, method: str, url: str, authorization: str | None = None,
         body: bytes | None = None, extra_timeout_s: float = 0.0,
+        content_type: str = "application/json",
     ) -> Reply:  # fmt: skip
         """One request; raises ``ConnectionError`` when the node cannot be reached in time."""
         assert self._session is not None, "Forwarder.start() was not awaited"
@@ -52,7 +53,7 @@ class Forwarder:
         if authorization:
             headers["Authorization"] = authorization
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         timeout = self._timeout
         if extra_timeout_s:
             timeout = aiohttp.ClientTimeout(

@@ -54,6 +54,18 @@ class LocalBroker:
         self.log_file = self.log_dir / "server.log"
         self._proc: subprocess.Popen[bytes] | None = None
 
+    @classmethod
+    def on_free_ports(cls, root: Path) -> LocalBroker:
+        """A broker for tests and benchmarks: free loopback ports, everything under ``root``."""
+        from kiq.runtime.ports import free_ports
+
+        port, controller = free_ports(2)
+        return cls(
+            BrokerSettings(
+                port=port, controller_port=controller, data_dir=root / "data", log_dir=root / "logs"
+            )
+        )
+
     @property
     def bootstrap(self) -> str:
         return self.settings.bootstrap

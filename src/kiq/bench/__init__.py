@@ -1,0 +1,1 @@
+"""Benchmarks that start what they need on loopback, measure, and stop everything."""

@@ -1,0 +1,92 @@
+"""A throwaway local stack for a benchmark: broker, pipelines and nodes on free ports."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiq.kafka import create_topics
+from kiq.pipelines.runner import COMPACTED
+from kiq.pipelines.stocks import StockTopics
+from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+
+STOCK_TABLES = (
+    "stock-quotes={quotes}",
+    "stock-bars-1m={bars},sep=|",
+    "stock-day-stats={day_stats},sep=|",
+)
+
+
+@dataclass
+class Stack:
+    root: Path
+    broker: LocalBroker
+    nodes: list[LocalNode] = field(default_factory=list)
+    pipelines: list[LocalPipeline] = field(default_factory=list)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    def add_node(self, node_id: str, tables: list[str], cluster: str = "kiq-bench") -> LocalNode:
+        node = LocalNode(
+            node_id,
+            self.bootstrap,
+            tables,
+            self.root / node_id,
+            self.root / f"{node_id}.log",
+            extra_args=["--cluster", cluster],
+        )
+        self.nodes.append(node.start())
+        return node
+
+    def add_stock_pipeline(self, trigger: str, partitions: int) -> LocalPipeline:
+        pipeline = LocalPipeline(
+            ("stocks",),
+            self.bootstrap,
+            self.root / "checkpoints",
+            self.root / "pipeline.log",
+            trigger=trigger,
+            partitions=partitions,
+        )
+        self.pipelines.append(pipeline.start())
+        return pipeline
+
+    def stock_tables(self) -> list[str]:
+        t = StockTopics()
+        return [s.format(quotes=t.quotes, bars=t.bars, day_stats=t.day_stats) for s in STOCK_TABLES]
+
+    def create_stock_topics(self, partitions: int) -> None:
+        t = StockTopics()
+        create_topics(self.bootstrap, {t.ticks: partitions})
+        create_topics(
+            self.bootstrap,
+            dict.fromkeys((t.quotes, t.bars, t.day_stats), partitions),
+            config=COMPACTED,
+        )
+        create_topics(self.bootstrap, {t.dead_letters: 1})
+
+
+@contextmanager
+def local_stack(keep: bool = False) -> Iterator[Stack]:
+    """Broker on free loopback ports in a temporary directory; everything stops at the end."""
+    root = Path(tempfile.mkdtemp(prefix="kiq-bench-"))
+    broker = LocalBroker.on_free_ports(root / "broker")
+    broker.start()
+    stack = Stack(root, broker)
+    try:
+        yield stack
+    finally:
+        for node in stack.nodes:
+            node.stop()
+        for pipeline in stack.pipelines:
+            pipeline.stop()
+        broker.stop()
+        time.sleep(0.1)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,33 @@
+"""Percentiles and the printed/JSON report every benchmark shares."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100), nearest rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def report(title: str, result: dict[str, Any], json_path: Path | None, console: Console) -> None:
+    table = Table(title=title)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        shown = f"{value:,.2f}" if isinstance(value, float) else str(value)
+        table.add_row(key, shown)
+    console.print(table)
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"wrote {json_path}")

@@ -1,0 +1,64 @@
+"""Producing from the event loop: await the broker's acknowledgement of each record.
+
+A poll thread serves librdkafka's delivery reports and hands each result to the
+awaiting coroutine, so request handlers can answer with the partition and
+offset a record got (what `min_offset` read-your-writes needs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from confluent_kafka import KafkaException, Producer
+
+from kiq.errors import KiqError
+from kiq.kafka.config import producer_config
+
+
+class ProduceFailed(KiqError):
+    """The broker did not acknowledge a record; nothing was written."""
+
+
+class AsyncProducer:
+    def __init__(self, bootstrap: str) -> None:
+        self._producer = Producer(producer_config(bootstrap, **{"linger.ms": 1}))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="kiq-producer", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.05)
+
+    async def send(self, topic: str, key: bytes, value: bytes) -> tuple[int, int]:
+        """Write one record; returns (partition, offset) once the broker has it."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[tuple[int, int]] = loop.create_future()
+
+        def delivered(err, msg) -> None:
+            if err is not None:
+                result = ProduceFailed(f"writing to {topic} failed: {err}")
+                loop.call_soon_threadsafe(_settle, done, None, result)
+            else:
+                loop.call_soon_threadsafe(_settle, done, (msg.partition(), msg.offset()), None)
+
+        try:
+            self._producer.produce(topic, key=key, value=value, on_delivery=delivered)
+        except (BufferError, KafkaException) as exc:
+            raise ProduceFailed(f"writing to {topic} failed: {exc}") from exc
+        return await done
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self._producer.flush(timeout_s)
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _settle(fut: asyncio.Future, value: object, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(value)

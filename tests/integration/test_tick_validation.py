@@ -1,0 +1,60 @@
+"""The tick contract as Spark checks it: every reason a tick goes to the dead-letter topic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kiq.pipelines.stocks import DEFAULT_EXCHANGES
+from kiq.pipelines.ticks import dead_letters, parse_ticks, valid_ticks
+
+pytestmark = pytest.mark.spark
+
+GOOD = {"symbol": "AAPL", "exchange": "NYSE", "ts": 1795300000123, "bid": 189.12, "ask": 189.14,
+        "bid_size": 300, "ask_size": 200, "last": 189.13, "last_size": 100}  # fmt: skip
+
+
+def tick(**changes) -> bytes:
+    body = {**GOOD, **changes}
+    return json.dumps({k: v for k, v in body.items() if v is not ...}).encode()
+
+
+CASES = [
+    ("AAPL", tick(), None),
+    ("AAPL", tick(last=None, last_size=None), None),
+    ("BRK.B", tick(symbol="BRK.B"), None),
+    ("AAPL", b"{not json", "not JSON, or a field of the wrong type"),
+    ("AAPL", tick(bid="cheap"), "not JSON, or a field of the wrong type"),
+    ("AAPL", tick(ask=...), "missing or malformed field ask"),
+    ("AAPL", tick(ts=...), "missing or malformed field ts"),
+    ("MSFT", tick(), "key is not the symbol"),
+    (None, tick(), "key is not the symbol"),
+    ("aapl", tick(symbol="aapl"), "symbol not [A-Z0-9.-]{1,12}"),
+    ("AAPL", tick(exchange="MOON"), "unknown exchange MOON"),
+    ("AAPL", tick(bid=0.0), "non-positive price"),
+    ("AAPL", tick(ask_size=-5), "non-positive size"),
+    ("AAPL", tick(bid=190.0), "bid > ask"),
+    ("AAPL", tick(last=None), "last and last_size must come together"),
+    ("AAPL", tick(last=-1.0), "non-positive trade"),
+]
+
+
+def test_every_reason(spark):
+    rows = [
+        (k.encode() if k else None, v, "stock-ticks", 0, i) for i, (k, v, _) in enumerate(CASES)
+    ]
+    raw = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long"
+    )
+    parsed = parse_ticks(raw, DEFAULT_EXCHANGES)
+    reasons = {r["offset"]: r["reason"] for r in parsed.select("offset", "reason").collect()}
+    assert [reasons[i] for i in range(len(CASES))] == [want for _, _, want in CASES]
+
+    valid = valid_ticks(parsed).collect()
+    assert len(valid) == 3 and "_corrupt" not in valid[0].asDict()
+    letters = dead_letters(parsed).collect()
+    assert len(letters) == len(CASES) - 3
+    first = {h["key"]: bytes(h["value"]).decode() for h in letters[0]["headers"]}
+    assert first["kiq.reason"] == CASES[3][2]
+    assert first["kiq.source.offset"] == "3" and first["kiq.source.topic"] == "stock-ticks"
