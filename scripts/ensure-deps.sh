@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Make sure the tools kiq builds with are here: Java 17+, Maven, Python 3.11+ with venv.
+# Make sure the tools kiq builds with are here: Java 17+, Maven, Python 3.11+ with venv,
+# and wrk (the HTTP load generator `kiq bench lookups` drives).
 # On Debian/Ubuntu as root, missing ones are installed with apt-get; elsewhere this
-# says what to install and fails.
+# says what to install and fails, except for wrk: only the benchmarks need it, so
+# its absence is a warning, not a failed setup.
 set -euo pipefail
 
 missing=()
+optional=()
 java_ok() {
   command -v java >/dev/null 2>&1 || return 1
   local v
@@ -18,15 +21,21 @@ python_ok() {
 java_ok || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 python_ok || missing+=(python3 python3-venv)
+command -v wrk >/dev/null 2>&1 || optional+=(wrk)
 
-[ ${#missing[@]} -eq 0 ] && exit 0
+[ ${#missing[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "installing from Debian's packages: ${missing[*]}"
+  echo "installing from Debian's packages: ${missing[*]} ${optional[*]}"
   apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    "${missing[@]}" "${optional[@]}"
   exit 0
 fi
+if [ ${#optional[@]} -gt 0 ]; then
+  echo "note: ${optional[*]} is not installed; 'kiq bench lookups' needs it (apt-get install wrk)" >&2
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
 echo "kiq needs these and cannot install them here (not root, or no apt-get): ${missing[*]}" >&2
 echo "install them with your package manager, then run 'make setup' again" >&2
 exit 1

@@ -115,14 +115,21 @@ class Node:
         return self.materializer.replicas.get((table, partition))
 
     def is_ready(self) -> tuple[bool, str]:
-        """Ready when the group is joined and every active replica is within the lag bound."""
+        """Ready when in the group and every partition this node must answer for is caught up.
+
+        "Must answer for" is what the group assigned to this node (its own word, not the
+        view, which may lag behind it) plus every partition of every global table.
+        """
         if self.group is not None and not self.group.wait_joined(0):
             return False, "not yet a member of the cluster group"
-        roles = self.view.roles_of(self.node_id)
-        for (table, partition), role in roles.items():
+        by_topic = {t.spec.topic: name for name, t in self.tables.items()}
+        owned = [(by_topic[topic], p) for topic, p in (self.group.owned if self.group else ())]
+        owned += [
+            (name, p) for name, t in self.tables.items() if t.spec.global_
+            for p in range(t.partitions)
+        ]  # fmt: skip
+        for table, partition in owned:
             replica = self.replica(table, partition)
-            if role != "active" and not self.tables[table].spec.global_:
-                continue
             if replica is None or not replica.state.serving:
                 return False, f"{table}[{partition}] is restoring"
             if replica.lag > self.settings.ready_max_lag:

@@ -106,10 +106,11 @@ class SparkSettings(_Section):
     app_name: str = "kiq"
     checkpoint_dir: Path = Path(".kiq/checkpoints")
     jars_dir: Path = Field(default_factory=_default_jars_dir)
-    # State partitions of every stateful query: fixed once a query has a checkpoint.
-    # Spark's default (200) makes each micro-batch open 200 RocksDB stores per
-    # query, which is far too many for a laptop; raise it on a real cluster.
-    shuffle_partitions: int = Field(4, ge=0, description="0 means Spark's default (200)")
+    # State partitions of every stateful query, fixed once a query has a checkpoint.
+    # Each is a RocksDB store opened and committed every micro-batch: on a local
+    # master one is fastest (measured: 4 → 1 cut batch times by about 40%);
+    # 0 means that on a local master and Spark's default (200) elsewhere.
+    shuffle_partitions: int = Field(0, ge=0, description="0: 1 locally, else Spark's default")
     driver_memory: str = "1g"
     ui: bool = False
     conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")

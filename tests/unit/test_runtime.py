@@ -42,14 +42,14 @@ def test_spark_conf_for_local_and_remote_masters(tmp_path: Path):
     assert local["spark.driver.bindAddress"] == "127.0.0.1"
 
     remote = spark_conf(
-        SparkSettings(
-            master="spark://h:7077", shuffle_partitions=0, conf={"spark.executor.memory": "2g"}
-        ),
+        SparkSettings(master="spark://h:7077", conf={"spark.executor.memory": "2g"}),
         jars,
     )
     assert "spark.driver.bindAddress" not in remote
     assert "spark.sql.shuffle.partitions" not in remote
     assert remote["spark.executor.memory"] == "2g"
+    default_local = spark_conf(SparkSettings(checkpoint_dir=tmp_path / "cp"), jars)
+    assert default_local["spark.sql.shuffle.partitions"] == "1"
 
 
 def test_free_ports_are_distinct():

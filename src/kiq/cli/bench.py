@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from kiq.cli.context import console, run_or_exit
+from kiq.errors import ConfigError
 
 app = typer.Typer(
     help="Benchmarks: each starts what it needs on loopback, then stops it.", no_args_is_help=True
@@ -39,3 +42,102 @@ def freshness(
     with console.status(f"measuring freshness ({trigger}, {rate:g} ticks/s) ..."):
         result = run_or_exit(lambda: run_freshness(cfg))
     report("freshness", result, json_out, console)
+
+
+@app.command()
+def lookups(
+    nodes: Annotated[int, typer.Option(help="serving nodes (1 or 3)")] = 1,
+    keys: Annotated[int, typer.Option(help="keys loaded into the table")] = 10_000,
+    connections: Annotated[int, typer.Option(help="wrk connections, split over its threads")] = 64,
+    duration: Annotated[float, typer.Option(help="seconds of each measured wrk run")] = 10,
+    mode: Annotated[
+        str, typer.Option(help="local: keys n1 owns, on n1; random: any key on any node; "
+                               "redirect: random with ?redirect=true")
+    ] = "local",
+    warmup: Annotated[float, typer.Option(help="seconds of wrk before each run (0: none)")] = 2,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:  # fmt: skip
+    """Point lookups/s and latency with wrk, against the floor (a bare ASGI app, same stack)."""
+    from kiq.bench.lookups import LookupsConfig, run_lookups
+    from kiq.bench.stats import report
+
+    cfg = LookupsConfig(
+        nodes=nodes, keys=keys, connections=connections, duration_s=duration, mode=mode,
+        warmup_s=warmup,
+    )  # fmt: skip
+    with console.status(f"measuring lookups ({nodes} node(s), {mode}, {connections} conns) ..."):
+        result = run_or_exit(lambda: run_lookups(cfg))
+    report("lookups", result, json_out, console)
+
+
+@app.command()
+def restore(
+    keys: Annotated[int, typer.Option(help="keys in the table to restore")] = 200_000,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """A fresh node: start → ready and records/s; then a restart from its data dir."""
+    from kiq.bench.restore import RestoreConfig, run_restore
+    from kiq.bench.stats import report
+
+    with console.status(f"measuring restore of {keys:,} keys ..."):
+        result = run_or_exit(lambda: run_restore(RestoreConfig(keys=keys)))
+    report("restore", result, json_out, console)
+
+
+@app.command()
+def failover(
+    keys: Annotated[int, typer.Option(help="keys in the table")] = 5_000,
+    rate: Annotated[int, typer.Option(help="reader GETs per second over the live nodes")] = 2_000,
+    after: Annotated[float, typer.Option(help="seconds of reading after the kill")] = 10,
+    session_timeout_ms: Annotated[
+        int | None, typer.Option(help="the nodes' group session timeout [kiq's default]")
+    ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """Three nodes under a reader load; kill -9 one: failed requests, recovery, staleness."""
+    from kiq.bench.failover import FailoverConfig, run_failover
+    from kiq.bench.stats import report
+
+    cfg = FailoverConfig(keys=keys, rate=rate, after_s=after, session_timeout_ms=session_timeout_ms)
+    with console.status(f"measuring failover at {rate:,} reads/s ..."):
+        result = run_or_exit(lambda: run_failover(cfg))
+    report("failover", result, json_out, console)
+
+
+@app.command()
+def ingest(
+    duration: Annotated[float, typer.Option(help="seconds at each rate")] = 15,
+    rates: Annotated[
+        str, typer.Option(help="tick rates to try in turn, ticks/s")
+    ] = "5000,10000,20000,40000",
+    max_p99_ms: Annotated[float, typer.Option(help="freshness p99 a rate must stay under")] = 2000,
+    trigger: Annotated[str, typer.Option(help="microbatch or realtime")] = "microbatch",
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """Feed the stock pipeline at rising rates: the highest whose freshness p99 holds."""
+    from kiq.bench.ingest import IngestConfig, run_ingest
+    from kiq.bench.stats import report
+
+    steps = run_or_exit(lambda: _rates(rates))
+    cfg = IngestConfig(rates=steps, step_s=duration, max_p99_ms=max_p99_ms, trigger=trigger)
+    with console.status(f"measuring ingest at {rates} ticks/s ..."):
+        result = run_or_exit(lambda: run_ingest(cfg))
+    summary = {k: v for k, v in result.items() if k != "steps"}
+    report("ingest", summary, None, console)
+    table = Table(title="ingest steps")
+    columns = list(result["steps"][0]) if result["steps"] else []
+    for column in columns:
+        table.add_column(column, justify="right")
+    for step in result["steps"]:
+        table.add_row(*(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in step.values()))
+    console.print(table)
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"wrote {json_out}")
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(r) for r in text.split(","))
+    except ValueError as exc:
+        raise ConfigError(f"--rates takes numbers separated by commas, not {text!r}") from exc

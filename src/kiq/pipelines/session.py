@@ -33,9 +33,10 @@ def spark_conf(settings: SparkSettings, jars: list[Path]) -> dict[str, str]:
         "spark.ui.enabled": str(settings.ui).lower(),
         "spark.ui.showConsoleProgress": "false",
     }
-    if settings.shuffle_partitions:
-        conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions)
-    if settings.master.startswith("local"):
+    local = settings.master.startswith("local")
+    if settings.shuffle_partitions or local:
+        conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions or 1)
+    if local:
         # A local driver needs no address beyond loopback.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"

@@ -1,0 +1,84 @@
+"""Serving nodes for a benchmark: started on a stack, settled, caught up, asked who owns what.
+
+Like the integration tests' ``Cluster``, but built on :class:`kiq.bench.stack.Stack`
+so the stack stops every node, and reading only the HTTP API, as any client would.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kiq.bench.stack import Stack
+from kiq.errors import KiqError
+from kiq.runtime import LocalNode
+
+
+def start_nodes(
+    stack: Stack, count: int, tables: list[str], env: dict[str, str] | None = None
+) -> list[LocalNode]:
+    """``count`` nodes n1..nN in one cluster; registered with the stack before they start."""
+    nodes = []
+    for i in range(1, count + 1):
+        node = LocalNode(
+            f"n{i}", stack.bootstrap, tables, stack.root / f"n{i}", stack.root / f"n{i}.log",
+            extra_args=["--cluster", "kiq-bench"], env=dict(env or {}),
+        )  # fmt: skip
+        stack.nodes.append(node)
+        nodes.append(node.start())
+    return nodes
+
+
+def wait_settled(nodes: list[LocalNode], timeout_s: float = 120) -> None:
+    """Every node ready and all agreeing on one assignment that gives each node partitions."""
+    for node in nodes:
+        node.wait_ready(timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        views = [_actives_by_table(n) for n in nodes]
+        owners = {owner for view in views for owner in view.values()}
+        if all(v == views[0] for v in views) and owners == {n.node_id for n in nodes}:
+            return
+        time.sleep(0.2)
+    raise KiqError(f"the {len(nodes)} nodes did not agree on an assignment in {timeout_s:.0f}s")
+
+
+def wait_applied(
+    nodes: list[LocalNode], table: str, last_offsets: dict[int, int], timeout_s: float = 120
+) -> None:
+    """Until every replica on every live node has applied the offsets the load produced."""
+    deadline = time.monotonic() + timeout_s
+    behind = -1
+    while time.monotonic() < deadline:
+        behind = 0
+        for node in nodes:
+            if not node.running:
+                continue
+            for p in node.metadata()["tables"][table]["partitions"]:
+                local = p["local"]
+                if local and local["applied_offset"] < last_offsets.get(p["partition"], -1):
+                    behind += 1
+        if not behind:
+            return
+        time.sleep(0.2)
+    raise KiqError(f"{behind} replicas of {table} still behind after {timeout_s:.0f}s")
+
+
+def actives(node: LocalNode, table: str) -> dict[int, str]:
+    """Partition → active node id, as ``node`` sees it."""
+    parts = node.metadata()["tables"][table]["partitions"]
+    return {p["partition"]: p["active"] for p in parts if p["active"] is not None}
+
+
+def restored_records(node: LocalNode, table: str) -> int:
+    """Records ``node``'s replicas of ``table`` applied since they were opened."""
+    parts = node.metadata()["tables"][table]["partitions"]
+    return sum(p["local"]["restored_records"] for p in parts if p["local"])
+
+
+def _actives_by_table(node: LocalNode) -> dict[tuple[str, int], str]:
+    return {
+        (name, p["partition"]): p["active"]
+        for name, table in node.metadata()["tables"].items()
+        for p in table["partitions"]
+        if p["active"] is not None
+    }

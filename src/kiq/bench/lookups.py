@@ -1,0 +1,114 @@
+"""Lookups: point GETs per second and their latency, against the floor of the same stack.
+
+Loads ``keys`` quotes into a 12-partition topic, starts ``nodes`` nodes serving
+it as table ``t`` and waits until every replica applied everything. Then wrk
+runs against kiq, the nodes stop, and the same wrk run (same script, paths,
+connections, duration) goes against the floor (:mod:`kiq.bench.floor`), one
+floor process per node wrk targeted. Modes:
+
+- ``local``: one wrk thread against n1, drawing only keys whose partition n1
+  is active for: no forwarding, the best case.
+- ``random``: any key, one wrk run with a thread per node (thread ``i`` holds
+  its share of the connections to node ``i``), so about two thirds of the
+  requests on three nodes are forwarded to the owner.
+- ``redirect``: as ``random`` with ``?redirect=true``: a node that does not own
+  the key answers 307 to the owner (counted in ``redirects``, not an error;
+  wrk does not follow it). The floor ignores the parameter and answers 200.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiq.bench.cluster import actives, start_nodes, wait_applied, wait_settled
+from kiq.bench.dataset import PARTITIONS, TABLE, key_of, load_quotes
+from kiq.bench.floor import LocalFloor
+from kiq.bench.stack import local_stack
+from kiq.bench.wrk import WrkResult, run_wrk, write_script, wrk_executable
+from kiq.errors import ConfigError
+from kiq.partitioning import partition_for
+
+MODES = ("local", "random", "redirect")
+TOPIC = "bench-quotes"
+
+
+@dataclass(frozen=True)
+class LookupsConfig:
+    nodes: int = 1
+    keys: int = 10_000
+    connections: int = 64
+    duration_s: float = 10
+    mode: str = "local"
+    warmup_s: float = 2  # a wrk run before each measured one: connections, caches, allocators
+    missing_keys: int = 0  # never-produced keys mixed into the draw: each request a 404
+
+
+def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
+    """Measure kiq, then the floor, with the same wrk run; the figures of both and their ratio."""
+    if cfg.mode not in MODES:
+        raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {cfg.mode!r}")
+    if cfg.nodes < 1 or cfg.keys < 1 or cfg.connections < 1:
+        raise ConfigError("--nodes, --keys and --connections must be positive")
+    wrk_executable()  # fail before starting anything
+    with local_stack() as stack:
+        keys = [key_of(i) for i in range(cfg.keys)]
+        last = load_quotes(stack.bootstrap, TOPIC, keys)
+        nodes = start_nodes(stack, cfg.nodes, [f"{TABLE}={TOPIC}"])
+        wait_settled(nodes)
+        wait_applied(nodes, TABLE, last)
+        drawn = keys + [key_of(i) for i in range(cfg.keys, cfg.keys + cfg.missing_keys)]
+        targets = nodes
+        if cfg.mode == "local":
+            targets = nodes[:1]
+            owners = actives(nodes[0], TABLE)
+            drawn = [k for k in drawn if owners.get(partition_for(k, PARTITIONS)) == "n1"]
+        suffix = "?redirect=true" if cfg.mode == "redirect" else ""
+        paths = [f"/v1/tables/{TABLE}/keys/{k}{suffix}" for k in drawn]
+        kiq = _measure(stack.root / "wrk-kiq", paths, [n.port for n in targets], cfg)
+        for node in nodes:
+            node.stop()
+        floors = [LocalFloor(cfg.keys, stack.root / f"floor{i}.log") for i in range(len(targets))]
+        try:
+            for floor in floors:
+                floor.start()
+            floor_run = _measure(stack.root / "wrk-floor", paths, [f.port for f in floors], cfg)
+        finally:
+            for floor in floors:
+                floor.stop()
+    return {
+        "scenario": "lookups",
+        "nodes": cfg.nodes,
+        "mode": cfg.mode,
+        "keys": cfg.keys,
+        "keys_drawn": len(drawn),
+        "connections": cfg.connections,
+        "duration_s": cfg.duration_s,
+        "wrk_threads": len(targets),
+        "requests": kiq.requests,
+        "throughput_rps": round(kiq.rps, 1),
+        "floor_rps": round(floor_run.rps, 1),
+        "ratio": round(kiq.rps / floor_run.rps, 3) if floor_run.rps else 0.0,
+        "p50_ms": kiq.p50_ms,
+        "p75_ms": kiq.p75_ms,
+        "p90_ms": kiq.p90_ms,
+        "p99_ms": kiq.p99_ms,
+        "p999_ms": kiq.p999_ms,
+        "errors": kiq.errors,
+        "non_2xx": kiq.non_2xx,
+        "socket_errors": kiq.socket_errors,
+        "redirects": kiq.redirects,
+        "floor_p50_ms": floor_run.p50_ms,
+        "floor_p99_ms": floor_run.p99_ms,
+        "floor_p999_ms": floor_run.p999_ms,
+        "floor_errors": floor_run.errors,
+    }
+
+
+def _measure(directory: Path, paths: list[str], ports: list[int], cfg: LookupsConfig) -> WrkResult:
+    directory.mkdir(parents=True, exist_ok=True)
+    targets = [("127.0.0.1", port) for port in ports]
+    script = write_script(directory, paths, targets, count_redirects=cfg.mode == "redirect")
+    if cfg.warmup_s >= 1:
+        run_wrk(script, targets, cfg.connections, cfg.warmup_s)
+    return run_wrk(script, targets, cfg.connections, cfg.duration_s)

@@ -1,0 +1,121 @@
+"""`kiq bench` scenarios at tiny sizes: they run end to end, and their JSON has every figure.
+
+Not the targets: a smoke run only shows the harness measures and counts what it
+should (errors included), each scenario on a stack of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from kiq.bench.failover import FailoverConfig, run_failover
+from kiq.bench.lookups import LookupsConfig, run_lookups
+from kiq.bench.restore import RestoreConfig, run_restore
+from kiq.bench.wrk import parse
+
+pytestmark = pytest.mark.integration
+
+WRK_OUTPUT = """\
+Running 2s test @ http://127.0.0.1:4000/
+  1 threads and 4 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   412.50us  120.00us   3.10ms   90.00%
+    Req/Sec     9.10k   300.00     9.50k    70.00%
+  Latency Distribution
+     50%  380.00us
+     75%  450.00us
+     90%  600.00us
+     99%    1.20ms
+  18200 requests in 2.00s, 4.00MB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+  Non-2xx or 3xx responses: 17
+Requests/sec:   9100.00
+Transfer/sec:      2.00MB
+kiq-p999-us 2950
+kiq-redirects 0
+"""
+
+
+def assert_figures(result: dict, fields: list[str]) -> None:
+    assert set(fields) <= set(result), set(fields) - set(result)
+    for name in fields:
+        value = result[name]
+        assert isinstance(value, int | float) and not isinstance(value, bool), (name, value)
+        assert math.isfinite(value), (name, value)
+    json.dumps(result, allow_nan=False)  # strict JSON: no NaN or Infinity
+
+
+def test_wrk_output_is_parsed():
+    r = parse(WRK_OUTPUT)
+    assert (r.requests, r.rps, r.non_2xx, r.socket_errors, r.errors) == (18200, 9100.0, 17, 3, 20)
+    assert (r.p50_ms, r.p75_ms, r.p90_ms, r.p99_ms, r.p999_ms) == (0.38, 0.45, 0.6, 1.2, 2.95)
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed: `make deps`")
+def test_lookups_counts_throughput_latency_and_missing_keys():
+    cfg = LookupsConfig(
+        nodes=1, keys=500, connections=4, duration_s=2, mode="local", warmup_s=0, missing_keys=50
+    )
+    result = run_lookups(cfg)
+    assert_figures(result, [
+        "nodes", "keys", "connections", "duration_s", "throughput_rps", "floor_rps", "ratio",
+        "p50_ms", "p90_ms", "p99_ms", "p999_ms", "errors", "requests",
+    ])  # fmt: skip
+    assert result["scenario"] == "lookups" and result["mode"] == "local"
+    for name in ("throughput_rps", "floor_rps", "ratio", "p50_ms", "p99_ms", "p999_ms"):
+        assert result[name] > 0, name
+    assert result["p50_ms"] <= result["p99_ms"] <= result["p999_ms"]
+    # One key in eleven was never produced: each such request is a 404, counted as an error.
+    assert 0 < result["non_2xx"] < result["requests"]
+    assert result["errors"] >= result["non_2xx"] and result["floor_errors"] > 0
+
+
+def test_restore_times_a_fresh_start_and_a_restart():
+    result = run_restore(RestoreConfig(keys=2_000))
+    assert_figures(result, [
+        "keys", "fresh_ready_s", "restore_records_per_s", "restart_ready_s",
+        "restart_restored_records", "fresh_restored_records",
+    ])  # fmt: skip
+    assert result["fresh_ready_s"] > 0 and result["restart_ready_s"] > 0
+    assert result["restore_records_per_s"] > 0
+    assert result["fresh_restored_records"] > 0
+    assert result["restart_restored_records"] < result["keys"]  # reopened, not re-read
+
+
+def test_failover_counts_requests_and_times_the_recovery():
+    cfg = FailoverConfig(keys=500, rate=200, before_s=2, after_s=7, session_timeout_ms=3000)
+    result = run_failover(cfg)
+    assert_figures(result, [
+        "requests", "failed_requests", "seconds_until_all_answered", "seconds_until_not_stale",
+        "victim_partitions", "partitions_never_answered", "stale_answers",
+    ])  # fmt: skip
+    assert result["requests"] > 0.8 * 200 * 9
+    assert result["victim_partitions"] > 0 and result["partitions_never_answered"] == 0
+    assert 0 < result["seconds_until_all_answered"] < 7
+    # Standbys answered (stale) until the group rebalanced, well within the window.
+    assert result["stale_answers"] > 0 and result["stale_at_end"] is False
+    assert 0 < result["seconds_until_not_stale"] < 7
+    assert 0 <= result["failed_requests"] < result["requests"]
+
+
+@pytest.mark.spark
+@pytest.mark.slow  # Spark's start and first batches take a minute or more on two cores
+def test_ingest_reports_each_rate_step():
+    from kiq.bench.ingest import IngestConfig, run_ingest
+
+    cfg = IngestConfig(
+        rates=(200,), step_s=4, warmup_s=1, settle_max_s=10, symbols=20, partitions=4
+    )
+    result = run_ingest(cfg)
+    assert_figures(result, ["max_rate_held", "max_rate_held_achieved", "step_s", "settle_s"])
+    assert result["max_rate_held"] in (0.0, 200)
+    (step,) = result["steps"]
+    assert_figures(step, ["rate_target", "rate_achieved", "probes", "probe_errors", "p99_ms"])
+    assert step["rate_target"] == 200 and step["rate_achieved"] > 0
+    # Every probe sent was judged: visible (a sample) or not within the give-up time (an error).
+    assert step["probes"] + step["probe_errors"] > 0
+    assert step["held"] == (result["max_rate_held"] == 200)
