@@ -55,3 +55,11 @@ def test_spark_conf_for_local_and_remote_masters(tmp_path: Path):
 def test_free_ports_are_distinct():
     ports = free_ports(5)
     assert len(set(ports)) == 5 and all(p > 0 for p in ports)
+
+
+def test_cluster_ids_never_look_like_options():
+    from kiq.runtime.broker import _cluster_id
+
+    ids = {_cluster_id() for _ in range(5000)}
+    assert len(ids) == 5000
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)

@@ -207,7 +207,7 @@ class LocalBroker:
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.log_dir}",
             _STORAGE_TOOL, "format", "--standalone", "--ignore-formatted",
-            "-t", _cluster_id(), "-c", str(self.properties),
+            f"--cluster-id={_cluster_id()}", "-c", str(self.properties),
         ]  # fmt: skip
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
@@ -261,10 +261,17 @@ class LocalBroker:
 
 
 def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding.
+
+    Like Kafka's own ``Uuid.randomUuid``, never one that starts with "-": the
+    storage tool's argument parser would read it as an option.
+    """
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 _LOG4J2 = """\
