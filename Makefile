@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 
 setup: deps $(BIN)/.installed jars
 
-# Java 17+, Maven and a venv-capable Python: installed from Debian's packages when
+# Java 17+, Maven, a venv-capable Python (and wrk for benchmarks): from Debian's packages when
 # missing and we may (root + apt-get); otherwise say what to install.
 deps:
 	@scripts/ensure-deps.sh

@@ -26,10 +26,16 @@ command -v wrk >/dev/null 2>&1 || optional+=(wrk)
 [ ${#missing[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "installing from Debian's packages: ${missing[*]} ${optional[*]}"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    "${missing[@]}" "${optional[@]}"
+  apt-get update -q || echo "note: apt-get update failed; trying with the lists there are" >&2
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing from Debian's packages: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+  if [ ${#optional[@]} -gt 0 ]; then
+    echo "installing from Debian's packages: ${optional[*]} (for the benchmarks)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      "${optional[@]}" || echo "note: could not install ${optional[*]}; only 'kiq bench lookups' needs it" >&2
+  fi
   exit 0
 fi
 if [ ${#optional[@]} -gt 0 ]; then

@@ -63,7 +63,10 @@ class Prober:
             async with session.get(f"{self.url}/v1/stocks/{symbol}") as resp:
                 if resp.status == 200 and orjson.loads(await resp.read())["updated_at"] >= ts:
                     return (time.monotonic() - started) * 1000
-            await asyncio.sleep(0.005)
+            # Poll often at first (millisecond resolution where it matters), then
+            # back off: a long wait must not turn the probes into load of their own.
+            waited = time.monotonic() - started
+            await asyncio.sleep(min(0.05, max(0.002, waited / 50)))
         return None
 
     async def warm_up(self, timeout_s: float) -> float:
