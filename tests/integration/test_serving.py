@@ -100,20 +100,9 @@ def multiget(url: str, table: str, keys: list[str]) -> dict:
 
 def wait_applied(cluster: Cluster, table: str, expected_offsets: dict[int, int]) -> None:
     """Until every node's replicas reach the produced offsets."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        behind = 0
-        for node in cluster.nodes.values():
-            if not node.running:
-                continue
-            for p in node.metadata()["tables"][table]["partitions"]:
-                local = p["local"]
-                if local and local["applied_offset"] < expected_offsets.get(p["partition"], -1):
-                    behind += 1
-        if not behind:
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"{behind} replicas still behind after 60s")
+    from kiq.bench.cluster import wait_applied as applied_everywhere
+
+    applied_everywhere(list(cluster.nodes.values()), table, expected_offsets, timeout_s=60)
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
