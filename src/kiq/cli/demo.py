@@ -115,7 +115,7 @@ def _print_examples(url: str) -> None:
     console.print(
         f"""
 [bold]kiq demo is up[/] — the front door is {url} (any node answers any key).
-Quotes appear once the pipeline's first batches are done (about half a minute).
+Quotes appear once Spark's first batches are done (a minute or two on a laptop).
 
   curl -i {url}/v1/stocks/AAPL
   curl -s '{url}/v1/stocks?symbols=AAPL,MSFT,NVDA'
