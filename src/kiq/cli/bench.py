@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -29,7 +30,6 @@ def freshness(
 ) -> None:
     """Tick produced → visible on GET /v1/stocks/{symbol}: p50, p99, max."""
     from kiq.bench.freshness import FreshnessConfig, run_freshness
-    from kiq.bench.stats import report
 
     cfg = FreshnessConfig(
         rate=rate,
@@ -39,9 +39,7 @@ def freshness(
         symbols=symbols,
         partitions=partitions,
     )
-    with console.status(f"measuring freshness ({trigger}, {rate:g} ticks/s) ..."):
-        result = run_or_exit(lambda: run_freshness(cfg))
-    report("freshness", result, json_out, console)
+    _measure("freshness", f"{trigger}, {rate:g} ticks/s", lambda: run_freshness(cfg), json_out)
 
 
 @app.command()
@@ -59,15 +57,13 @@ def lookups(
 ) -> None:  # fmt: skip
     """Point lookups/s and latency with wrk, against the floor (a bare ASGI app, same stack)."""
     from kiq.bench.lookups import LookupsConfig, run_lookups
-    from kiq.bench.stats import report
 
     cfg = LookupsConfig(
         nodes=nodes, keys=keys, connections=connections, duration_s=duration, mode=mode,
         warmup_s=warmup,
     )  # fmt: skip
-    with console.status(f"measuring lookups ({nodes} node(s), {mode}, {connections} conns) ..."):
-        result = run_or_exit(lambda: run_lookups(cfg))
-    report("lookups", result, json_out, console)
+    status = f"{nodes} node(s), {mode}, {connections} conns"
+    _measure("lookups", status, lambda: run_lookups(cfg), json_out)
 
 
 @app.command()
@@ -77,11 +73,8 @@ def restore(
 ) -> None:
     """A fresh node: start → ready and records/s; then a restart from its data dir."""
     from kiq.bench.restore import RestoreConfig, run_restore
-    from kiq.bench.stats import report
 
-    with console.status(f"measuring restore of {keys:,} keys ..."):
-        result = run_or_exit(lambda: run_restore(RestoreConfig(keys=keys)))
-    report("restore", result, json_out, console)
+    _measure("restore", f"{keys:,} keys", lambda: run_restore(RestoreConfig(keys=keys)), json_out)
 
 
 @app.command()
@@ -96,12 +89,9 @@ def failover(
 ) -> None:
     """Three nodes under a reader load; kill -9 one: failed requests, recovery, staleness."""
     from kiq.bench.failover import FailoverConfig, run_failover
-    from kiq.bench.stats import report
 
     cfg = FailoverConfig(keys=keys, rate=rate, after_s=after, session_timeout_ms=session_timeout_ms)
-    with console.status(f"measuring failover at {rate:,} reads/s ..."):
-        result = run_or_exit(lambda: run_failover(cfg))
-    report("failover", result, json_out, console)
+    _measure("failover", f"{rate:,} reads/s", lambda: run_failover(cfg), json_out)
 
 
 @app.command()
@@ -116,13 +106,14 @@ def ingest(
 ) -> None:
     """Feed the stock pipeline at rising rates: the highest whose freshness p99 holds."""
     from kiq.bench.ingest import IngestConfig, run_ingest
-    from kiq.bench.stats import report
 
     steps = run_or_exit(lambda: _rates(rates))
     cfg = IngestConfig(rates=steps, step_s=duration, max_p99_ms=max_p99_ms, trigger=trigger)
     with console.status(f"measuring ingest at {rates} ticks/s ..."):
         result = run_or_exit(lambda: run_ingest(cfg))
     summary = {k: v for k, v in result.items() if k != "steps"}
+    from kiq.bench.stats import report
+
     report("ingest", summary, None, console)
     table = Table(title="ingest steps")
     columns = list(result["steps"][0]) if result["steps"] else []
@@ -141,3 +132,12 @@ def _rates(text: str) -> tuple[float, ...]:
         return tuple(float(r) for r in text.split(","))
     except ValueError as exc:
         raise ConfigError(f"--rates takes numbers separated by commas, not {text!r}") from exc
+
+
+def _measure(name: str, what: str, run: Callable[[], dict], json_out: Path | None) -> None:
+    """Run one scenario under a status line; print its figures and write them as JSON."""
+    from kiq.bench.stats import report
+
+    with console.status(f"measuring {name} ({what}) ..."):
+        result = run_or_exit(run)
+    report(name, result, json_out, console)

@@ -6,19 +6,10 @@ import orjson
 import pytest
 
 from kiq.feeds import BadLine, ReplayError, TickFile
+from tests.unit.feeds.samples import TRADE
 
 HEADER = "symbol,exchange,ts,bid,ask,bid_size,ask_size,last,last_size\n"
-TRADE = {
-    "symbol": "AAPL",
-    "exchange": "NASDAQ",
-    "ts": 1795300000123,
-    "bid": 189.12,
-    "ask": 189.14,
-    "bid_size": 300,
-    "ask_size": 200,
-    "last": 189.13,
-    "last_size": 100,
-}
+
 QUOTE = {**TRADE, "symbol": "BRK.B", "exchange": "NYSE", "last": None, "last_size": None}
 
 

@@ -3,18 +3,9 @@ from __future__ import annotations
 import pytest
 
 from kiq.feeds import FIELDS, InvalidTick, validate
+from tests.unit.feeds.samples import TRADE
 
-GOOD = {
-    "symbol": "AAPL",
-    "exchange": "NASDAQ",
-    "ts": 1795300000123,
-    "bid": 189.12,
-    "ask": 189.14,
-    "bid_size": 300,
-    "ask_size": 200,
-    "last": 189.13,
-    "last_size": 100,
-}
+GOOD = dict(TRADE)
 
 
 def test_a_good_tick_comes_back_in_contract_order():
