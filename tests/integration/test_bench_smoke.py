@@ -72,16 +72,19 @@ def test_lookups_counts_throughput_latency_and_missing_keys():
     # One key in eleven was never produced: each such request is a 404, counted as an error.
     assert 0 < result["non_2xx"] < result["requests"]
     assert result["errors"] >= result["non_2xx"] and result["floor_errors"] > 0
+    # Both servers did work during their runs: CPU per request is measured, not assumed.
+    assert result["cpu_us_per_request"] > 0 and result["floor_cpu_us_per_request"] > 0
 
 
 def test_restore_times_a_fresh_start_and_a_restart():
     result = run_restore(RestoreConfig(keys=2_000))
     assert_figures(result, [
         "keys", "fresh_ready_s", "restore_records_per_s", "restart_ready_s",
-        "restart_restored_records", "fresh_restored_records",
+        "restart_restored_records", "fresh_restored_records", "materialize_records_per_s",
     ])  # fmt: skip
     assert result["fresh_ready_s"] > 0 and result["restart_ready_s"] > 0
     assert result["restore_records_per_s"] > 0
+    assert result["materialize_records_per_s"] > 0
     assert result["fresh_restored_records"] > 0
     assert result["restart_restored_records"] < result["keys"]  # reopened, not re-read
 

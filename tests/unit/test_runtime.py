@@ -63,3 +63,15 @@ def test_cluster_ids_never_look_like_options():
     ids = {_cluster_id() for _ in range(5000)}
     assert len(ids) == 5000
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def test_cpu_seconds_grows_with_work_and_is_none_for_unknown_pids():
+    import os
+
+    from kiq.bench.stats import cpu_seconds
+
+    before = cpu_seconds([os.getpid()])
+    sum(i * i for i in range(3_000_000))
+    after = cpu_seconds([os.getpid()])
+    assert before is not None and after is not None and after > before
+    assert cpu_seconds([None]) is None

@@ -69,10 +69,12 @@ def actives(node: LocalNode, table: str) -> dict[int, str]:
     return {p["partition"]: p["active"] for p in parts if p["active"] is not None}
 
 
-def restored_records(node: LocalNode, table: str) -> int:
-    """Records ``node``'s replicas of ``table`` applied since they were opened."""
-    parts = node.metadata()["tables"][table]["partitions"]
-    return sum(p["local"]["restored_records"] for p in parts if p["local"])
+def restored_records(node: LocalNode, table: str) -> tuple[int, float]:
+    """Records ``node``'s replicas of ``table`` applied since they were opened, and the
+    longest any of them took to catch up (its open to its first time at the log end)."""
+    local = [p["local"] for p in node.metadata()["tables"][table]["partitions"] if p["local"]]
+    took = [r["restore_s"] for r in local if r["restore_s"] is not None]
+    return sum(r["restored_records"] for r in local), max(took, default=0.0)
 
 
 def _actives_by_table(node: LocalNode) -> dict[tuple[str, int], str]:

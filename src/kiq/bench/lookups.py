@@ -25,6 +25,7 @@ from kiq.bench.cluster import actives, start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import PARTITIONS, TABLE, key_of, load_quotes
 from kiq.bench.floor import LocalFloor
 from kiq.bench.stack import local_stack
+from kiq.bench.stats import cpu_seconds
 from kiq.bench.wrk import WrkResult, run_wrk, write_script, wrk_executable
 from kiq.errors import ConfigError
 from kiq.partitioning import partition_for
@@ -65,14 +66,18 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
             drawn = [k for k in drawn if owners.get(partition_for(k, PARTITIONS)) == "n1"]
         suffix = "?redirect=true" if cfg.mode == "redirect" else ""
         paths = [f"/v1/tables/{TABLE}/keys/{k}{suffix}" for k in drawn]
-        kiq = _measure(stack.root / "wrk-kiq", paths, [n.port for n in targets], cfg)
+        pids = [n.proc.pid if n.proc else None for n in nodes]
+        kiq, kiq_cpu = _measure(stack.root / "wrk-kiq", paths, [n.port for n in targets], pids, cfg)
         for node in nodes:
             node.stop()
         floors = [LocalFloor(cfg.keys, stack.root / f"floor{i}.log") for i in range(len(targets))]
         try:
             for floor in floors:
                 floor.start()
-            floor_run = _measure(stack.root / "wrk-floor", paths, [f.port for f in floors], cfg)
+            floor_run, floor_cpu = _measure(
+                stack.root / "wrk-floor", paths, [f.port for f in floors],
+                [f.proc.pid if f.proc else None for f in floors], cfg,
+            )  # fmt: skip
         finally:
             for floor in floors:
                 floor.stop()
@@ -102,13 +107,26 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
         "floor_p99_ms": floor_run.p99_ms,
         "floor_p999_ms": floor_run.p999_ms,
         "floor_errors": floor_run.errors,
+        "cpu_us_per_request": _per_request(kiq_cpu, kiq.requests),
+        "floor_cpu_us_per_request": _per_request(floor_cpu, floor_run.requests),
     }
 
 
-def _measure(directory: Path, paths: list[str], ports: list[int], cfg: LookupsConfig) -> WrkResult:
+def _measure(
+    directory: Path, paths: list[str], ports: list[int], pids: list[int], cfg: LookupsConfig
+) -> tuple[WrkResult, float | None]:
+    """One measured wrk run, and the CPU seconds the server processes spent in it."""
     directory.mkdir(parents=True, exist_ok=True)
     targets = [("127.0.0.1", port) for port in ports]
     script = write_script(directory, paths, targets, count_redirects=cfg.mode == "redirect")
     if cfg.warmup_s >= 1:
         run_wrk(script, targets, cfg.connections, cfg.warmup_s)
-    return run_wrk(script, targets, cfg.connections, cfg.duration_s)
+    before = cpu_seconds(pids)
+    result = run_wrk(script, targets, cfg.connections, cfg.duration_s)
+    after = cpu_seconds(pids)
+    return result, None if before is None or after is None else after - before
+
+
+def _per_request(cpu_s: float | None, requests: int) -> float | None:
+    """CPU µs per request: unlike req/s, barely moved by what else the box runs."""
+    return None if cpu_s is None or requests == 0 else round(cpu_s / requests * 1e6, 1)

@@ -11,9 +11,10 @@ import logging
 import queue
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from confluent_kafka import Message
 
 from kiq.errors import BadRecord
 from kiq.kafka.dlq import DeadLetters
@@ -22,6 +23,7 @@ from kiq.metrics import NodeMetrics
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
 from kiq.stores import PartitionStore
+from kiq.stores.base import Change
 from kiq.tables import TableSpec, ValueCodec
 
 log = logging.getLogger(__name__)
@@ -86,10 +88,10 @@ class Materializer:
         while not self._stop.is_set():
             try:
                 self._apply_wanted()
-                fetched = self._reader.consume() if self.replicas else []
-                if not fetched and not self.replicas:
+                if self.replicas:
+                    self._apply(self._reader.consume())
+                else:
                     time.sleep(0.05)
-                self._apply(fetched)
                 now = time.monotonic()
                 if now >= next_watermarks:
                     self._refresh_watermarks()
@@ -147,65 +149,77 @@ class Materializer:
             replica.store.close()
             log.info("replica revoked table=%s partition=%d", *key)
 
-    def _apply(self, fetched: list[Fetched]) -> None:
-        batches: dict[tuple[str, int], list[tuple[bytes, bytes | None, int]]] = defaultdict(list)
-        last: dict[tuple[str, int], int] = {}
-        eofs: list[Fetched] = []
-        for rec in fetched:
-            runtime = self._by_topic.get(rec.topic)
-            if runtime is None:
-                continue
-            key = (runtime.spec.name, rec.partition)
-            if rec.eof:
-                eofs.append(rec)
-                continue
-            last[key] = rec.offset
-            entry = self._decode(runtime, rec)
-            if entry is not None:
-                batches[key].append(entry)
-        for key, offset in last.items():
-            replica = self.replicas.get(key)
-            if replica is None or offset < replica.position:
-                continue
-            batch = batches.get(key, [])
-            replica.store.apply(batch, offset)
-            replica.position = offset + 1
-            replica.restored += len(batch)
-            replica.end_offset = max(replica.end_offset, replica.position)
-            self._metrics.records_applied.labels(key[0]).inc(len(batch))
-        for rec in eofs:
-            replica = self.replicas.get((self._by_topic[rec.topic].spec.name, rec.partition))
+    def _apply(self, fetched: Fetched) -> None:
+        for (topic, partition), messages in fetched.records.items():
+            runtime = self._by_topic.get(topic)
+            replica = None if runtime is None else self.replicas.get((runtime.spec.name, partition))
             if replica is None:
                 continue
-            if rec.offset > replica.position:  # skipped offsets (compaction, control records)
-                replica.store.apply([], rec.offset - 1)
-                replica.position = rec.offset
-            replica.end_offset = rec.offset
+            last = messages[-1].offset()
+            if last < replica.position:  # already applied (a re-assign can re-deliver)
+                continue
+            batch = self._decode(runtime, messages, replica.position)
+            replica.store.apply(batch, last)
+            replica.position = last + 1
+            replica.restored += len(batch)
+            replica.end_offset = max(replica.end_offset, replica.position)
+            self._metrics.records_applied.labels(runtime.spec.name).inc(len(batch))
+        for (topic, partition), end in fetched.ends.items():
+            runtime = self._by_topic.get(topic)
+            replica = None if runtime is None else self.replicas.get((runtime.spec.name, partition))
+            if replica is None:
+                continue
+            if end > replica.position:  # skipped offsets (compaction, control records)
+                replica.store.apply([], end - 1)
+                replica.position = end
+            replica.end_offset = max(end, replica.position)
             self._caught_up(replica)
 
     def _decode(
-        self, runtime: TableRuntime, rec: Fetched
-    ) -> tuple[bytes, bytes | None, int] | None:
-        reason = None
-        if rec.key is None:
-            reason = "record has no key"
-        elif len(rec.key) > MAX_KEY_BYTES:
-            reason = f"key longer than {MAX_KEY_BYTES} bytes"
-        else:
+        self, runtime: TableRuntime, messages: list[Message], from_offset: int
+    ) -> list[Change]:
+        """The changes to store; a record that cannot be served goes to the dead letters.
+
+        Restores run through here once per record, so the common case (every
+        record good) checks the whole fetch at once; only a fetch with a bad
+        record pays for checking records one by one to find it.
+        """
+        if messages[0].offset() < from_offset:
+            messages = [m for m in messages if m.offset() >= from_offset]
+            if not messages:
+                return []
+        keys = [m.key() for m in messages]
+        values = [m.value() for m in messages]
+        offsets = [m.offset() for m in messages]
+        if None not in keys:
             try:
-                rec.key.decode("utf-8")
-            except UnicodeDecodeError:
-                reason = "key is not UTF-8"
-        if reason is None:
-            if rec.value is None:
-                return (rec.key, None, rec.offset)  # a tombstone deletes the key
+                if max(map(len, keys)) <= MAX_KEY_BYTES:
+                    # A NUL ends any multi-byte sequence: the join is UTF-8 iff every key is.
+                    b"\0".join(keys).decode("utf-8")
+                    return list(zip(keys, runtime.codec.decode_all(values), offsets, strict=True))
+            except (UnicodeDecodeError, BadRecord):
+                pass
+        return self._decode_each(runtime, messages)
+
+    def _decode_each(self, runtime: TableRuntime, messages: list[Message]) -> list[Change]:
+        decode = runtime.codec.decode
+        changes: list[Change] = []
+        for msg in messages:
+            key, value, offset = msg.key(), msg.value(), msg.offset()
             try:
-                return (rec.key, runtime.codec.decode(rec.value), rec.offset)
-            except BadRecord as exc:
-                reason = str(exc)
-        self._dlq.send(rec.topic, rec.partition, rec.offset, rec.key, rec.value, reason)
-        self._metrics.dead_letters.labels(runtime.spec.name).inc()
-        return None
+                if key is None:
+                    raise BadRecord("record has no key")
+                if len(key) > MAX_KEY_BYTES:
+                    raise BadRecord(f"key longer than {MAX_KEY_BYTES} bytes")
+                try:
+                    key.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise BadRecord("key is not UTF-8") from None
+                changes.append((key, None if value is None else decode(value), offset))
+            except BadRecord as exc:  # a tombstone (None value) deletes the key
+                self._dlq.send(runtime.spec.topic, msg.partition(), offset, key, value, str(exc))
+                self._metrics.dead_letters.labels(runtime.spec.name).inc()
+        return changes
 
     def _refresh_watermarks(self) -> None:
         for replica in list(self.replicas.values()):

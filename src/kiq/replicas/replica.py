@@ -75,5 +75,8 @@ class Replica:
             "end_offset": self.end_offset,
             "lag": self.lag,
             "restored_records": self.restored,
+            "restore_s": None
+            if self.caught_up_at is None
+            else round(self.caught_up_at - self.opened_at, 3),
             "lingering": self.lingering_since is not None,
         }

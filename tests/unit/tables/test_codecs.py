@@ -115,3 +115,40 @@ def test_codec_for_each_format(schema_file: Path):
     codec = codec_for(spec)
     assert isinstance(codec, AvroCodec)
     assert orjson.loads(codec.decode(avro(RECORD)))["symbol"] == "東京"
+
+
+@pytest.mark.parametrize(
+    "raws",
+    [
+        [b'{"a":1}', None, b"[1,2]", b'"x"', b"3"],
+        [None],
+        [],
+    ],
+)
+def test_json_decode_all_keeps_valid_values(raws: list[bytes | None]):
+    assert JsonCodec().decode_all(raws) == raws
+
+
+@pytest.mark.parametrize(
+    "raws",
+    [
+        [b'{"a":1}', b'{"a":'],  # one broken value
+        [b"1,2", b"3"],  # two documents in one value
+        [b"[1", b"2]"],  # a value that only parses joined with the next
+        [b"[1", b"2]", b"3,4"],  # as many elements as values, at other boundaries
+        [b" 1", b"2"],  # valid alone, but the check must not guess
+        [b'"\xff"'],  # not UTF-8
+    ],
+)
+def test_json_decode_all_rejects_what_decode_would(raws: list[bytes | None]):
+    with pytest.raises(BadRecord):
+        JsonCodec().decode_all(raws)
+    one_by_one_ok = True
+    for raw in raws:
+        try:
+            JsonCodec().decode(raw)
+        except BadRecord:
+            one_by_one_ok = False
+    # Rejecting a batch is always safe (the caller rechecks record by record);
+    # what must never happen is accepting a batch with a bad record in it.
+    assert not one_by_one_ok or raws == [b" 1", b"2"]
