@@ -38,6 +38,10 @@ _OFFSET_SIZE = _OFFSET.size
 # many partitions a node holds.
 _BLOCK_CACHE = Cache(64 * _MIB)
 
+# Entries of the read cache per store (see ``get``): hot keys answer from a dict
+# for ~0.1 µs instead of ~2.5 µs through rocksdict, even from the memtable.
+READ_CACHE_ENTRIES = 8192
+
 # A closed Rdict raises DbClosedError; one closing under a reader's call raises
 # pyo3's RuntimeError ("Already mutably borrowed"). Readers turn either into
 # StoreClosedError once close() has begun, and re-raise it otherwise.
@@ -83,8 +87,22 @@ class RocksDBPartitionStore(PartitionStore):
         raw = meta.get(_APPLIED_KEY)
         del meta  # a family handle keeps the DB open; close() must be the last owner
         self._applied = -1 if raw is None else _OFFSET.unpack(raw)[0]
+        self._hot: dict[bytes, tuple[bytes, int]] = {}
+        self._generation = 0  # bumped by every write, under the lock
 
     def get(self, key: bytes) -> tuple[bytes, int] | None:
+        """From the read cache, else from RocksDB (then cached if no write raced it).
+
+        The writer updates cached keys under the lock after each write. A reader
+        that read RocksDB before a write must not cache that older value after
+        the writer's update: it caches only if the generation it saw before its
+        read is still current, checked and stored under the lock. It never
+        waits for the lock: when the writer holds it, the value goes uncached.
+        """
+        found = self._hot.get(key)
+        if found is not None:
+            return found
+        generation = self._generation
         try:
             raw = self._db.get(key)
         except _CLOSED:
@@ -93,7 +111,17 @@ class RocksDBPartitionStore(PartitionStore):
             raise
         if raw is None:
             return None
-        return raw[_OFFSET_SIZE:], _OFFSET.unpack_from(raw)[0]
+        found = (raw[_OFFSET_SIZE:], _OFFSET.unpack_from(raw)[0])
+        if self._lock.acquire(blocking=False):
+            try:
+                if generation == self._generation and not self._closed:
+                    hot = self._hot
+                    if len(hot) >= READ_CACHE_ENTRIES:
+                        del hot[next(iter(hot))]  # the oldest entry
+                    hot[key] = found
+            finally:
+                self._lock.release()
+        return found
 
     def apply(self, batch: Sequence[Change], applied_offset: int) -> None:
         wb = WriteBatch(raw_mode=True)
@@ -108,6 +136,15 @@ class RocksDBPartitionStore(PartitionStore):
             wb.put(_APPLIED_KEY, pack(applied_offset), self._db.get_column_family_handle(_META_CF))
             self._db.write(wb)
             self._applied = applied_offset
+            self._generation += 1
+            hot = self._hot
+            if hot:
+                for key, value, offset in batch:
+                    if key in hot:
+                        if value is None:
+                            del hot[key]
+                        else:
+                            hot[key] = (value, offset)
 
     def applied_offset(self) -> int:
         return self._applied
@@ -160,6 +197,8 @@ class RocksDBPartitionStore(PartitionStore):
             wb.delete(_APPLIED_KEY, self._db.get_column_family_handle(_META_CF))
             self._db.write(wb)
             self._applied = -1
+            self._generation += 1
+            self._hot.clear()
             self._db.compact_range(None, None)  # reclaim the space, make count() exact
 
     def close(self) -> None:
@@ -167,6 +206,7 @@ class RocksDBPartitionStore(PartitionStore):
             if self._closed:
                 return
             self._closed = True
+            self._hot.clear()
             self._db.close()
 
     def _int_property(self, name: str) -> int:

@@ -180,6 +180,7 @@ def test_describe():
     r.end_offset = 15
     r.mark_caught_up()
     d = r.describe()
+    assert 0 <= d.pop("restore_s") < 1  # opened and caught up just now
     assert d == {
         "table": "users",
         "partition": 3,

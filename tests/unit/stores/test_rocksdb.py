@@ -129,3 +129,50 @@ def test_exports():
         "RocksDBPartitionStore",
         "open_partition_store",
     ]
+
+
+def test_read_cache_follows_updates_deletes_and_wipes(tmp_path: Path):
+    store = RocksDBPartitionStore(tmp_path / "p0")
+    store.apply([(b"k", b"v1", 0)], 0)
+    assert store.get(b"k") == (b"v1", 0)  # now cached
+    store.apply([(b"k", b"v2", 1), (b"k", b"v3", 2)], 2)
+    assert store.get(b"k") == (b"v3", 2)
+    store.apply([(b"k", None, 3)], 3)
+    assert store.get(b"k") is None
+    store.apply([(b"k", b"v4", 4)], 4)
+    assert store.get(b"k") == (b"v4", 4)
+    store.wipe()
+    assert store.get(b"k") is None
+    store.close()
+
+
+def test_a_write_racing_a_cache_miss_never_leaves_the_older_value_cached(tmp_path: Path):
+    store = RocksDBPartitionStore(tmp_path / "p0")
+    store.apply([(b"k", b"old", 0)], 0)
+    db = store._db
+
+    class WriteDuringRead:
+        """RocksDB as seen by a reader the writer overtakes mid-lookup."""
+
+        def get(self, key: bytes) -> bytes | None:
+            raw = db.get(key)  # the reader has the old value in hand...
+            store._db = db
+            store.apply([(b"k", b"new", 1)], 1)  # ...when the writer writes and updates
+            return raw
+
+    store._db = WriteDuringRead()  # type: ignore[assignment]
+    assert store.get(b"k") == (b"old", 0)  # what RocksDB held when the read began
+    assert store.get(b"k") == (b"new", 1)  # and the older value was not cached
+    store.close()
+
+
+def test_read_cache_stays_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import kiq.stores.rocksdb as rocksdb
+
+    monkeypatch.setattr(rocksdb, "READ_CACHE_ENTRIES", 10)
+    store = RocksDBPartitionStore(tmp_path / "p0")
+    store.apply([(f"k{i}".encode(), b"v", i) for i in range(50)], 49)
+    for i in range(50):
+        assert store.get(f"k{i}".encode()) == (b"v", i)
+    assert len(store._hot) == 10
+    store.close()
