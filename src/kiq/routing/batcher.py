@@ -7,7 +7,9 @@ runs once the loop has handled everything already ready, and sends them all in
 one ``POST /v1/internal/lookups``. No timer: an idle node sends at once, a busy
 one sends bigger batches. A batch holds at most ``max_items``; more start another.
 Lookups that may wait for ``min_offset`` travel apart from those that never
-wait, so a read-your-writes wait never holds plain lookups back.
+wait, so a read-your-writes wait never holds plain lookups back. At most
+``MAX_IN_FLIGHT`` batches per target are out at once; lookups arriving
+meanwhile go in the next, sent when one returns.
 
 When the request fails, every item of it gets a ``FAILED`` result, so each caller
 tries its next replica, and the router hears of the failure once per request.
@@ -31,7 +33,14 @@ from kiq.routing.wire import (
 )
 
 MAX_BATCH = 256
+# Batches on the wire per (target, authorization, waits) at once. While they
+# are out, new lookups gather into the next batch: under load batches grow by
+# themselves, and the node makes fewer, bigger requests (each send is a
+# syscall the event loop pays for, and an HTTP request the owner parses).
+MAX_IN_FLIGHT = 1
 _CANCELLED = LookupResult(FAILED, reason="the batch was cancelled")
+
+_SlotKey = tuple[str, str | None, bool]
 
 
 class _Batch:
@@ -48,12 +57,27 @@ class _Batch:
                 future.set_result(result)
 
 
+class _Slot:
+    """The batch gathering for one (target, authorization, waits), and its sends."""
+
+    __slots__ = ("in_flight", "next", "scheduled")
+
+    def __init__(self) -> None:
+        self.next: _Batch | None = None
+        self.in_flight = 0
+        self.scheduled = False
+
+
 class LookupBatcher:
-    def __init__(self, forwarder: Forwarder, router: Router, max_items: int = MAX_BATCH) -> None:
+    def __init__(
+        self, forwarder: Forwarder, router: Router, max_items: int = MAX_BATCH,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:  # fmt: skip
         self._forwarder = forwarder
         self._router = router
         self._max_items = max_items
-        self._pending: dict[tuple[str, str | None, bool], _Batch] = {}
+        self._max_in_flight = max_in_flight
+        self._slots: dict[_SlotKey, _Slot] = {}
         self._sending: set[asyncio.Task[None]] = set()
 
     async def get(
@@ -62,43 +86,61 @@ class LookupBatcher:
     ) -> LookupResult:  # fmt: skip
         """The target's answer for ``key`` from its own replica, or a ``FAILED`` result."""
         loop = asyncio.get_running_loop()
-        slot = (target_url, authorization, min_offset is not None and wait_ms > 0)
-        batch = self._pending.get(slot)
+        slot_key = (target_url, authorization, min_offset is not None and wait_ms > 0)
+        slot = self._slots.get(slot_key)
+        if slot is None:
+            slot = self._slots[slot_key] = _Slot()
+        batch = slot.next
         if batch is None:
-            batch = self._pending[slot] = _Batch()
-            loop.call_soon(self._flush, slot, batch)
+            batch = slot.next = _Batch()
         future: asyncio.Future[LookupResult] = loop.create_future()
         batch.items.append(Lookup(table, key, max_lag, min_offset, wait_ms))
         batch.futures.append(future)
         if wait_ms > batch.wait_ms:
             batch.wait_ms = wait_ms
         if len(batch.items) >= self._max_items:
-            del self._pending[slot]  # full: its flush is scheduled; the next lookup starts anew
+            self._start(slot_key, slot)  # full: goes now, whatever is in flight
+        elif not slot.scheduled and slot.in_flight < self._max_in_flight:
+            slot.scheduled = True  # sent once the loop has run what is ready now
+            loop.call_soon(self._flush, slot_key, slot)
         return await future
 
-    def _flush(self, slot: tuple[str, str | None, bool], batch: _Batch) -> None:
-        if self._pending.get(slot) is batch:
-            del self._pending[slot]
-        task = asyncio.get_running_loop().create_task(self._send(slot[0], slot[1], batch))
+    def _flush(self, slot_key: _SlotKey, slot: _Slot) -> None:
+        slot.scheduled = False
+        if slot.next is not None:
+            self._start(slot_key, slot)
+
+    def _start(self, slot_key: _SlotKey, slot: _Slot) -> None:
+        batch, slot.next = slot.next, None
+        assert batch is not None
+        slot.in_flight += 1
+        task = asyncio.get_running_loop().create_task(self._send(slot_key, slot, batch))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
-    async def _send(self, target: str, authorization: str | None, batch: _Batch) -> None:
+    async def _send(self, slot_key: _SlotKey, slot: _Slot, batch: _Batch) -> None:
         failure: LookupResult | None = _CANCELLED
         try:
-            failure = await self._exchange(target, authorization, batch)
+            failure = await self._exchange(slot_key[0], slot_key[1], batch)
         finally:
             if failure is not None:
                 batch.fail(failure)
+            slot.in_flight -= 1
+            if slot.next is not None:
+                if not slot.scheduled:  # what gathered meanwhile goes next
+                    slot.scheduled = True
+                    asyncio.get_running_loop().call_soon(self._flush, slot_key, slot)
+            elif slot.in_flight == 0 and not slot.scheduled and self._slots.get(slot_key) is slot:
+                del self._slots[slot_key]  # idle: one per Authorization value must not pile up
 
     async def _exchange(
         self, target: str, authorization: str | None, batch: _Batch
     ) -> LookupResult | None:
         """Resolves the batch's futures and returns None, or returns the failure for all."""
         try:
-            reply = await self._forwarder.send(
-                "POST", target + INTERNAL_LOOKUPS, authorization, encode(batch.items),
-                extra_timeout_s=batch.wait_ms / 1000, content_type=MSGPACK,
+            reply = await self._forwarder.post_internal(
+                target, INTERNAL_LOOKUPS, encode(batch.items), MSGPACK, authorization,
+                extra_timeout_s=batch.wait_ms / 1000,
             )  # fmt: skip
         except ConnectionError as exc:
             self._router.failed(target)

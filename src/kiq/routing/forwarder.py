@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from kiq.routing.peers import PeerClient
+
 FORWARDED = "x-kiq-forwarded"
 PASSED_HEADERS = ("x-kiq-partition", "x-kiq-offset", "x-kiq-served-by", "x-kiq-lag",
                   "x-kiq-stale", "content-type")  # fmt: skip
@@ -28,6 +30,8 @@ class Forwarder:
         self._node_id = node_id
         self._timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000, connect=0.5)
         self._session: aiohttp.ClientSession | None = None
+        self._peers = PeerClient(node_id, connect_timeout_s=0.5)
+        self._forwarded_headers = {FORWARDED: node_id}
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -39,8 +43,30 @@ class Forwarder:
         )  # fmt: skip
 
     async def close(self) -> None:
+        self._peers.close()
         if self._session is not None:
             await self._session.close()
+
+    async def post_internal(
+        self, base_url: str, path: str, body: bytes, content_type: str,
+        authorization: str | None = None, extra_timeout_s: float = 0.0,
+    ) -> Reply:  # fmt: skip
+        """A node-to-node POST on the lean client (``peers``); aiohttp for https peers."""
+        if not base_url.startswith("http://"):
+            return await self.send(
+                "POST", base_url + path, authorization, body, extra_timeout_s, content_type
+            )
+        headers = self._forwarded_headers
+        if authorization:
+            headers = {**headers, "authorization": authorization}
+        timeout_s = (self._timeout.total or 0) + extra_timeout_s
+        try:
+            status, payload = await self._peers.post(
+                base_url, path, body, content_type, headers, timeout_s
+            )
+        except ConnectionError as exc:
+            raise ConnectionError(f"{base_url}{path}: {exc}") from exc
+        return Reply(status, payload, [])
 
     async def send(
         self, method: str, url: str, authorization: str | None = None,

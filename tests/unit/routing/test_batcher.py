@@ -245,3 +245,26 @@ def test_a_caller_that_goes_away_does_not_disturb_the_others():
     ((batch,),) = with_servers(scenario)
     assert len(batch.items) == 3
     assert [r.value for r in got] == [b"0k", b"2k"]
+
+
+def test_lookups_gather_while_a_batch_is_in_flight():
+    sizes: list[int] = []
+
+    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
+        batcher._max_in_flight = 1
+        # min_offset + wait_ms: the test server holds each batch for wait_ms.
+        first = asyncio.ensure_future(batcher.get(urls[0], "users", b"k0", None, 1, 200, None))
+        await asyncio.sleep(0.05)  # k0's batch is out
+        later = []
+        for i in range(1, 6):  # each in a tick of its own: alone, each would be a batch
+            key = f"k{i}".encode()
+            call = batcher.get(urls[0], "users", key, None, 1, 200, None)
+            later.append(asyncio.ensure_future(call))
+            await asyncio.sleep(0.005)
+        results = await asyncio.gather(first, *later)
+        assert [r.value for r in results] == [f"k{i}".encode()[::-1] for i in range(6)]
+        assert batcher._slots == {}  # idle again: nothing kept per slot
+
+    (batches,) = with_servers(scenario)
+    sizes = [len(b.items) for b in batches]
+    assert sizes == [1, 5]
