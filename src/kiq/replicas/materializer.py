@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from confluent_kafka import Message
@@ -111,20 +112,21 @@ class Materializer:
         if wanted is None:
             return
         to_assign = []
+        for key, store in self._open_stores([key for key in wanted if key not in self.replicas]):
+            table, partition = key
+            role = wanted[key]
+            replica = Replica(table, self._tables[table].spec.topic, partition, store, role)
+            self.replicas[key] = replica
+            to_assign.append((replica.topic, partition, replica.position))
+            log.info(
+                "replica opened table=%s partition=%d role=%s from_offset=%d",
+                table, partition, role.value, replica.position,
+            )  # fmt: skip
         for key, role in wanted.items():
             replica = self.replicas.get(key)
             if replica is None:
-                table, partition = key
-                runtime = self._tables[table]
-                store = self._open_store(table, partition)
-                replica = Replica(table, runtime.spec.topic, partition, store, role)
-                self.replicas[key] = replica
-                to_assign.append((replica.topic, partition, replica.position))
-                log.info(
-                    "replica opened table=%s partition=%d role=%s from_offset=%d",
-                    table, partition, role.value, replica.position,
-                )  # fmt: skip
-            elif replica.role is not role or replica.lingering_since is not None:
+                continue  # its store did not open; the next reconcile tries again
+            if replica.role is not role or replica.lingering_since is not None:
                 replica.lingering_since = None
                 replica.set_role(role)
                 log.info("replica role table=%s partition=%d role=%s", *key, role.value)
@@ -134,6 +136,27 @@ class Materializer:
                 replica.set_role(Role.STANDBY)
                 log.info("replica lingering table=%s partition=%d", *key)
         self._reader.assign(to_assign)
+
+    def _open_stores(
+        self, keys: list[tuple[str, int]]
+    ) -> list[tuple[tuple[str, int], PartitionStore]]:
+        """The stores that opened, several at a time: a restarting node waits for all of
+        them, and RocksDB's open overlaps well. One that fails is logged and left out."""
+
+        def open_one(key: tuple[str, int]) -> PartitionStore | None:
+            try:
+                return self._open_store(*key)
+            except Exception:
+                log.exception("store open failed table=%s partition=%d; will retry", *key)
+                return None
+
+        if len(keys) <= 1:
+            stores = [open_one(key) for key in keys]
+        else:
+            workers = min(4, len(keys))
+            with ThreadPoolExecutor(workers, thread_name_prefix="kiq-open") as pool:
+                stores = list(pool.map(open_one, keys))
+        return [(key, store) for key, store in zip(keys, stores, strict=True) if store is not None]
 
     def _expire_lingering(self, now: float) -> None:
         expired = [
