@@ -37,7 +37,7 @@ MAX_BATCH = 256
 # are out, new lookups gather into the next batch: under load batches grow by
 # themselves, and the node makes fewer, bigger requests (each send is a
 # syscall the event loop pays for, and an HTTP request the owner parses).
-MAX_IN_FLIGHT = 1
+MAX_IN_FLIGHT = 2
 _CANCELLED = LookupResult(FAILED, reason="the batch was cancelled")
 
 _SlotKey = tuple[str, str | None, bool]
