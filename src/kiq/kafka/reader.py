@@ -89,10 +89,17 @@ class PartitionReader:
         return fetched
 
     def end_offset(self, topic: str, partition: int, timeout_s: float = 2.0) -> int:
-        """The log end offset (high watermark) of one partition, asked of the broker."""
-        _low, high = self._consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout_s, cached=False
-        )
+        """The log end offset (high watermark) of one partition.
+
+        Every fetch response carries it, so for a partition being read the
+        consumer's cached value is at most one fetch old; the broker is asked
+        only before the first fetch. Asking it every time cost each node a
+        request per replica twice a second, on the broker's cores too.
+        """
+        tp = TopicPartition(topic, partition)
+        _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+        if high < 0:
+            _low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
         return high
 
     def close(self) -> None:
