@@ -76,6 +76,19 @@ def test_lookups_counts_throughput_latency_and_missing_keys():
     assert result["cpu_us_per_request"] > 0 and result["floor_cpu_us_per_request"] > 0
 
 
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed: `make deps`")
+def test_lookups_in_random_mode_measure_forwarding_against_local_lookups():
+    cfg = LookupsConfig(nodes=2, keys=300, connections=4, duration_s=2, mode="random", warmup_s=0)
+    result = run_lookups(cfg)
+    assert_figures(result, [
+        "throughput_rps", "local_rps", "vs_local", "local_cpu_us_per_request",
+        "forwarded_cost_vs_local", "errors",
+    ])  # fmt: skip
+    assert result["wrk_threads"] == 2 and result["errors"] == 0
+    assert result["throughput_rps"] > 0 and result["local_rps"] > 0 and result["vs_local"] > 0
+    assert result["forwarded_cost_vs_local"] > 0
+
+
 def test_restore_times_a_fresh_start_and_a_restart():
     result = run_restore(RestoreConfig(keys=2_000))
     assert_figures(result, [

@@ -75,3 +75,15 @@ def test_cpu_seconds_grows_with_work_and_is_none_for_unknown_pids():
     after = cpu_seconds([os.getpid()])
     assert before is not None and after is not None and after > before
     assert cpu_seconds([None]) is None
+
+
+def test_forwarded_cost_is_solved_from_the_mix():
+    from kiq.bench.lookups import _forwarding_figures
+
+    # 3 nodes: 1/3 local at 40 us, 2/3 forwarded at 100 us -> 80 us a request on average.
+    got = _forwarding_figures({"rps": 20_000.0, "cpu_us": 40.0}, 8_000.0, 80.0, 3)
+    assert got == {
+        "local_rps": 20_000.0, "vs_local": 0.4, "local_cpu_us_per_request": 40.0,
+        "forwarded_cost_vs_local": 2.5,
+    }  # fmt: skip
+    assert _forwarding_figures({}, 8_000.0, 80.0, 3) == {}

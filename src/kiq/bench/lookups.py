@@ -10,7 +10,10 @@ floor process per node wrk targeted. Modes:
   is active for: no forwarding, the best case.
 - ``random``: any key, one wrk run with a thread per node (thread ``i`` holds
   its share of the connections to node ``i``), so about two thirds of the
-  requests on three nodes are forwarded to the owner.
+  requests on three nodes are forwarded to the owner. Before it, on the same
+  cluster, the ``local`` run against n1 alone: ``vs_local`` compares the two
+  throughputs, and ``forwarded_cost_vs_local`` solves the CPU per request of
+  both runs for what one forwarded lookup costs, in local lookups.
 - ``redirect``: as ``random`` with ``?redirect=true``: a node that does not own
   the key answers 307 to the owner (counted in ``redirects``, not an error;
   wrk does not follow it). The floor ignores the parameter and answers 200.
@@ -29,6 +32,7 @@ from kiq.bench.stats import cpu_seconds
 from kiq.bench.wrk import WrkResult, run_wrk, write_script, wrk_executable
 from kiq.errors import ConfigError
 from kiq.partitioning import partition_for
+from kiq.runtime import LocalNode
 
 MODES = ("local", "random", "redirect")
 TOPIC = "bench-quotes"
@@ -59,14 +63,17 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
         wait_settled(nodes)
         wait_applied(nodes, TABLE, last)
         drawn = keys + [key_of(i) for i in range(cfg.keys, cfg.keys + cfg.missing_keys)]
+        owners = actives(nodes[0], TABLE)
+        n1_keys = [k for k in drawn if owners.get(partition_for(k, PARTITIONS)) == "n1"]
         targets = nodes
         if cfg.mode == "local":
-            targets = nodes[:1]
-            owners = actives(nodes[0], TABLE)
-            drawn = [k for k in drawn if owners.get(partition_for(k, PARTITIONS)) == "n1"]
+            targets, drawn = nodes[:1], n1_keys
         suffix = "?redirect=true" if cfg.mode == "redirect" else ""
         paths = [f"/v1/tables/{TABLE}/keys/{k}{suffix}" for k in drawn]
         pids = [n.proc.pid if n.proc else None for n in nodes]
+        local: dict[str, object] = {}
+        if cfg.mode == "random" and cfg.nodes > 1:
+            local = _local_baseline(stack.root, n1_keys, nodes, pids, cfg)
         kiq, kiq_cpu = _measure(stack.root / "wrk-kiq", paths, [n.port for n in targets], pids, cfg)
         for node in nodes:
             node.stop()
@@ -109,6 +116,7 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
         "floor_errors": floor_run.errors,
         "cpu_us_per_request": _per_request(kiq_cpu, kiq.requests),
         "floor_cpu_us_per_request": _per_request(floor_cpu, floor_run.requests),
+        **_forwarding_figures(local, kiq.rps, _per_request(kiq_cpu, kiq.requests), cfg.nodes),
     }
 
 
@@ -125,6 +133,44 @@ def _measure(
     result = run_wrk(script, targets, cfg.connections, cfg.duration_s)
     after = cpu_seconds(pids)
     return result, None if before is None or after is None else after - before
+
+
+def _local_baseline(
+    root: Path,
+    n1_keys: list[str],
+    nodes: list[LocalNode],
+    pids: list[int | None],
+    cfg: LookupsConfig,
+) -> dict[str, object]:
+    """The same cluster, wrk on n1 with keys n1 owns: what forwarding is measured against."""
+    paths = [f"/v1/tables/{TABLE}/keys/{k}" for k in n1_keys]
+    run, cpu = _measure(root / "wrk-local", paths, [nodes[0].port], pids, cfg)
+    return {"rps": run.rps, "cpu_us": _per_request(cpu, run.requests)}
+
+
+def _forwarding_figures(
+    local: dict[str, object], rps: float, cpu_us: float | None, nodes: int
+) -> dict[str, object]:
+    """Random mode against local lookups on the same cluster, in the same run.
+
+    With ``nodes`` nodes and keys drawn evenly, a share ``f = 1 - 1/nodes`` of
+    the requests is forwarded, so the CPU of all nodes per request is
+    ``(1 - f) * local + f * forwarded``: solved here for a forwarded lookup's
+    cost, in multiples of a local one.
+    """
+    if not local:
+        return {}
+    local_rps, local_cpu = float(local["rps"]), local["cpu_us"]  # type: ignore[arg-type]
+    out: dict[str, object] = {
+        "local_rps": round(local_rps, 1),
+        "vs_local": round(rps / local_rps, 3) if local_rps else 0.0,
+        "local_cpu_us_per_request": local_cpu,
+    }
+    if isinstance(local_cpu, float) and cpu_us is not None and local_cpu > 0:
+        share = 1 - 1 / nodes
+        forwarded = (cpu_us - (1 - share) * local_cpu) / share
+        out["forwarded_cost_vs_local"] = round(forwarded / local_cpu, 2)
+    return out
 
 
 def _per_request(cpu_s: float | None, requests: int) -> float | None:
