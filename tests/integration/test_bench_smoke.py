@@ -116,6 +116,9 @@ def test_failover_counts_requests_and_times_the_recovery():
     assert result["stale_answers"] > 0 and result["stale_at_end"] is False
     assert 0 < result["seconds_until_not_stale"] < 7
     assert 0 <= result["failed_requests"] < result["requests"]
+    assert result["failed_requests"] == (
+        result["failed_in_flight_to_victim"] + result["failed_via_survivors"]
+    )
 
 
 @pytest.mark.spark

@@ -3,7 +3,9 @@
 The reader (:class:`kiq.bench.reader.ReaderLoad`) sends ``rate`` GETs a second
 for random keys, spread over the nodes alive at that moment, as a load balancer
 would: the killed node leaves the rotation the instant it dies, and requests in
-flight to it then fail and are counted (``failed_requests``). Figures, from the kill:
+flight to it then fail and are counted (``failed_requests``; of those,
+``failed_via_survivors`` went through a node that stayed up, the figure that
+judges kiq). Figures, from the kill:
 
 - ``seconds_until_all_answered``: for each partition the victim was active for,
   the time until the first successful answer to a request sent after the kill;
@@ -63,6 +65,8 @@ def run_failover(cfg: FailoverConfig) -> dict[str, object]:
             time.sleep(cfg.after_s)
         stats = load.stats
     answered, unanswered = _recovery(stats, killed_at, lost, cfg.after_s)
+    victim_prefix = victim.url + "/"
+    to_victim = [f for f in stats.failures if f[1].startswith(victim_prefix) and f[0] < killed_at]
     after = [(sent, done, stale) for sent, done, _, stale in stats.answered if sent >= killed_at]
     stale_after = [done for _, done, stale in after if stale]
     return {
@@ -71,6 +75,10 @@ def run_failover(cfg: FailoverConfig) -> dict[str, object]:
         "rate": cfg.rate,
         "requests": stats.sent,
         "failed_requests": len(stats.failures),
+        # Sent to the victim before the kill: no server can answer those (a client
+        # retry would). Everything else went through a surviving node: kiq's to answer.
+        "failed_in_flight_to_victim": len(to_victim),
+        "failed_via_survivors": len(stats.failures) - len(to_victim),
         "rate_achieved": round(stats.sent / (cfg.before_s + cfg.after_s), 1),
         "victim_partitions": len(lost),
         "seconds_until_all_answered": round(answered, 3),
