@@ -66,7 +66,7 @@ def run_failover(cfg: FailoverConfig) -> dict[str, object]:
         stats = load.stats
     answered, unanswered = _recovery(stats, killed_at, lost, cfg.after_s)
     victim_prefix = victim.url + "/"
-    to_victim = [f for f in stats.failures if f[1].startswith(victim_prefix) and f[0] < killed_at]
+    to_victim = [f for f in stats.failures if f[1].startswith(victim_prefix)]
     after = [(sent, done, stale) for sent, done, _, stale in stats.answered if sent >= killed_at]
     stale_after = [done for _, done, stale in after if stale]
     return {
@@ -75,8 +75,9 @@ def run_failover(cfg: FailoverConfig) -> dict[str, object]:
         "rate": cfg.rate,
         "requests": stats.sent,
         "failed_requests": len(stats.failures),
-        # Sent to the victim before the kill: no server can answer those (a client
-        # retry would). Everything else went through a surviving node: kiq's to answer.
+        # Sent to the victim as it died (picked from the rotation before it left):
+        # no server can answer those, a client retry would. The rest went through
+        # a surviving node: kiq's to answer.
         "failed_in_flight_to_victim": len(to_victim),
         "failed_via_survivors": len(stats.failures) - len(to_victim),
         "rate_achieved": round(stats.sent / (cfg.before_s + cfg.after_s), 1),
