@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -48,6 +49,40 @@ def ensure_topics(bootstrap: str, topics: PipelineTopics) -> int:
     return partitions
 
 
+class ProgressLog:
+    """Every ``every_s``, one log line per query with its batch durations since the last line.
+
+    Batch time is where freshness goes; the log is how to see it without Spark's UI.
+    """
+
+    def __init__(self, queries: list, every_s: float = 15.0) -> None:
+        self.queries = queries
+        self.every_s = every_s
+        self.next_at = time.monotonic() + every_s
+        self.seen: dict[str, int] = {}
+
+    def maybe_log(self) -> None:
+        if time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.every_s
+        for q in self.queries:
+            try:
+                recent = q.recentProgress
+            except Exception:  # a stopping query must not stop the runner
+                continue
+            last = self.seen.get(q.name, -1)
+            new = [p for p in recent if p.batchId > last]
+            if not new:
+                continue
+            self.seen[q.name] = new[-1].batchId
+            took = sorted(p.durationMs.get("triggerExecution", 0) for p in new)
+            rows = sum(p.numInputRows for p in new)
+            log.info(
+                "progress query=%s batches=%d rows=%d batch_ms_p50=%d batch_ms_max=%d last=%s",
+                q.name, len(new), rows, took[len(took) // 2], took[-1], new[-1].durationMs,
+            )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Pipeline:
     name: str
@@ -79,11 +114,16 @@ def run_pipelines(
             signal.signal(sig, lambda *_: stop.set())
     queries = []
     for p in pipelines:
-        mine = replace(opts, checkpoint_root=f"{opts.checkpoint_root}/{p.name}")
+        mine = replace(
+            opts,
+            checkpoint_root=f"{opts.checkpoint_root}/{p.name}",
+            input_tasks=opts.input_tasks or spark_settings.input_tasks_per_batch,
+        )
         queries.extend(p.start(spark, mine))
     for q in queries:
         log.info("query started pipeline=%s query=%s id=%s", name, q.name, q.id)
     failed = None
+    progress = ProgressLog(queries)
     try:
         while not stop.wait(1.0):
             for q in queries:
@@ -92,6 +132,7 @@ def run_pipelines(
                     break
             if failed is not None:
                 break
+            progress.maybe_log()
     finally:
         for q in queries:
             if q.isActive:

@@ -1,0 +1,20 @@
+"""Pipeline options that decide how much fixed work each micro-batch costs."""
+
+from __future__ import annotations
+
+from kiq.pipelines.kafka_io import StreamOptions
+from kiq.settings import SparkSettings
+
+
+def test_one_input_task_per_batch_on_a_local_master_only():
+    assert SparkSettings(master="local[2]").input_tasks_per_batch == 1
+    assert SparkSettings(master="spark://h:7077").input_tasks_per_batch is None
+    assert SparkSettings(master="local[2]", input_tasks=4).input_tasks_per_batch == 4
+    assert SparkSettings(master="spark://h:7077", input_tasks=8).input_tasks_per_batch == 8
+
+
+def test_reads_never_wait_on_the_brokers_fetch_timeout_and_dead_letters_batch_slowly():
+    opts = StreamOptions(bootstrap="b:9092", checkpoint_root="/tmp/cp")
+    assert opts.fetch_max_wait_ms == 0
+    assert opts.input_tasks is None
+    assert opts.side_interval != opts.interval
