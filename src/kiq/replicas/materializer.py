@@ -174,9 +174,8 @@ class Materializer:
 
     def _apply(self, fetched: Fetched) -> None:
         for (topic, partition), messages in fetched.records.items():
-            runtime = self._by_topic.get(topic)
-            replica = None if runtime is None else self.replicas.get((runtime.spec.name, partition))
-            if replica is None:
+            runtime, replica = self._replica_of(topic, partition)
+            if runtime is None or replica is None:
                 continue
             last = messages[-1].offset()
             if last < replica.position:  # already applied (a re-assign can re-deliver)
@@ -188,8 +187,7 @@ class Materializer:
             replica.end_offset = max(replica.end_offset, replica.position)
             self._metrics.records_applied.labels(runtime.spec.name).inc(len(batch))
         for (topic, partition), end in fetched.ends.items():
-            runtime = self._by_topic.get(topic)
-            replica = None if runtime is None else self.replicas.get((runtime.spec.name, partition))
+            _, replica = self._replica_of(topic, partition)
             if replica is None:
                 continue
             if end > replica.position:  # skipped offsets (compaction, control records)
@@ -197,6 +195,12 @@ class Materializer:
                 replica.position = end
             replica.end_offset = max(end, replica.position)
             self._caught_up(replica)
+
+    def _replica_of(self, topic: str, partition: int) -> tuple[TableRuntime | None, Replica | None]:
+        runtime = self._by_topic.get(topic)
+        if runtime is None:
+            return None, None
+        return runtime, self.replicas.get((runtime.spec.name, partition))
 
     def _decode(
         self, runtime: TableRuntime, messages: list[Message], from_offset: int

@@ -30,7 +30,7 @@ class Forwarder:
         self._node_id = node_id
         self._timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000, connect=0.5)
         self._session: aiohttp.ClientSession | None = None
-        self._peers = PeerClient(node_id, connect_timeout_s=0.5)
+        self._peers = PeerClient(connect_timeout_s=0.5)
         self._forwarded_headers = {FORWARDED: node_id}
 
     async def start(self) -> None:

@@ -129,8 +129,7 @@ def _parse_head(head: bytes) -> tuple[int, int, bool]:
 class PeerClient:
     """POSTs to other nodes over pooled keep-alive connections."""
 
-    def __init__(self, node_id: str, connect_timeout_s: float = 0.5) -> None:
-        self._node_id = node_id
+    def __init__(self, connect_timeout_s: float = 0.5) -> None:
         self._connect_timeout_s = connect_timeout_s
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._addresses: dict[str, tuple[str, int]] = {}

@@ -19,7 +19,7 @@ def run_against(handler: Handler, scenario: Callable[[str, PeerClient], Awaitabl
     async def main() -> None:
         server = await asyncio.start_server(handler, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        client = PeerClient("n9")
+        client = PeerClient()
         try:
             await scenario(f"http://127.0.0.1:{port}", client)
         finally:
