@@ -103,7 +103,7 @@ def test_replay_of_csv_and_jsonl_keeps_file_order(bootstrap, make_topic, tmp_pat
 
 
 def test_replay_at_a_rate(bootstrap, make_topic, tmp_path: Path):
-    ticks = list(TickSimulator(10, ["IEX"], seed=1, start_ms=0).ticks(400))
+    ticks = list(TickSimulator(10, ["IEX"], seed=1, start_ms=1_795_300_000_000).ticks(400))
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(t) for t in ticks))
     topic = make_topic("replay-rate", partitions=3)
@@ -140,7 +140,7 @@ def test_cli_feed_stocks_creates_the_topic_and_prints_a_summary(bootstrap):
 
 
 def test_cli_feed_replay_reports_bad_lines_and_strict_stops(bootstrap, make_topic, tmp_path):
-    ticks = list(TickSimulator(5, ["NYSE"], seed=3, start_ms=0).ticks(20))
+    ticks = list(TickSimulator(5, ["NYSE"], seed=3, start_ms=1_795_300_000_000).ticks(20))
     lines = [orjson.dumps(t).decode() for t in ticks]
     lines.insert(2, '{"symbol": "AAPL"}')
     path = tmp_path / "t.jsonl"

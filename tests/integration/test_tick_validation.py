@@ -28,6 +28,8 @@ CASES = [
     ("AAPL", tick(bid="cheap"), "not JSON, or a field of the wrong type"),
     ("AAPL", tick(ask=...), "missing or malformed field ask"),
     ("AAPL", tick(ts=...), "missing or malformed field ts"),
+    ("AAPL", tick(ts=0), "ts outside 2000-2049"),
+    ("AAPL", tick(ts=2_524_608_000_000), "ts outside 2000-2049"),
     ("MSFT", tick(), "key is not the symbol"),
     (None, tick(), "key is not the symbol"),
     ("aapl", tick(symbol="aapl"), "symbol not [A-Z0-9.-]{1,12}"),

@@ -63,6 +63,11 @@ def test_word_counts_are_exact(bootstrap: str, tmp_path: Path):
         assert never.status_code == 404
         bad = httpx.post(f"{urls[2]}/v1/words", json={"nope": 1}, timeout=10)
         assert bad.status_code == 400
+        # A graceful stop: the driver stops its queries and Spark, and says so.
+        pipeline.stop()
+        log = (tmp_path / "pipeline.log").read_text()
+        assert "pipeline stopped name=wordcount" in log
+        assert "Traceback" not in log, log[log.find("Traceback") :][:2000]
     finally:
         pipeline.stop()
         cluster.shutdown()

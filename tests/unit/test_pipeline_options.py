@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kiq.pipelines.kafka_io import StreamOptions
+from kiq.pipelines.runner import stale_state_hint
 from kiq.settings import SparkSettings
 
 
@@ -18,3 +19,10 @@ def test_reads_never_wait_on_the_brokers_fetch_timeout_and_dead_letters_batch_sl
     assert opts.fetch_max_wait_ms == 0
     assert opts.input_tasks is None
     assert opts.side_interval != opts.interval
+
+
+def test_a_checkpoint_from_another_version_of_the_query_says_what_to_do():
+    error = "[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] The provided value schema does not match"
+    hint = stale_state_hint(error, "/var/kiq/checkpoints")
+    assert "/var/kiq/checkpoints" in hint and "delete" in hint
+    assert stale_state_hint("[KAFKA] broker went away", "/var/kiq/checkpoints") == ""

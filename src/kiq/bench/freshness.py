@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from kiq.bench.probes import Prober
+from kiq.bench.probes import FEED_LINGER_MS, Prober
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import percentile
 from kiq.feeds import TickProducer, TickSimulator, pace
@@ -39,7 +39,7 @@ def run_freshness(cfg: FreshnessConfig) -> dict[str, object]:
         node = stack.add_node("f1", stack.stock_tables())
         node.wait_ready(120)
         stop = threading.Event()
-        feed = TickProducer(stack.bootstrap, StockTopics().ticks)
+        feed = TickProducer(stack.bootstrap, StockTopics().ticks, linger_ms=FEED_LINGER_MS)
         sim = TickSimulator(cfg.symbols, list(DEFAULT_EXCHANGES), seed=7)
         fed = {}
 

@@ -6,7 +6,9 @@ Key: the symbol as UTF-8. Value: a JSON object with exactly :data:`FIELDS`::
      "bid": 189.12, "ask": 189.14, "bid_size": 300, "ask_size": 200,
      "last": 189.13, "last_size": 100}
 
-``ts`` is epoch milliseconds. ``last`` and ``last_size`` are both null when the
+``ts`` is epoch milliseconds from 2000 up to 2050 (:data:`TS_RANGE_MS`; the
+pipeline packs a tick's time and offset into one 64-bit order, see
+``kiq.pipelines.stocks``). ``last`` and ``last_size`` are both null when the
 tick carries no trade. Prices are positive numbers, sizes positive integers, and
 ``bid <= ask``. :func:`validate` is the one place these rules are written.
 """
@@ -24,6 +26,9 @@ FIELDS = ("symbol", "exchange", "ts", "bid", "ask", "bid_size", "ask_size", "las
 PRICE_FIELDS = ("bid", "ask", "last")
 SIZE_FIELDS = ("bid_size", "ask_size", "last_size")
 TRADE_FIELDS = ("last", "last_size")
+
+# [2000-01-01, 2050-01-01) UTC in epoch milliseconds.
+TS_RANGE_MS = (946_684_800_000, 2_524_608_000_000)
 
 SYMBOL_RE = re.compile(r"[A-Z0-9.-]{1,12}")
 EXCHANGE_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,15}")
@@ -62,8 +67,10 @@ def validate(tick: Mapping[str, Any]) -> Tick:
         raise InvalidTick(f"symbol must match {SYMBOL_RE.pattern}, got {symbol!r}")
     if not isinstance(exchange, str) or not EXCHANGE_RE.fullmatch(exchange):
         raise InvalidTick(f"exchange must match {EXCHANGE_RE.pattern}, got {exchange!r}")
-    if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
-        raise InvalidTick(f"ts must be epoch milliseconds (an integer >= 0), got {ts!r}")
+    if isinstance(ts, bool) or not isinstance(ts, int):
+        raise InvalidTick(f"ts must be epoch milliseconds (an integer), got {ts!r}")
+    if not TS_RANGE_MS[0] <= ts < TS_RANGE_MS[1]:
+        raise InvalidTick(f"ts must fall in 2000-2049 (epoch milliseconds), got {ts!r}")
     bid, ask = _price("bid", tick["bid"]), _price("ask", tick["ask"])
     if bid > ask:
         raise InvalidTick(f"bid {bid} is above ask {ask}")

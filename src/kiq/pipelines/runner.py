@@ -113,13 +113,16 @@ def run_pipelines(
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
     queries = []
+    checkpoints = {}  # query name -> its pipeline's checkpoint root
     for p in pipelines:
         mine = replace(
             opts,
             checkpoint_root=f"{opts.checkpoint_root}/{p.name}",
             input_tasks=opts.input_tasks or spark_settings.input_tasks_per_batch,
         )
-        queries.extend(p.start(spark, mine))
+        started = p.start(spark, mine)
+        checkpoints.update(dict.fromkeys((q.name for q in started), mine.checkpoint_root))
+        queries.extend(started)
     for q in queries:
         log.info("query started pipeline=%s query=%s id=%s", name, q.name, q.id)
     failed = None
@@ -134,11 +137,47 @@ def run_pipelines(
                 break
             progress.maybe_log()
     finally:
+        error = _stop(queries, spark, failed)
+        log.info("pipeline stopped name=%s", name)
+    if failed is not None:
+        hint = stale_state_hint(str(error), checkpoints[failed.name])
+        raise KiqError(f"query {failed.name} of pipeline {name} stopped: {error}{hint}")
+
+
+# Spark's error conditions for a checkpoint whose state another version of a query wrote.
+_STALE_STATE = (
+    "SCHEMA_NOT_COMPATIBLE",
+    "StateSchemaNotCompatible",
+    "STATEFUL_OPERATOR_NOT_MATCH",
+)
+
+
+def stale_state_hint(error: str, checkpoint_root: str) -> str:
+    """What to do when an upgrade changed a query's state: its checkpoint cannot be reused."""
+    if not any(marker in error for marker in _STALE_STATE):
+        return ""
+    return (
+        f"\n(the checkpoint {checkpoint_root} holds state that another version of this pipeline "
+        "wrote: stop the pipeline, delete that directory and start again; the tables are "
+        "derived again from the input topic, read from its start)"
+    )
+
+
+def _stop(queries: list, spark: object, failed: object | None) -> object | None:
+    """Stop the queries and the session; returns the failed query's exception, if any.
+
+    A signal sent to the whole process group (Ctrl-C in a terminal) reaches the
+    JVM too, whose shutdown hook stops the SparkContext under our feet: then each
+    call here raises, and there is nothing left to stop but a line to log.
+    """
+    error = None
+    try:
         for q in queries:
             if q.isActive:
                 q.stop()
         error = failed.exception() if failed is not None else None
         spark.stop()
-        log.info("pipeline stopped name=%s", name)
-    if failed is not None:
-        raise KiqError(f"query {failed.name} of pipeline {name} stopped: {error}")
+    except Exception as exc:  # py4j errors from a JVM that is already shutting down
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log.info("spark already stopping on its own (the signal reached the JVM): %s", first)
+    return error

@@ -1,16 +1,18 @@
 """The stock-tick input contract, parsed and checked in Spark SQL.
 
 A tick is valid when it is JSON with every field, its key is its symbol, the
-symbol matches ``[A-Z0-9.-]{1,12}``, prices and sizes are positive, bid <= ask,
-``last``/``last_size`` are both set or both null, and the exchange is one the
-pipeline knows. Anything else goes to the dead-letter topic with the first
-reason that applies.
+symbol matches ``[A-Z0-9.-]{1,12}``, ``ts`` falls in 2000-2049, prices and
+sizes are positive, bid <= ask, ``last``/``last_size`` are both set or both
+null, and the exchange is one the pipeline knows. Anything else goes to the
+dead-letter topic with the first reason that applies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from kiq.feeds.ticks import TS_RANGE_MS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -35,6 +37,7 @@ def _reason_sql(exchanges: Sequence[str]) -> str:
       WHEN value IS NULL THEN 'no value'
       WHEN t._corrupt IS NOT NULL THEN 'not JSON, or a field of the wrong type'
       {missing}
+      WHEN t.ts < {TS_RANGE_MS[0]} OR t.ts >= {TS_RANGE_MS[1]} THEN 'ts outside 2000-2049'
       WHEN key IS NULL OR CAST(key AS STRING) != t.symbol THEN 'key is not the symbol'
       WHEN NOT regexp_like(t.symbol, '{SYMBOL_PATTERN}') THEN 'symbol not [A-Z0-9.-]{{1,12}}'
       WHEN t.exchange NOT IN ({known}) THEN concat('unknown exchange ', t.exchange)

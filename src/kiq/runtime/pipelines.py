@@ -58,7 +58,9 @@ class LocalPipeline:
     def stop(self, timeout_s: float = 60.0) -> None:
         if self.proc is None or not self.running:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        # The driver alone: it stops its queries and then the JVM. A SIGTERM to the
+        # group would start the JVM's own shutdown under the driver's feet.
+        self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:

@@ -112,7 +112,7 @@ def test_strict_stops_at_the_first_bad_line(tmp_path):
 
 
 def test_strict_csv(tmp_path):
-    text = HEADER + "AAPL,NASDAQ,1,2,1,100,100,,\n"
+    text = HEADER + "AAPL,NASDAQ,1795300000123,2,1,100,100,,\n"
     with pytest.raises(ReplayError, match=r"t\.csv:2: bid 2\.0 is above ask 1\.0"):
         list(TickFile(write(tmp_path / "t.csv", text), strict=True))
 
