@@ -22,14 +22,11 @@ def tick(exchange: str, ts: int, bid: float, ask: float, size: int = 100, last=N
 
 
 def test_three_tables_from_one_scan(spark):
-    day = {"symbol": "AAPL", "date": "2026-11-21", "open": 1.0, "high": 2.0, "low": 0.5,
-           "volume": 10, "vwap": 1.5, "trades": 3}  # fmt: skip
     rows = [
         (b"AAPL", tick("NYSE", MIDNIGHT + 1000, 10.0, 10.2, last=10.1), T.ticks, 3, 1),
         (b"AAPL", tick("IEX", MIDNIGHT + 2000, 10.0, 10.2, size=300), T.ticks, 3, 2),
         (b"AAPL", tick("ARCA", MIDNIGHT - 1000, 9.0, 9.5, last=9.2), T.ticks, 3, 3),
         (b"AAPL", b"not json", T.ticks, 3, 4),
-        (b"AAPL|2026-11-21", json.dumps(day).encode(), T.day_stats, 3, 0),
     ]
     raw = spark.createDataFrame(
         rows, "key binary, value binary, topic string, partition int, offset long"
@@ -51,7 +48,8 @@ def test_three_tables_from_one_scan(spark):
     assert quote["best_ask"] == {"price": 9.5, "size": 100, "exchange": "ARCA"}
     assert sorted(quote["exchanges"]) == ["ARCA", "IEX", "NYSE"]
     assert quote["last"] == {"price": 10.1, "size": 5, "exchange": "NYSE", "ts": MIDNIGHT + 1000}
-    assert quote["day"]["date"] == "2026-11-21" and quote["updated_at"] == MIDNIGHT + 2000
+    assert quote["updated_at"] == MIDNIGHT + 2000
+    assert "day" not in quote, "the API adds the day's statistics at lookup"
     today = out[(T.day_stats, "AAPL|2026-11-22")][1]
     assert (today["open"], today["trades"], today["vwap"]) == (10.1, 1, 10.1)
     assert out[(T.bars, "AAPL|2026-11-21T23:59")][1]["start"] == "2026-11-21T23:59:00Z"

@@ -6,14 +6,16 @@ go through the batcher, which sends those of one loop tick together as one
 POST /v1/internal/lookups (``internal`` answers it); the receiver answers every
 item from its own replica or refuses it with 421, never forwarding it again (as
 for a GET carrying X-Kiq-Forwarded). Local and forwarded answers become a
-response in one place, ``_answer``, so both carry the same headers.
+response in one place, ``_answer``, so both carry the same headers. An API may
+pass ``enrich`` to add to a found value what another table holds (the stock
+quote's day statistics); plain table lookups pass none.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from kiq.api.asgi import JSON, Send, header, query, respond
@@ -32,6 +34,9 @@ MAX_WAIT_MS = 60_000
 _NOT_HERE = LookupResult(421, reason="no usable replica of this partition here")
 _NO_TABLE = LookupResult(421, reason="no such table here")
 
+# A found value → the value to answer with (an API adding what another table holds).
+Enrich = Callable[[bytes], Awaitable[bytes]]
+
 
 class Lookups:
     def __init__(self, node: Node, router: Router, forwarder: Forwarder) -> None:
@@ -45,19 +50,22 @@ class Lookups:
         self._forward_ok = m.forwards.labels("ok")
         self._forward_failed = m.forwards.labels("failed")
 
-    async def get(self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes) -> None:
+    async def get(
+        self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes,
+        enrich: Enrich | None = None,
+    ) -> None:  # fmt: skip
         started = time.perf_counter()
-        status = await self._get_owned(scope, send, table, raw_key)
+        status = await self._get_owned(scope, send, table, raw_key, enrich)
         if status == 0:
             try:
-                status = await self._get(scope, send, table, raw_key)
+                status = await self._get(scope, send, table, raw_key, enrich)
             except ApiError as exc:
                 status = exc.status
                 await respond(send, status, exc.body())
         self._stats.record(status, time.perf_counter() - started)
 
     async def _get_owned(
-        self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes
+        self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes, enrich: Enrich | None
     ) -> int:
         """The common case in one frame: a plain key, no parameters, an active local replica.
 
@@ -81,6 +89,8 @@ class Lookups:
         if found is None:
             return 0  # a 404 builds an error body: the general way
         value, offset = found
+        if enrich is not None:
+            value = await enrich(value)
         lag = replica.end_offset - replica.position
         await send({
             "type": "http.response.start",
@@ -96,7 +106,9 @@ class Lookups:
         await send({"type": "http.response.body", "body": value})
         return 200
 
-    async def _get(self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes) -> int:
+    async def _get(
+        self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes, enrich: Enrich | None
+    ) -> int:
         runtime = self.node.tables.get(table)
         if runtime is None:
             raise UnknownTable(f"no table named {table!r}", table=table)
@@ -105,7 +117,7 @@ class Lookups:
         local = self.node.replica(table, partition)
         params = query(scope)
         if not params and local is not None and local.state is ReplicaState.ACTIVE:
-            return await self._serve(send, runtime, local, key, params)  # the common case
+            return await self._serve(send, runtime, local, key, params, enrich)  # the common case
         max_lag = int_param(params, "max_lag") if params else None
 
         if header(scope, FORWARDED.encode()) is not None:
@@ -113,7 +125,7 @@ class Lookups:
                 raise NotHere(
                     f"{self.node.node_id} holds no usable replica of {table}[{partition}]"
                 )
-            return await self._serve(send, runtime, local, key, params)
+            return await self._serve(send, runtime, local, key, params, enrich)
 
         targets = self.router.targets(self.node.view, table, partition, local, max_lag)
         if params and bool_param(params, "redirect") and targets and targets[0] != LOCAL:
@@ -131,12 +143,12 @@ class Lookups:
         for target in targets:
             if target == LOCAL:
                 assert local is not None
-                return await self._serve(send, runtime, local, key, params)
+                return await self._serve(send, runtime, local, key, params, enrich)
             result = await self.batcher.get(target, table, key, max_lag, min_offset, wait_ms, auth)
             status = result.status
             if status == 200 or status == 404:
                 self._forward_ok.inc()
-                return await _answer(send, runtime, key, result)
+                return await _answer(send, runtime, key, result, enrich)
             if status == FAILED:
                 self._forward_failed.inc()
                 last_error = result.reason
@@ -149,14 +161,14 @@ class Lookups:
 
     async def _serve(
         self, send: Send, runtime: TableRuntime, replica: Replica, key: bytes,
-        params: dict[str, str],
+        params: dict[str, str], enrich: Enrich | None = None,
     ) -> int:  # fmt: skip
         if params:
             min_offset = int_param(params, "min_offset")
             if min_offset is not None and replica.applied_offset < min_offset:
                 wait_ms = int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0
                 await _wait_for(replica, min_offset, wait_ms / 1000)
-        return await _answer(send, runtime, key, self._result(replica, key))
+        return await _answer(send, runtime, key, self._result(replica, key), enrich)
 
     def _result(self, replica: Replica, key: bytes) -> LookupResult:
         """What the local replica holds for ``key``, as a local or forwarded answer needs it."""
@@ -227,7 +239,10 @@ def _digits(n: int) -> bytes:
     return _DIGITS[n] if n < 1024 else str(n).encode()
 
 
-async def _answer(send: Send, runtime: TableRuntime, key: bytes, result: LookupResult) -> int:
+async def _answer(
+    send: Send, runtime: TableRuntime, key: bytes, result: LookupResult,
+    enrich: Enrich | None = None,
+) -> int:  # fmt: skip
     """The response for a found (200) or missing (404) key, wherever it was looked up."""
     headers = [
         JSON,
@@ -246,7 +261,8 @@ async def _answer(send: Send, runtime: TableRuntime, key: bytes, result: LookupR
     headers.append((b"x-kiq-offset", str(result.offset).encode()))
     if runtime.spec.format == "raw":
         headers[0] = OCTETS
-    await respond(send, 200, result.value, headers)
+    value = result.value if enrich is None else await enrich(result.value)
+    await respond(send, 200, value, headers)
     return 200
 
 

@@ -31,7 +31,7 @@ from kiq.pipelines.stocks import DEFAULT_EXCHANGES, StockTopics
 class IngestConfig:
     rates: tuple[float, ...] = (5_000, 10_000, 20_000, 40_000)
     step_s: float = 15
-    warmup_s: float = 5  # at the first rate before the first step, at least
+    warmup_s: float = 20  # at the first rate before the first step, at least (as freshness)
     settle_max_s: float = 30  # at most, waiting for a probe under max_p99_ms
     max_p99_ms: float = 2_000
     trigger: str = "microbatch"

@@ -101,6 +101,7 @@ def ingest(
         str, typer.Option(help="tick rates to try in turn, ticks/s")
     ] = "5000,10000,20000,40000",
     max_p99_ms: Annotated[float, typer.Option(help="freshness p99 a rate must stay under")] = 2000,
+    warmup: Annotated[float, typer.Option(help="seconds at the first rate before measuring")] = 20,
     trigger: Annotated[str, typer.Option(help="microbatch or realtime")] = "microbatch",
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
@@ -108,7 +109,9 @@ def ingest(
     from kiq.bench.ingest import IngestConfig, run_ingest
 
     steps = run_or_exit(lambda: _rates(rates))
-    cfg = IngestConfig(rates=steps, step_s=duration, max_p99_ms=max_p99_ms, trigger=trigger)
+    cfg = IngestConfig(
+        rates=steps, step_s=duration, max_p99_ms=max_p99_ms, warmup_s=warmup, trigger=trigger
+    )
     with console.status(f"measuring ingest at {rates} ticks/s ..."):
         result = run_or_exit(lambda: run_ingest(cfg))
     summary = {k: v for k, v in result.items() if k != "steps"}

@@ -9,16 +9,16 @@ Two streaming queries over the same Kafka input, each with its own checkpoint:
 
   - ``stock-day-stats``: trades grouped by (symbol, UTC date), key ``SYMBOL|YYYY-MM-DD``;
   - ``stock-bars-1m``: trades grouped by (symbol, minute), key ``SYMBOL|YYYY-MM-DDTHH:MM``;
-  - ``stock-quotes``: ticks and day statistics grouped by symbol, key ``SYMBOL``.
+  - ``stock-quotes``: ticks grouped by symbol, key ``SYMBOL``.
 
 Why one query rather than one per table: Spark does not chain aggregations in
 update mode, but one aggregation can hold several kinds of groups. Each trade
 becomes a day row and a bar row beside its quote row, grouped by (symbol, kind,
 bucket). Every query costs a plan, tasks, offset and commit files and a state
 store commit per batch whatever its size; on a small driver those fixed costs,
-not the rows, were the batch time. A quote carries its symbol's latest day
-statistics: the query reads them back from the day-stats topic it writes (a
-quote shows a day's figures one batch after the day row is written).
+not the rows, were the batch time. The served quote's day statistics are added
+when it is looked up (``kiq.api.stocks``): reading them back from the day-stats
+topic here doubled the partitions every batch reads, and the batch time.
 
 Every "latest" is the greatest (ts, offset), packed in one long (see
 ORDER_BASE_MS): the tick with the greatest timestamp wins whatever order ticks
@@ -78,40 +78,35 @@ def start_stock_pipeline(
     realtime = opts.trigger == "realtime"  # only the stateless dead-letter query runs so
     ticks = read_topics(spark, opts, topics.ticks, realtime=realtime)
     parsed = parse_ticks(ticks, topics.exchanges)
-    both = read_topics(spark, opts, topics.ticks, topics.day_stats)
+    tables = stock_tables(read_topics(spark, opts, topics.ticks), topics)
     letters = dead_letters(parsed)
     return [
         write_topic(letters, opts, topics.dead_letters, "ticks-dlq", False, opts.side_interval),
-        write_topic(stock_tables(both, topics), opts, None, "stock-tables", stateful=True),
+        write_topic(tables, opts, None, "stock-tables", stateful=True),
     ]
 
 
-def stock_tables(both: DataFrame, topics: StockTopics) -> DataFrame:
-    """Kafka rows of the tick and day-stats topics → (topic, key, value, partition) of all three
-    tables, in one aggregation grouped by (symbol, partition, kind, bucket)."""
+def stock_tables(ticks: DataFrame, topics: StockTopics) -> DataFrame:
+    """Kafka rows of the tick topic → (topic, key, value, partition) of all three tables, in
+    one aggregation grouped by (symbol, partition, kind, bucket)."""
     from pyspark.sql import functions as F
 
     # One scan of the input: each Kafka row becomes the rows it counts in, by kind. A
     # union of per-kind selections would read and parse every record once per branch.
-    parsed = parse_ticks(both, topics.exchanges)
-    tick = (F.col("topic") == topics.ticks) & F.col("reason").isNull()
-    trade = tick & F.col("t.last").isNotNull()
-    is_day = F.col("topic") == topics.day_stats
-    day = F.from_json(F.col("value").cast("string"), _DAY_TYPE)
+    parsed = parse_ticks(ticks, topics.exchanges)
+    trade = F.col("t.last").isNotNull()
     kinds = F.array(F.lit(QUOTE), F.when(trade, F.lit(DAY)), F.when(trade, F.lit(BAR)))
     exchanges = F.array(*map(F.lit, topics.exchanges))
     rows = (
-        parsed.where(tick | is_day)
+        parsed.where(F.col("reason").isNull())
         .select(
-            F.when(is_day, F.split(F.col("key").cast("string"), r"\|")[0])
-            .otherwise(F.col("t.symbol")).alias("symbol"),
+            F.col("t.symbol").alias("symbol"),
             "partition",
             F.explode(kinds).alias("kind"),
-            F.when(tick, F.col("t.ts")).alias("ts"),
-            F.when(tick, _order("t.ts", "offset")).alias("order"),
-            F.when(tick, F.array_position(exchanges, F.col("t.exchange")).cast("int")).alias("ex"),
-            *(F.when(tick, F.col(f"t.{name}")).alias(name) for name in _TICK_FIELDS),
-            F.when(is_day, day).alias("day"),
+            F.col("t.ts").alias("ts"),
+            _order("t.ts", "offset").alias("order"),
+            F.array_position(exchanges, F.col("t.exchange")).cast("int").alias("ex"),
+            *(F.col(f"t.{name}").alias(name) for name in _TICK_FIELDS),
         )
         .where("kind IS NOT NULL")
     )  # fmt: skip
@@ -159,9 +154,9 @@ def _order_ts(order: Column) -> Column:
 
 
 def _quote_aggregates(exchanges: Sequence[str]) -> list[Column]:
-    """Per symbol: the latest quote of each exchange, the last trade, the latest day's stats.
+    """Per symbol: the latest quote of each exchange, the last trade, the latest tick's time.
 
-    Only quote rows count here: day and bar groups carry nulls but ``updated_at``."""
+    Only quote rows count here: day and bar groups carry nulls."""
     from pyspark.sql import functions as F
 
     quote = F.col("kind") == QUOTE
@@ -178,12 +173,6 @@ def _quote_aggregates(exchanges: Sequence[str]) -> list[Column]:
         F.max_by("ex", traded).alias("trade_ex"),
         F.max(F.when(quote, F.col("ts"))).alias("updated_at"),
     ]
-    # The latest date's statistics: (date, trades) grows with every update of a day.
-    day_order = F.shiftleft(F.unix_date(F.to_date("day.date")).cast("bigint"), 32) + F.col(
-        "day.trades"
-    )
-    out.append(F.max(day_order).alias("o_day"))
-    out.extend(F.max_by(f"day.{name}", day_order).alias(f"day_{name}") for name in _DAY_FIELDS)
     return out
 
 
@@ -210,7 +199,7 @@ def _trade_aggregates() -> list[Column]:
 
 def _unpack(agg: DataFrame, exchanges: Sequence[str]) -> DataFrame:
     """The aggregates back into the shapes the values are written from: per-exchange quotes
-    ``q_E``, the ``trade``, the ``latest_day``, and ``bucket`` as a date or minute string."""
+    ``q_E``, the ``trade``, and ``bucket`` as a date or minute string."""
     from pyspark.sql import functions as F
 
     def latest_quote(e: str) -> Column:
@@ -228,10 +217,6 @@ def _unpack(agg: DataFrame, exchanges: Sequence[str]) -> DataFrame:
     def date(days: Column) -> Column:
         return F.date_format(F.date_from_unix_date(days.cast("int")), "yyyy-MM-dd")
 
-    day = F.struct(
-        date(F.shiftright("o_day", 32)).alias("date"),
-        *(F.col(f"day_{name}").alias(name) for name in _DAY_FIELDS),
-    )
     kind = F.col("kind")
     minute = F.timestamp_millis(F.col("bucket") * MS_PER_MINUTE)
     bucket = (
@@ -243,7 +228,6 @@ def _unpack(agg: DataFrame, exchanges: Sequence[str]) -> DataFrame:
         "symbol", "partition", "kind", bucket.alias("bucket"),
         *(latest_quote(e) for e in exchanges),
         F.when(F.col("o_trade").isNotNull(), trade).alias("trade"),
-        F.when(F.col("o_day").isNotNull(), F.struct(day.alias("day"))).alias("latest_day"),
         "updated_at", "open", "high", "low", "close", "volume", "notional", "trades",
     )  # fmt: skip
 
@@ -267,14 +251,9 @@ def _bar_value() -> Column:
 
 
 _KEEP_NULLS = {"ignoreNullFields": "false"}  # "last": null, not a missing field
-# The tick's fields every row of a tick carries (null on rows read back from day stats).
+# The tick's fields every row of a tick carries.
 _TICK_FIELDS = ("bid", "ask", "bid_size", "ask_size", "last", "last_size")
 _QUOTE_FIELDS = ("bid", "ask", "bid_size", "ask_size")
-_DAY_FIELDS = ("open", "high", "low", "volume", "vwap", "trades")
-_DAY_TYPE = (
-    "STRUCT<symbol: STRING, date: STRING, open: DOUBLE, high: DOUBLE, low: DOUBLE, "
-    "volume: BIGINT, vwap: DOUBLE, trades: BIGINT>"
-)
 
 
 def _best_sql(exchanges: Sequence[str]) -> tuple[str, str]:
@@ -295,8 +274,8 @@ def _best_sql(exchanges: Sequence[str]) -> tuple[str, str]:
 
 
 def _quote_sql(exchanges: Sequence[str]) -> str:
-    """The served quote: per-exchange quotes, best bid and ask (columns ``bb`` and ``ba``,
-    see :func:`_best_sql`), last trade, the day."""
+    """The quote as stored: per-exchange quotes, best bid and ask (columns ``bb`` and ``ba``,
+    see :func:`_best_sql`), last trade; the API adds the day's statistics."""
     entries = ", ".join(
         f"CASE WHEN q_{e} IS NOT NULL THEN struct('{e}', named_struct('bid', q_{e}.bid, "
         f"'ask', q_{e}.ask, 'bid_size', q_{e}.bid_size, 'ask_size', q_{e}.ask_size, "
@@ -310,10 +289,5 @@ def _quote_sql(exchanges: Sequence[str]) -> str:
       'best_ask', named_struct('price', ba.price, 'size', ba.size, 'exchange', ba.exchange),
       'last', CASE WHEN trade IS NULL THEN NULL ELSE named_struct('price', trade.last,
               'size', trade.last_size, 'exchange', trade.exchange, 'ts', trade.ts) END,
-      'day', CASE WHEN latest_day IS NULL THEN NULL ELSE named_struct(
-              'date', latest_day.day.date, 'open', latest_day.day.open,
-              'high', latest_day.day.high, 'low', latest_day.day.low,
-              'volume', latest_day.day.volume, 'vwap', latest_day.day.vwap,
-              'trades', latest_day.day.trades) END,
       'updated_at', updated_at
     )"""
