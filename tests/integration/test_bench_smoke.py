@@ -138,3 +138,20 @@ def test_ingest_reports_each_rate_step():
     # Every probe sent was judged: visible (a sample) or not within the give-up time (an error).
     assert step["probes"] + step["probe_errors"] > 0
     assert step["held"] == (result["max_rate_held"] == 200)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_freshness_measures_probes_in_real_time_mode():
+    """Real-Time Mode here: the micro-batch path is the ingest smoke test's and the pipeline
+    tests'. One partition: the real-time task holds one of local Spark's two cores."""
+    from kiq.bench.freshness import FreshnessConfig, run_freshness
+
+    cfg = FreshnessConfig(
+        rate=100, trigger="realtime", duration_s=4, warmup_s=2, symbols=10, partitions=1
+    )
+    result = run_freshness(cfg)
+    assert_figures(result, ["rate_target", "rate_achieved", "samples", "errors", "p50_ms"])
+    assert result["trigger"] == "realtime" and result["rate_achieved"] > 0
+    assert result["samples"] > 0, "a probe became visible through the stock API"
+    assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kiq.pipelines.stocks import StockTopics, stock_tables
+from kiq.pipelines.stocks import StockTopics, stock_outputs, stock_tables
 
 pytestmark = pytest.mark.spark
 
@@ -53,3 +53,28 @@ def test_three_tables_from_one_scan(spark):
     today = out[(T.day_stats, "AAPL|2026-11-22")][1]
     assert (today["open"], today["trades"], today["vwap"]) == (10.1, 1, 10.1)
     assert out[(T.bars, "AAPL|2026-11-21T23:59")][1]["start"] == "2026-11-21T23:59:00Z"
+
+
+def test_dead_letters_leave_with_the_tables(spark):
+    rows = [
+        (b"AAPL", tick("NYSE", MIDNIGHT + 1000, 10.0, 10.2, last=10.1), T.ticks, 3, 1),
+        (b"AAPL", b"not json", T.ticks, 3, 2),
+        (b"MSFT", tick("NYSE", MIDNIGHT + 3000, 10.0, 10.2), T.ticks, 3, 3),
+    ]
+    raw = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long"
+    )
+    out = stock_outputs(raw, T).collect()
+    letters = sorted((r for r in out if r.topic == T.dead_letters), key=lambda r: r.value)
+    assert [bytes(r.value) for r in letters] == [b"not json", rows[2][1]]
+    headers = [{h.key: bytes(h.value).decode() for h in r.headers} for r in letters]
+    assert [h["kiq.reason"] for h in headers] == [
+        "not JSON, or a field of the wrong type", "key is not the symbol",
+    ]  # fmt: skip
+    assert [h["kiq.source.offset"] for h in headers] == ["2", "3"]
+    assert all(r.partition is None for r in letters), "the producer picks the partition"
+    tables = [r for r in out if r.topic != T.dead_letters]
+    assert sorted((r.topic, bytes(r.key).decode()) for r in tables) == sorted([
+        (T.quotes, "AAPL"), (T.day_stats, "AAPL|2026-11-22"), (T.bars, "AAPL|2026-11-22T00:00"),
+    ])  # fmt: skip
+    assert all(r.headers is None and r.partition == 3 for r in tables)

@@ -27,9 +27,6 @@ class StreamOptions:
     trigger: Trigger = "microbatch"
     # micro-batch interval ("0 seconds": start the next batch as soon as one ends)
     interval: str = "0 seconds"
-    # micro-batch interval of side outputs no reader waits on (dead letters): each batch
-    # of a query costs the same fixed work, taken from the queries that serve reads
-    side_interval: str = "5 seconds"
     # Real-Time Mode checkpoint interval: how long one long-running batch lasts
     realtime_batch: str = "5 seconds"
     starting_offsets: str = "earliest"
@@ -72,14 +69,12 @@ def write_topic(
     topic: str | None,
     name: str,
     stateful: bool,
-    interval: str | None = None,
 ) -> StreamingQuery:
     """Start one query writing ``frame`` (key, value[, partition][, headers]) to ``topic``,
     or, with ``topic`` None, each row to the topic of its ``topic`` column.
 
     Real-Time Mode runs stateless queries only on this Spark; a stateful one asked
     to run in real time falls back to micro-batches (its name says so in the log).
-    ``interval`` replaces ``opts.interval`` for this query's micro-batches.
     """
     writer = (
         frame.writeStream.format("kafka")
@@ -93,7 +88,7 @@ def write_topic(
     if opts.trigger == "realtime" and not stateful:
         writer = writer.trigger(realTime=opts.realtime_batch)
     elif opts.trigger in ("microbatch", "realtime"):
-        writer = writer.trigger(processingTime=interval or opts.interval)
+        writer = writer.trigger(processingTime=opts.interval)
     else:
         raise ConfigError(f"unknown trigger {opts.trigger!r}: use microbatch or realtime")
     return writer.start()
