@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from kiq.errors import SetupError
-from kiq.pipelines.session import ROCKSDB_PROVIDER, spark_conf
+from kiq.pipelines.session import CHECKPOINT_FILE_MANAGER, ROCKSDB_PROVIDER, spark_conf
 from kiq.runtime import free_ports, kafka_broker_classpath, spark_connector_jars
 from kiq.settings import SparkSettings
 
@@ -39,6 +40,7 @@ def test_spark_conf_for_local_and_remote_masters(tmp_path: Path):
     assert local["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert local["spark.sql.streaming.checkpointLocation"] == str((tmp_path / "cp").resolve())
     assert local["spark.sql.shuffle.partitions"] == "6"
+    assert local["spark.sql.streaming.checkpointFileManagerClass"] == CHECKPOINT_FILE_MANAGER
     assert local["spark.driver.bindAddress"] == "127.0.0.1"
 
     remote = spark_conf(
@@ -50,6 +52,16 @@ def test_spark_conf_for_local_and_remote_masters(tmp_path: Path):
     assert remote["spark.executor.memory"] == "2g"
     default_local = spark_conf(SparkSettings(checkpoint_dir=tmp_path / "cp"), jars)
     assert default_local["spark.sql.shuffle.partitions"] == "1"
+
+
+def test_the_checkpoint_file_manager_is_in_the_installed_spark():
+    """Its package moved between Spark versions: an upgrade must not lose it quietly."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    (sql_jar,) = jars.glob("spark-sql_2.13-*.jar")
+    with zipfile.ZipFile(sql_jar) as jar:
+        assert CHECKPOINT_FILE_MANAGER.replace(".", "/") + ".class" in jar.namelist()
 
 
 def test_free_ports_are_distinct():

@@ -29,10 +29,10 @@ from kiq.pipelines.stocks import DEFAULT_EXCHANGES, StockTopics
 
 @dataclass(frozen=True)
 class IngestConfig:
-    rates: tuple[float, ...] = (5_000, 10_000, 20_000, 40_000)
+    rates: tuple[float, ...] = (10_000, 25_000, 50_000)
     step_s: float = 15
-    warmup_s: float = 20  # at the first rate before the first step, at least (as freshness)
-    settle_max_s: float = 30  # at most, waiting for a probe under max_p99_ms
+    warmup_s: float = 60  # at the first rate before the first step, at least (see freshness)
+    settle_max_s: float = 60  # at most, waiting for a probe under max_p99_ms
     max_p99_ms: float = 2_000
     trigger: str = "microbatch"
     symbols: int = 200

@@ -23,7 +23,9 @@ def freshness(
     rate: Annotated[float, typer.Option(help="background ticks per second")] = 10_000,
     trigger: Annotated[str, typer.Option(help="microbatch or realtime")] = "microbatch",
     duration: Annotated[float, typer.Option(help="seconds of measurement")] = 60,
-    warmup: Annotated[float, typer.Option(help="seconds before measuring")] = 20,
+    warmup: Annotated[
+        float, typer.Option(help="seconds of load before measuring (Spark warms up)")
+    ] = 60,
     symbols: Annotated[int, typer.Option(help="symbols in the background feed")] = 200,
     partitions: Annotated[int, typer.Option(help="partitions of the tick topic")] = 30,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
@@ -99,9 +101,9 @@ def ingest(
     duration: Annotated[float, typer.Option(help="seconds at each rate")] = 15,
     rates: Annotated[
         str, typer.Option(help="tick rates to try in turn, ticks/s")
-    ] = "5000,10000,20000,40000",
+    ] = "10000,25000,50000",
     max_p99_ms: Annotated[float, typer.Option(help="freshness p99 a rate must stay under")] = 2000,
-    warmup: Annotated[float, typer.Option(help="seconds at the first rate before measuring")] = 20,
+    warmup: Annotated[float, typer.Option(help="seconds at the first rate before measuring")] = 60,
     trigger: Annotated[str, typer.Option(help="microbatch or realtime")] = "microbatch",
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:

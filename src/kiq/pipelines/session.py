@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# Checkpoints (offsets, commits, state changelogs) are files in a local directory. Spark's
+# default manager renames them through Hadoop's FileContext, which, without Hadoop's native
+# library (the pyspark wheel has none), forks `readlink` for every rename: ~15 processes and
+# ~150 ms of each micro-batch here. This one renames with one rename(2), atomic on a local disk.
+CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
 
 
 def spark_conf(settings: SparkSettings, jars: list[Path]) -> dict[str, str]:
@@ -28,6 +35,7 @@ def spark_conf(settings: SparkSettings, jars: list[Path]) -> dict[str, str]:
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.streaming.checkpointLocation": str(settings.checkpoint_dir.resolve()),
+        "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": settings.driver_memory,
         "spark.ui.enabled": str(settings.ui).lower(),
