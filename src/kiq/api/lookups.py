@@ -161,7 +161,7 @@ class Lookups:
 
     async def _serve(
         self, send: Send, runtime: TableRuntime, replica: Replica, key: bytes,
-        params: dict[str, str], enrich: Enrich | None = None,
+        params: dict[str, str], enrich: Enrich | None,
     ) -> int:  # fmt: skip
         if params:
             min_offset = int_param(params, "min_offset")
@@ -240,8 +240,7 @@ def _digits(n: int) -> bytes:
 
 
 async def _answer(
-    send: Send, runtime: TableRuntime, key: bytes, result: LookupResult,
-    enrich: Enrich | None = None,
+    send: Send, runtime: TableRuntime, key: bytes, result: LookupResult, enrich: Enrich | None,
 ) -> int:  # fmt: skip
     """The response for a found (200) or missing (404) key, wherever it was looked up."""
     headers = [

@@ -96,7 +96,7 @@ class Stocks:
             raise BadRequest(f"at most {MAX_SYMBOLS} symbols", count=len(raw))
         symbols = list(dict.fromkeys(symbol_of(s) for s in raw))
         found, missing, unavailable = await self.batches.get_many(runtime, symbols, False, auth)
-        quotes = orjson.loads(orjson.dumps(found))
+        quotes = _parsed(found)
         await self._add_days(quotes.values(), auth)
         out: dict[str, Any] = {"quotes": quotes, "missing": missing}
         if unavailable:
@@ -117,7 +117,7 @@ class Stocks:
         if not wanted or runtime is None:
             return
         found, _, _ = await self.batches.get_many(runtime, list(wanted), False, auth)
-        for key, stats in orjson.loads(orjson.dumps(found)).items():
+        for key, stats in _parsed(found).items():
             stats.pop("symbol", None)
             for quote in wanted[key]:
                 quote["day"] = stats
@@ -140,3 +140,9 @@ class Stocks:
                 "next_cursor": encode_cursor(last_key) if last_key is not None else None,
             }
         )
+
+
+def _parsed(found: dict[str, Any]) -> dict[str, Any]:
+    """Values as ``get_many`` gives them (JSON fragments, spliced into a response as they
+    are) → parsed, for the stock routes to add to them."""
+    return orjson.loads(orjson.dumps(found))
