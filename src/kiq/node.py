@@ -20,10 +20,10 @@ from kiq.kafka.group import GroupMember
 from kiq.kafka.reader import PartitionReader
 from kiq.metrics import NodeMetrics
 from kiq.partitioning import partition_for
-from kiq.replicas import Materializer, Replica, Role, TableRuntime
+from kiq.replicas import Materializer, Replica, Role
 from kiq.settings import ServeSettings
 from kiq.stores import open_partition_store
-from kiq.tables import TableSpec, codec_for, parse_table
+from kiq.tables import TableRuntime, TableSpec, codec_for, parse_table
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import orjson
 from kiq.api.errors import BadRequest, NotHere, Unavailable, UnknownTable
 from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param, prefix_end
 from kiq.node import Node
-from kiq.replicas import TableRuntime
 from kiq.routing import LOCAL, Forwarder, Router
 from kiq.routing.router import servable
+from kiq.tables import TableRuntime
 
 log = logging.getLogger(__name__)
 

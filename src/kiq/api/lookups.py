@@ -22,12 +22,12 @@ from kiq.api.asgi import JSON, Send, header, query, respond
 from kiq.api.errors import ApiError, BadRequest, KeyNotFound, NotHere, Unavailable, UnknownTable
 from kiq.api.params import bool_param, check_key, int_param, key_from_path
 from kiq.node import Node
-from kiq.replicas import Replica, ReplicaState, TableRuntime
-from kiq.replicas.materializer import MAX_KEY_BYTES
+from kiq.replicas import Replica, ReplicaState
 from kiq.routing import LOCAL, Forwarder, LookupBatcher, LookupResult, Router
 from kiq.routing.forwarder import FORWARDED
 from kiq.routing.router import servable
 from kiq.routing.wire import FAILED, DecodeError, decode_lookups, encode
+from kiq.tables import MAX_KEY_BYTES, TableRuntime
 
 OCTETS = (b"content-type", b"application/octet-stream")
 MAX_WAIT_MS = 60_000

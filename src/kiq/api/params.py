@@ -6,7 +6,7 @@ import base64
 from urllib.parse import unquote_to_bytes
 
 from kiq.api.errors import BadRequest
-from kiq.replicas.materializer import MAX_KEY_BYTES
+from kiq.tables import MAX_KEY_BYTES
 
 
 def key_from_path(raw: bytes) -> bytes:

@@ -5,8 +5,8 @@ reader thread (the materializer) tails them all, so promoting a standby to
 active changes a flag and nothing else.
 """
 
-from kiq.replicas.materializer import Materializer, TableRuntime
+from kiq.replicas.materializer import Materializer
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
 
-__all__ = ["Materializer", "Replica", "ReplicaState", "Role", "TableRuntime"]
+__all__ = ["Materializer", "Replica", "ReplicaState", "Role"]

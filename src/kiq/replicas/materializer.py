@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from confluent_kafka import Message
 
@@ -25,18 +24,9 @@ from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
 from kiq.stores import PartitionStore
 from kiq.stores.base import Change
-from kiq.tables import TableSpec, ValueCodec
+from kiq.tables import MAX_KEY_BYTES, TableRuntime
 
 log = logging.getLogger(__name__)
-
-MAX_KEY_BYTES = 4096
-
-
-@dataclass(frozen=True)
-class TableRuntime:
-    spec: TableSpec
-    codec: ValueCodec
-    partitions: int
 
 
 class Materializer:

@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from kiq.tables.codecs import ValueCodec, codec_for
+from kiq.tables.runtime import MAX_KEY_BYTES, TableRuntime
 from kiq.tables.spec import TableSpec, parse_table
 
-__all__ = ["TableSpec", "ValueCodec", "codec_for", "parse_table"]
+__all__ = [
+    "MAX_KEY_BYTES",
+    "TableRuntime",
+    "TableSpec",
+    "ValueCodec",
+    "codec_for",
+    "parse_table",
+]

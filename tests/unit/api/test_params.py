@@ -14,7 +14,7 @@ from kiq.api.params import (
     key_from_path,
     prefix_end,
 )
-from kiq.replicas.materializer import MAX_KEY_BYTES
+from kiq.tables import MAX_KEY_BYTES
 
 
 @pytest.mark.parametrize(

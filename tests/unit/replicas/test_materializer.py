@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from kiq.kafka.reader import Fetched
 from kiq.metrics import NodeMetrics
-from kiq.replicas.materializer import Materializer, TableRuntime
+from kiq.replicas.materializer import Materializer
 from kiq.replicas.state import Role
 from kiq.stores import MemoryPartitionStore, PartitionStore
-from kiq.tables import TableSpec
+from kiq.tables import TableRuntime, TableSpec
 from kiq.tables.codecs import JsonCodec
 
 

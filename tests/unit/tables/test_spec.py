@@ -111,4 +111,11 @@ def test_spec_is_frozen():
 
 
 def test_exports():
-    assert sorted(kiq.tables.__all__) == ["TableSpec", "ValueCodec", "codec_for", "parse_table"]
+    assert sorted(kiq.tables.__all__) == [
+        "MAX_KEY_BYTES",
+        "TableRuntime",
+        "TableSpec",
+        "ValueCodec",
+        "codec_for",
+        "parse_table",
+    ]
