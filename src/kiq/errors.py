@@ -8,7 +8,8 @@ what to do next. The tree grows with the serving layer::
     ├── SetupError         something kiq needs is not installed: run the make target named
     │   └── BrokerError    the local broker did not start or stop as asked
     ├── BadRecord          a Kafka record's value cannot be decoded: dead-letter it, go on
-    └── StoreClosedError   a partition store was closed under a reader: find the owner, retry
+    ├── StoreClosedError   a partition store was closed under a reader: find the owner, retry
+    └── KafkaUnavailable   Kafka did not answer in time: serve from the stores, retry later
 """
 
 from __future__ import annotations
@@ -46,4 +47,11 @@ class StoreClosedError(KiqError):
     """A partition store was closed (partition revoked or node stopping) during a call.
 
     Retriable: look the key's owner up again and ask it; never read as "key absent".
+    """
+
+
+class KafkaUnavailable(KiqError):
+    """Kafka (a broker, the group coordinator) did not answer in time.
+
+    Retriable: a node keeps answering from its stores and asks again later.
     """

@@ -12,11 +12,13 @@ import time
 from collections.abc import Mapping
 
 from kiq.cluster import ClusterView, Member, build_view
+from kiq.cluster.members import decode_client_id, encode_client_id
 from kiq.cluster.view import EMPTY_VIEW, TableLayout
-from kiq.errors import ConfigError, KiqError
+from kiq.errors import ConfigError, KafkaUnavailable
 from kiq.kafka import create_topics, topic_partitions
 from kiq.kafka.dlq import DeadLetters
 from kiq.kafka.group import GroupMember
+from kiq.kafka.logs import KAFKA_LOG
 from kiq.kafka.reader import PartitionReader
 from kiq.metrics import NodeMetrics
 from kiq.partitioning import partition_for
@@ -69,7 +71,7 @@ class Node:
         self.metrics.watch_replicas(lambda: self.materializer.replicas.values())
         grouped = [t.spec.topic for t in self.tables.values() if not t.spec.global_]
         self.group = GroupMember(
-            settings.bootstrap, settings.cluster, self.node_id, self.url, grouped,
+            settings.bootstrap, settings.cluster, encode_client_id(self.node_id, self.url), grouped,
             on_change=self._poke, session_timeout_ms=settings.session_timeout_ms,
         ) if grouped else None  # fmt: skip
         self._poke_event = threading.Event()
@@ -86,7 +88,7 @@ class Node:
         self.materializer.start()
         if self.group is not None:
             self.group.start()
-        self._refresh()
+        self._refresh_logged()
         self._watcher.start()
 
     def stop(self) -> None:
@@ -152,26 +154,31 @@ class Node:
             self._poke_event.clear()
             if self._stop.is_set():
                 break
-            try:
-                self._refresh()
-            except Exception as exc:
-                log.warning("cluster view refresh failed node=%s error=%s", self.node_id, exc)
+            self._refresh_logged()
+
+    def _refresh_logged(self) -> None:
+        """A failed refresh keeps the last view: the node answers from what it has."""
+        try:
+            self._refresh()
+        except KafkaUnavailable as exc:  # counted in the outage's summary, not one line each
+            KAFKA_LOG.unreachable(f"cluster view refresh: {exc}")
+        except Exception as exc:
+            log.warning("cluster view refresh failed node=%s error=%s", self.node_id, exc)
 
     def _refresh(self) -> None:
         members: list[Member] = [Member(self.node_id, self.url)]
-        assignments: Mapping[str, set] = {}
+        assignments: Mapping[str, set[tuple[str, int]]] = {}
         if self.group is not None:
-            try:
-                described, assignments = self.group.describe()
-            except KiqError:
-                raise
-            except Exception as exc:  # the coordinator may be busy rebalancing
-                log.debug("describe group failed: %s", exc)
-                return
-            members = described or members
+            described: dict[Member, set[tuple[str, int]]] = {}
+            for info in self.group.describe():
+                member = decode_client_id(info.client_id)
+                if member is not None:  # a client that is not a kiq node
+                    described.setdefault(member, set()).update(info.partitions)
+            members = list(described) or members
             if self.node_id not in {m.node_id for m in members}:
                 members.append(Member(self.node_id, self.url))
-            assignments = {**assignments, self.node_id: set(self.group.owned)}
+            assignments = {m.node_id: parts for m, parts in described.items()}
+            assignments[self.node_id] = set(self.group.owned)
         view = build_view(self.view.version + 1, members, assignments, self._layouts, self.view)
         changed = view.replicas != self.view.replicas or view.members != self.view.members
         self.view = view

@@ -10,10 +10,11 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kiq.errors import KiqError
+from kiq.kafka.config import client_config
 
 
 def _admin(bootstrap: str, **extra: object) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000, **extra})
+    return AdminClient(client_config(bootstrap, **{"socket.timeout.ms": 5000, **extra}))
 
 
 def _reachable(bootstrap: str, timeout_s: float) -> bool:

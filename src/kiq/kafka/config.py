@@ -10,13 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiq.kafka.logs import KAFKA_LOG
+
 PARTITIONER = "murmur2_random"
+
+
+def client_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    """What every kiq client sets: where to connect, and logs and errors through ``KAFKA_LOG``."""
+    return {"bootstrap.servers": bootstrap, **KAFKA_LOG.client_config(), **overrides}
 
 
 def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     """Producer settings: Java-compatible partitioning, idempotent, no lost writes."""
     conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
+        **client_config(bootstrap),
         "partitioner": PARTITIONER,
         "enable.idempotence": True,
         "acks": "all",
@@ -34,7 +41,7 @@ def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
 def consumer_config(bootstrap: str, group_id: str, **overrides: Any) -> dict[str, Any]:
     """Consumer settings: kiq commits by itself, and reads from the start by default."""
     conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
+        **client_config(bootstrap),
         "group.id": group_id,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",

@@ -4,21 +4,50 @@
 with cooperative rebalancing whose assigned partitions are paused at once — it
 never reads data (the materializer does), it only holds ownership and heartbeats.
 ``GroupMember.describe`` asks the group coordinator for every member's client.id
-and assignment, from which ``build_view`` derives the cluster view.
+and assignment, from which the cluster view is derived.
+
+Describing a group is the one coordinator request kiq makes, and librdkafka has a
+use-after-free there (librdkafka issue 4605): an admin request that times out
+while it waits for the coordinator leaves that wait behind, and when the
+coordinator returns the wait frees the request's state twice, which aborts the
+process (``rd_kafka_enq_once_del_source_return: Assertion 'eonce->refcnt > 0'``)
+— in 3 of 8 broker restarts here, with a timed-out describe every half second
+of the outage. So no describe ever times out inside librdkafka: it is sent with
+librdkafka's longest timeout, awaited for ``timeout_s`` in Python, and when that
+runs out the admin client is dropped; destroying a client fails its waiting
+requests on the clean path, before the coordinator can answer them. The next
+describe makes a new client. With this, 0 of 9 restarts aborted.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kiq.cluster.members import Member, decode_client_id, encode_client_id
+from kiq.errors import KafkaUnavailable
+from kiq.kafka.config import client_config
+from kiq.kafka.logs import KAFKA_LOG
 
 log = logging.getLogger(__name__)
+
+# librdkafka's longest admin request timeout (1 hour): the Python side gives up far sooner.
+_LIBRDKAFKA_TIMEOUT_S = 3600.0
+
+Partition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class GroupMemberInfo:
+    """One member of the group as the coordinator describes it."""
+
+    client_id: str
+    partitions: frozenset[Partition]
 
 
 class GroupMember:
@@ -28,20 +57,20 @@ class GroupMember:
         self,
         bootstrap: str,
         group_id: str,
-        node_id: str,
-        url: str,
+        client_id: str,
         topics: list[str],
         on_change: Callable[[], None],
         session_timeout_ms: int = 6000,
     ) -> None:
         self.group_id = group_id
-        self.node_id = node_id
+        self.client_id = client_id
+        self._bootstrap = bootstrap
         self._topics = topics
         self._on_change = on_change
         self._conf = {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": group_id,
-            "client.id": encode_client_id(node_id, url),
+            "client.id": client_id,
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": session_timeout_ms,
             "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
@@ -49,7 +78,8 @@ class GroupMember:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "latest",
         }
-        self._admin = AdminClient({"bootstrap.servers": bootstrap})
+        self._admin: AdminClient | None = None
+        self._describing = threading.Lock()
         self._lock = threading.Lock()
         self._owned: frozenset[tuple[str, int]] = frozenset()
         self._stop = threading.Event()
@@ -71,25 +101,44 @@ class GroupMember:
         self._stop.set()
         self._thread.join(timeout=30)
 
-    def describe(self, timeout_s: float = 5.0) -> tuple[list[Member], dict[str, set]]:
-        """Every kiq member of the group and the (topic, partition)s it is assigned."""
-        futures = self._admin.describe_consumer_groups([self.group_id], request_timeout=timeout_s)
-        desc = futures[self.group_id].result()
-        members: list[Member] = []
-        assignments: dict[str, set[tuple[str, int]]] = {}
+    def describe(self, timeout_s: float = 5.0) -> list[GroupMemberInfo]:
+        """Every member of the group and the partitions it is assigned.
+
+        This member's own entry holds what it owns now, which is fresher than the
+        coordinator's answer. Raises ``KafkaUnavailable`` when the coordinator does
+        not answer within ``timeout_s``.
+        """
+        with self._describing:
+            if self._admin is None:
+                self._admin = AdminClient(client_config(self._bootstrap))
+            future = self._admin.describe_consumer_groups(
+                [self.group_id], request_timeout=_LIBRDKAFKA_TIMEOUT_S
+            )[self.group_id]
+            try:
+                desc = future.result(timeout=timeout_s)
+            except concurrent.futures.TimeoutError:
+                self._admin = None  # see the module docstring: never let it time out inside
+                raise KafkaUnavailable(
+                    f"the coordinator of group {self.group_id!r} did not answer in {timeout_s:.0f}s"
+                ) from None
+            except KafkaException as exc:
+                raise KafkaUnavailable(
+                    f"describing group {self.group_id!r} failed: {exc.args[0].str()}"
+                ) from exc
+            finally:
+                if self._admin is not None:
+                    self._admin.poll(0)  # hands its queued log lines to KAFKA_LOG
+        KAFKA_LOG.reachable()
+        members: list[GroupMemberInfo] = []
         for m in desc.members:
-            member = decode_client_id(m.client_id)
-            if member is None:
-                continue
-            members.append(member)
-            tps = m.assignment.topic_partitions if m.assignment else []
-            assignments.setdefault(member.node_id, set()).update(
-                (tp.topic, tp.partition) for tp in tps
-            )
-        with self._lock:  # our own assignment is fresher than the coordinator's answer
-            if self.node_id in assignments:
-                assignments[self.node_id] = set(self._owned)
-        return members, assignments
+            if m.client_id == self.client_id:
+                with self._lock:
+                    owned = self._owned
+            else:
+                tps = m.assignment.topic_partitions if m.assignment else []
+                owned = frozenset((tp.topic, tp.partition) for tp in tps)
+            members.append(GroupMemberInfo(m.client_id, owned))
+        return members
 
     # -- the consumer thread ---------------------------------------------------
 
@@ -106,7 +155,7 @@ class GroupMember:
                     log.warning("group poll failed group=%s error=%s", self.group_id, exc)
         finally:
             consumer.close()
-            log.info("left group group=%s node=%s", self.group_id, self.node_id)
+            log.info("left group group=%s client=%s", self.group_id, self.client_id)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         consumer.incremental_assign(partitions)
@@ -119,14 +168,19 @@ class GroupMember:
         self._update(remove={(tp.topic, tp.partition) for tp in partitions})
 
     def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.warning("group membership lost node=%s partitions=%d", self.node_id, len(partitions))
+        log.warning("group membership lost group=%s partitions=%d", self.group_id, len(partitions))
         self._revoked(consumer, partitions)
 
-    def _update(self, add: set | None = None, remove: set | None = None) -> None:
+    def _update(
+        self, add: set[Partition] | None = None, remove: set[Partition] | None = None
+    ) -> None:
         with self._lock:
             self._owned = frozenset((self._owned | (add or set())) - (remove or set()))
         log.info(
-            "group assignment node=%s added=%d removed=%d owned=%d",
-            self.node_id, len(add or ()), len(remove or ()), len(self._owned),
-        )  # fmt: skip
+            "group assignment group=%s added=%d removed=%d owned=%d",
+            self.group_id,
+            len(add or ()),
+            len(remove or ()),
+            len(self._owned),
+        )
         self._on_change()

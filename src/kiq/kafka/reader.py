@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from kiq.kafka.config import client_config
+from kiq.kafka.logs import KAFKA_LOG
+
 Partition = tuple[str, int]
 
 
@@ -37,7 +40,7 @@ class PartitionReader:
     def __init__(self, bootstrap: str, client_id: str, **overrides: object) -> None:
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config(bootstrap),
                 # Required by librdkafka even with manual assignment; nothing is committed.
                 "group.id": f"kiq-reader-{uuid.uuid4().hex}",
                 "client.id": client_id,
@@ -86,6 +89,8 @@ class PartitionReader:
                 fetched.ends[(msg.topic(), msg.partition())] = msg.offset()
             elif not err.retriable():
                 raise RuntimeError(f"reading {msg.topic()}[{msg.partition()}] failed: {err}")
+        if fetched:
+            KAFKA_LOG.reachable()
         return fetched
 
     def end_offset(self, topic: str, partition: int, timeout_s: float = 2.0) -> int:
