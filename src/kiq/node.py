@@ -190,7 +190,7 @@ class Node:
         self.materializer.reconcile(
             {
                 key: Role.ACTIVE
-                if role == "active" or self.tables[key[0]].spec.global_
+                if role is Role.ACTIVE or self.tables[key[0]].spec.global_
                 else Role.STANDBY
                 for key, role in view.roles_of(self.node_id).items()
             }

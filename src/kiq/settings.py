@@ -13,27 +13,39 @@ import os
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from kiq import catalog
 from kiq.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = "kiq.toml"
 
-# The repo root for a source checkout (src/kiq/settings.py -> ../../..): where
-# `make jars` puts the Maven cache.
-_CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
+# Where `make jars` puts the Maven jars in a kiq checkout, and a file only a checkout has.
+JAR_CACHE = Path(".cache") / "jars"
+_CHECKOUT_MARKER = Path("jvm") / "kafka-broker" / "pom.xml"
 
 
 # The TOML file's tables while `load` builds a section (read by `_TomlTable`).
 _TOML: ContextVar[dict[str, Any] | None] = ContextVar("kiq_toml", default=None)
 
 
-def _default_jars_dir() -> Path:
-    return _CHECKOUT_ROOT / ".cache" / "jars"
+def find_jar_cache(start: Path | None = None) -> Path:
+    """The jar cache of the kiq checkout holding ``start`` (default: the working directory).
+
+    The checkout is the nearest directory upward with kiq's Maven manifests, so
+    commands run anywhere in it find the jars ``make jars`` fetched, however kiq
+    was installed. Outside a checkout it is ``.cache/jars`` under ``start``; the
+    runtime says what to do when the jars are not there.
+    """
+    here = (start or Path.cwd()).absolute()
+    for directory in (here, *here.parents):
+        if (directory / _CHECKOUT_MARKER).is_file():
+            return directory / JAR_CACHE
+    return here / JAR_CACHE
 
 
 class _TomlTable(PydanticBaseSettingsSource):
@@ -85,7 +97,7 @@ class BrokerSettings(_Section):
     log_dir: Path = Path(".kiq/broker/logs")
     heap: str = "512m"
     start_timeout_s: float = Field(60.0, gt=0)
-    jars_dir: Path = Field(default_factory=_default_jars_dir)
+    jars_dir: Path = Field(default_factory=find_jar_cache, description="the broker's jars")
 
     @property
     def bootstrap(self) -> str:
@@ -105,7 +117,7 @@ class SparkSettings(_Section):
     master: str = "local[*]"
     app_name: str = "kiq"
     checkpoint_dir: Path = Path(".kiq/checkpoints")
-    jars_dir: Path = Field(default_factory=_default_jars_dir)
+    jars_dir: Path = Field(default_factory=find_jar_cache, description="the connector's jars")
     # State partitions of every stateful query, fixed once a query has a checkpoint.
     # Each is a RocksDB store opened and committed every micro-batch: on a local
     # master one is fastest (measured: 4 → 1 cut batch times by about 40%);
@@ -130,6 +142,18 @@ class SparkSettings(_Section):
         return self.input_tasks or (1 if self.local else None)
 
 
+class PipelineSettings(_Section):
+    """`kiq pipeline run`: the Kafka cluster the pipelines read and write, and their pace."""
+
+    table: ClassVar[str] = "pipeline"
+    model_config = SettingsConfigDict(env_prefix="KIQ_PIPELINE_", frozen=True, extra="forbid")
+
+    bootstrap: str = "127.0.0.1:9092"
+    trigger: Literal["microbatch", "realtime"] = "microbatch"
+    interval: str = Field("0 seconds", description="micro-batch interval")
+    partitions: int = Field(30, ge=1, description="of an input topic the pipeline creates")
+
+
 class ServeSettings(_Section):
     """One serving node: `kiq serve`."""
 
@@ -147,7 +171,7 @@ class ServeSettings(_Section):
     tables: list[str] = Field(default_factory=list, description="NAME=TOPIC[,option...]")
     standby_replicas: int = Field(1, ge=0, le=10)
     cluster: str = Field("kiq", description="consumer group of the serving nodes")
-    dead_letter_topic: str = "kiq-dead-letters"
+    dead_letter_topic: str = catalog.DEAD_LETTERS
     session_timeout_ms: int = Field(6000, ge=500)
     ready_max_lag: int = Field(1000, ge=0)
     linger_s: float = Field(30.0, ge=0)

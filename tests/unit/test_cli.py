@@ -24,3 +24,13 @@ def test_status_of_a_broker_that_never_ran(tmp_path):
     result = runner.invoke(app, ["broker", "status", "--port", "1", "--data-dir", str(tmp_path)])
     assert result.exit_code == 1
     assert "stopped" in result.output
+
+
+def test_pipeline_flags_go_through_the_settings(monkeypatch):
+    monkeypatch.delenv("KIQ_PIPELINE_PARTITIONS", raising=False)
+    result = runner.invoke(app, ["pipeline", "run", "stocks", "--partitions", "0"])
+    assert result.exit_code == 1
+    assert "KIQ_PIPELINE_PARTITIONS" in result.output and "[pipeline] partitions" in result.output
+    monkeypatch.setenv("KIQ_PIPELINE_TRIGGER", "sometimes")
+    result = runner.invoke(app, ["pipeline", "run", "stocks"])
+    assert result.exit_code == 1 and "KIQ_PIPELINE_TRIGGER" in result.output

@@ -12,7 +12,7 @@ from kiq.settings import SparkSettings
 
 
 def test_missing_broker_jars_say_which_make_target(tmp_path: Path):
-    with pytest.raises(SetupError, match="make jars"):
+    with pytest.raises(SetupError, match=r"make jars.*KIQ_BROKER_JARS_DIR"):
         kafka_broker_classpath(tmp_path)
     (tmp_path / "kafka").mkdir()
     (tmp_path / "kafka" / "kafka_2.13-4.1.1.jar").touch()
@@ -25,7 +25,8 @@ def test_connector_must_match_pyspark(tmp_path: Path):
     (spark / "spark-sql-kafka-0-10_2.13-4.1.0.jar").touch()
     (spark / "kafka-clients-3.9.2.jar").touch()
     with pytest.raises(
-        SetupError, match=r"pyspark 4\.2\.0.*found spark-sql-kafka-0-10_2\.13-4\.1\.0"
+        SetupError,
+        match=r"pyspark 4\.2\.0.*found spark-sql-kafka-0-10_2\.13-4\.1\.0.*KIQ_SPARK_JARS_DIR",
     ):
         spark_connector_jars(tmp_path, "4.2.0")
     (spark / "spark-sql-kafka-0-10_2.13-4.2.0.jar").touch()

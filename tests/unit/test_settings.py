@@ -1,18 +1,19 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from kiq import settings
 from kiq.errors import ConfigError
-from kiq.settings import BrokerSettings, SparkSettings
+from kiq.settings import BrokerSettings, PipelineSettings, SparkSettings, find_jar_cache
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    for name in ("KIQ_CONFIG", "KIQ_BROKER_PORT", "KIQ_BROKER_HEAP", "KIQ_SPARK_MASTER"):
-        monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n.startswith("KIQ_")]:
+        monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
 
 
@@ -75,3 +76,37 @@ def test_settings_are_frozen():
     b = settings.load(BrokerSettings)
     with pytest.raises(ValueError):
         b.port = 1  # type: ignore[misc]
+
+
+def test_the_jar_cache_is_the_checkouts_wherever_in_it_kiq_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    checkout = tmp_path / "kiq"
+    (checkout / "jvm" / "kafka-broker").mkdir(parents=True)
+    (checkout / "jvm" / "kafka-broker" / "pom.xml").touch()
+    deep = checkout / "src" / "deep"
+    deep.mkdir(parents=True)
+    assert find_jar_cache(deep) == checkout / ".cache" / "jars"
+    monkeypatch.chdir(deep)
+    assert settings.load(BrokerSettings).jars_dir == checkout / ".cache" / "jars"
+    assert settings.load(SparkSettings).jars_dir == checkout / ".cache" / "jars"
+
+
+def test_outside_a_checkout_the_jar_cache_is_under_the_working_directory_or_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    assert find_jar_cache() == tmp_path / ".cache" / "jars"
+    monkeypatch.setenv("KIQ_SPARK_JARS_DIR", "/opt/kiq/jars")
+    assert settings.load(SparkSettings).jars_dir == Path("/opt/kiq/jars")
+    cfg = write(tmp_path / "c.toml", '[broker]\njars_dir = "/srv/jars"\n')
+    assert settings.load(BrokerSettings, cfg).jars_dir == Path("/srv/jars")
+
+
+def test_pipeline_settings_from_flags_env_and_toml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    assert settings.load(PipelineSettings).bootstrap == "127.0.0.1:9092"
+    cfg = write(tmp_path / "c.toml", '[pipeline]\nbootstrap = "a:9092"\ntrigger = "realtime"\n')
+    monkeypatch.setenv("KIQ_PIPELINE_BOOTSTRAP", "b:9092")
+    p = settings.load(PipelineSettings, cfg, partitions=6)
+    assert (p.bootstrap, p.trigger, p.partitions) == ("b:9092", "realtime", 6)
+    with pytest.raises(ConfigError, match="KIQ_PIPELINE_TRIGGER"):
+        settings.load(PipelineSettings, trigger="sometimes")

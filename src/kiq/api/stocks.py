@@ -23,15 +23,16 @@ from typing import Any
 
 import orjson
 
+from kiq import catalog
 from kiq.api.asgi import Send, header
 from kiq.api.batches import MAX_RANGE_LIMIT, Batches
 from kiq.api.errors import BadRequest, UnknownTable
 from kiq.api.lookups import Lookups
 from kiq.api.params import encode_cursor, int_param
 
-QUOTES = "stock-quotes"
-DAY_STATS = "stock-day-stats"
-BARS = "stock-bars-1m"
+QUOTES = catalog.STOCK_QUOTES
+DAY_STATS = catalog.STOCK_DAY_STATS
+BARS = catalog.STOCK_BARS
 MAX_SYMBOLS = 500
 _SYMBOL = re.compile(r"[A-Z0-9.-]{1,12}")
 

@@ -15,13 +15,14 @@ from typing import Any
 
 import orjson
 
+from kiq import catalog
 from kiq.api.asgi import Send
 from kiq.api.errors import BadRequest, Unavailable, UnknownTable
 from kiq.api.lookups import Lookups
 from kiq.kafka.writer import AsyncProducer, ProduceFailed
 
-WORDS_TOPIC = "words"
-COUNTS = "word-counts"
+WORDS_TOPIC = catalog.WORDS
+COUNTS = catalog.WORD_COUNTS
 MAX_WORDS = 10_000
 _WORD = re.compile(r"[\w'-]+")
 

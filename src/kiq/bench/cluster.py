@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from kiq.bench.stack import Stack
+from kiq.bench.stack import CLUSTER, Stack
 from kiq.errors import KiqError
 from kiq.runtime import LocalNode
 
@@ -21,7 +21,7 @@ def start_nodes(
     for i in range(1, count + 1):
         node = LocalNode(
             f"n{i}", stack.bootstrap, tables, stack.root / f"n{i}", stack.root / f"n{i}.log",
-            extra_args=["--cluster", "kiq-bench"], env=dict(env or {}),
+            extra_args=["--cluster", CLUSTER], env=dict(env or {}),
         )  # fmt: skip
         stack.nodes.append(node)
         nodes.append(node.start())

@@ -13,11 +13,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+from kiq import catalog
 from kiq.bench.probes import FEED_LINGER_MS, Prober
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import percentile
 from kiq.feeds import TickProducer, TickSimulator, pace
-from kiq.pipelines.stocks import DEFAULT_EXCHANGES, StockTopics
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ def run_freshness(cfg: FreshnessConfig) -> dict[str, object]:
         node = stack.add_node("f1", stack.stock_tables())
         node.wait_ready(120)
         stop = threading.Event()
-        feed = TickProducer(stack.bootstrap, StockTopics().ticks, linger_ms=FEED_LINGER_MS)
-        sim = TickSimulator(cfg.symbols, list(DEFAULT_EXCHANGES), seed=7)
+        feed = TickProducer(stack.bootstrap, catalog.STOCK_TICKS, linger_ms=FEED_LINGER_MS)
+        sim = TickSimulator(cfg.symbols, list(catalog.STOCK_EXCHANGES), seed=7)
         fed = {}
 
         def run_feed() -> None:

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from kiq import catalog
 from kiq.bench.probes import FEED_LINGER_MS, Prober
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import percentile
 from kiq.errors import ConfigError, KiqError
 from kiq.feeds import RunStats, Tick, TickProducer, TickSimulator, pace
-from kiq.pipelines.stocks import DEFAULT_EXCHANGES, StockTopics
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ def run_ingest(cfg: IngestConfig) -> dict[str, object]:
         stack.add_stock_pipeline(cfg.trigger, cfg.partitions)
         node = stack.add_node("i1", stack.stock_tables())
         node.wait_ready(120)
-        feed = TickProducer(stack.bootstrap, StockTopics().ticks, linger_ms=FEED_LINGER_MS)
-        sim = TickSimulator(cfg.symbols, list(DEFAULT_EXCHANGES), seed=7).ticks()
+        feed = TickProducer(stack.bootstrap, catalog.STOCK_TICKS, linger_ms=FEED_LINGER_MS)
+        sim = TickSimulator(cfg.symbols, list(catalog.STOCK_EXCHANGES), seed=7).ticks()
         prober = Prober(node.url, stack.bootstrap)
         asyncio.run(prober.warm_up(cfg.startup_timeout_s))
         settle_s = _settle(prober, sim, feed, cfg)

@@ -15,9 +15,9 @@ import time
 import aiohttp
 import orjson
 
+from kiq import catalog
 from kiq.errors import KiqError
 from kiq.feeds import TickProducer
-from kiq.pipelines.stocks import DEFAULT_EXCHANGES, StockTopics
 
 PROBES = [f"ZZPROBE{i}" for i in range(10)]
 # The background feed batches like an exchange gateway would. Its own latency is
@@ -32,7 +32,7 @@ class Prober:
 
     def __init__(self, url: str, bootstrap: str) -> None:
         self.url = url
-        self.producer = TickProducer(bootstrap, StockTopics().ticks, linger_ms=0)
+        self.producer = TickProducer(bootstrap, catalog.STOCK_TICKS, linger_ms=0)
         self.samples: list[float] = []
         self.errors: list[str] = []
 
@@ -47,7 +47,7 @@ class Prober:
         self.producer.produce(
             {
                 "symbol": symbol,
-                "exchange": DEFAULT_EXCHANGES[0],
+                "exchange": catalog.STOCK_EXCHANGES[0],
                 "ts": ts,
                 "bid": 10.0,
                 "ask": 10.01,

@@ -10,16 +10,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kiq import catalog
 from kiq.kafka import create_topics
 from kiq.pipelines.runner import COMPACTED
-from kiq.pipelines.stocks import StockTopics
 from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
 
-STOCK_TABLES = (
-    "stock-quotes={quotes}",
-    "stock-bars-1m={bars},sep=|",
-    "stock-day-stats={day_stats},sep=|",
-)
+CLUSTER = "kiq-bench"  # the benchmark nodes' consumer group
 
 
 @dataclass
@@ -33,7 +29,7 @@ class Stack:
     def bootstrap(self) -> str:
         return self.broker.bootstrap
 
-    def add_node(self, node_id: str, tables: list[str], cluster: str = "kiq-bench") -> LocalNode:
+    def add_node(self, node_id: str, tables: list[str], cluster: str = CLUSTER) -> LocalNode:
         node = LocalNode(
             node_id,
             self.bootstrap,
@@ -47,7 +43,7 @@ class Stack:
 
     def add_stock_pipeline(self, trigger: str, partitions: int) -> LocalPipeline:
         pipeline = LocalPipeline(
-            ("stocks",),
+            (catalog.STOCKS_PIPELINE,),
             self.bootstrap,
             self.root / "checkpoints",
             self.root / "pipeline.log",
@@ -58,18 +54,13 @@ class Stack:
         return pipeline
 
     def stock_tables(self) -> list[str]:
-        t = StockTopics()
-        return [s.format(quotes=t.quotes, bars=t.bars, day_stats=t.day_stats) for s in STOCK_TABLES]
+        return list(catalog.STOCK_TABLES)
 
     def create_stock_topics(self, partitions: int) -> None:
-        t = StockTopics()
-        create_topics(self.bootstrap, {t.ticks: partitions})
-        create_topics(
-            self.bootstrap,
-            dict.fromkeys((t.quotes, t.bars, t.day_stats), partitions),
-            config=COMPACTED,
-        )
-        create_topics(self.bootstrap, {t.dead_letters: 1})
+        tables = dict.fromkeys(catalog.STOCK_TABLE_TOPICS, partitions)
+        create_topics(self.bootstrap, {catalog.STOCK_TICKS: partitions})
+        create_topics(self.bootstrap, tables, config=COMPACTED)
+        create_topics(self.bootstrap, {catalog.STOCK_TICKS_DLQ: 1})
 
 
 @contextmanager

@@ -17,12 +17,11 @@ from typing import Annotated
 
 import typer
 
-from kiq import settings
+from kiq import catalog, settings
 from kiq.cli.context import CliState, console, run_or_exit
 from kiq.errors import KiqError
 from kiq.kafka import create_topics
 from kiq.pipelines.runner import COMPACTED
-from kiq.pipelines.stocks import StockTopics
 from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
 
 PARTITIONS = 30
@@ -47,32 +46,38 @@ def demo(
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
-    topics = StockTopics()
     pipeline = LocalPipeline(
-        ("stocks", "wordcount"), broker.bootstrap, home / "checkpoints", home / "pipeline.log",
-        trigger=trigger, partitions=PARTITIONS,
-    )  # fmt: skip
-    tables = [
-        f"stock-quotes={topics.quotes}",
-        f"stock-bars-1m={topics.bars},sep=|",
-        f"stock-day-stats={topics.day_stats},sep=|",
-        "word-counts=word-counts",
-    ]
+        (catalog.STOCKS_PIPELINE, catalog.WORDCOUNT_PIPELINE),
+        broker.bootstrap,
+        home / "checkpoints",
+        home / "pipeline.log",
+        trigger=trigger,
+        partitions=PARTITIONS,
+    )
+    tables = [*catalog.STOCK_TABLES, *catalog.WORD_TABLES]
     nodes = [
-        LocalNode(f"n{i}", broker.bootstrap, tables, home / f"n{i}", home / f"n{i}.log",
-                  port=port + i - 1, extra_args=["--cluster", "kiq-demo"])
+        LocalNode(
+            f"n{i}",
+            broker.bootstrap,
+            tables,
+            home / f"n{i}",
+            home / f"n{i}.log",
+            port=port + i - 1,
+            extra_args=["--cluster", "kiq-demo"],
+        )
         for i in (1, 2, 3)
-    ]  # fmt: skip
+    ]
     feeder: subprocess.Popen[bytes] | None = None
     broker_was_running = broker.status().running
     try:
         with console.status("starting the Kafka broker ..."):
             status = run_or_exit(broker.start)
         console.print(f"[green]✓[/] Kafka broker on {status.bootstrap}", highlight=False)
-        run_or_exit(lambda: _create_topics(broker.bootstrap, topics))
+        run_or_exit(lambda: _create_topics(broker.bootstrap))
         pipeline.start()
-        console.print(f"[green]✓[/] Spark pipelines starting (log: {pipeline.log_file})",
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"[green]✓[/] Spark pipelines starting (log: {pipeline.log_file})", highlight=False
+        )
         for node in nodes:
             node.start()
         with console.status("waiting for the serving nodes ..."):
@@ -81,11 +86,11 @@ def demo(
         console.print("[green]✓[/] serving nodes: " + ", ".join(n.url for n in nodes))
         if feed:
             log = (home / "feed.log").open("ab")
+            cmd = [sys.executable, "-m", "kiq", "feed", "stocks", "--bootstrap", broker.bootstrap]
+            cmd += ["--rate", str(rate), "--symbols", str(symbols)]
             feeder = subprocess.Popen(
-                [sys.executable, "-m", "kiq", "feed", "stocks", "--bootstrap", broker.bootstrap,
-                 "--rate", str(rate), "--symbols", str(symbols)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
             console.print(f"[green]✓[/] tick feed: {rate:g} ticks/s over {symbols} symbols")
         _print_examples(f"http://127.0.0.1:{port}")
         while not stopping.wait(1.0):
@@ -104,11 +109,11 @@ def demo(
         console.print("kiq demo stopped")
 
 
-def _create_topics(bootstrap: str, topics: StockTopics) -> None:
-    create_topics(bootstrap, {topics.ticks: PARTITIONS, "words": PARTITIONS})
-    compacted = [topics.quotes, topics.day_stats, topics.bars, "word-counts"]
+def _create_topics(bootstrap: str) -> None:
+    create_topics(bootstrap, dict.fromkeys((catalog.STOCK_TICKS, catalog.WORDS), PARTITIONS))
+    compacted = (*catalog.STOCK_TABLE_TOPICS, catalog.WORD_COUNTS)
     create_topics(bootstrap, dict.fromkeys(compacted, PARTITIONS), config=COMPACTED)
-    create_topics(bootstrap, {topics.dead_letters: 1})
+    create_topics(bootstrap, {catalog.STOCK_TICKS_DLQ: 1})
 
 
 def _print_examples(url: str) -> None:

@@ -8,15 +8,15 @@ from typing import Annotated
 
 import typer
 
-from kiq import settings
+from kiq import catalog, settings
 from kiq.cli.context import CliState, run_or_exit
 
 app = typer.Typer(help="Run the Spark pipelines that derive kiq's tables.", no_args_is_help=True)
 
 
 class Name(StrEnum):
-    stocks = "stocks"
-    wordcount = "wordcount"
+    stocks = catalog.STOCKS_PIPELINE
+    wordcount = catalog.WORDCOUNT_PIPELINE
 
 
 class TriggerMode(StrEnum):
@@ -29,20 +29,20 @@ def run(
     ctx: typer.Context,
     names: Annotated[list[Name], typer.Argument(help="which pipelines (one Spark driver)")],
     bootstrap: Annotated[
-        str, typer.Option(envvar="KIQ_BOOTSTRAP", help="Kafka bootstrap servers")
-    ] = "127.0.0.1:9092",
+        str | None, typer.Option(help="Kafka bootstrap servers [127.0.0.1:9092]")
+    ] = None,
     master: Annotated[str | None, typer.Option(help="Spark master [local[*]]")] = None,
     trigger: Annotated[
-        TriggerMode,
+        TriggerMode | None,
         typer.Option(help="microbatch, or realtime (stateless queries in Real-Time Mode)"),
-    ] = TriggerMode.microbatch,
+    ] = None,
     checkpoint: Annotated[
         Path | None, typer.Option(help="checkpoint root [.kiq/checkpoints]")
     ] = None,
     partitions: Annotated[
-        int, typer.Option(help="partitions of an input topic that must be created")
-    ] = 30,
-    interval: Annotated[str, typer.Option(help="micro-batch interval")] = "0 seconds",
+        int | None, typer.Option(help="partitions of an input topic that must be created [30]")
+    ] = None,
+    interval: Annotated[str | None, typer.Option(help="micro-batch interval [0 seconds]")] = None,
 ) -> None:
     """Run pipelines until Ctrl-C; a restart resumes from their checkpoints."""
     from kiq.pipelines.kafka_io import StreamOptions
@@ -51,19 +51,35 @@ def run(
     from kiq.pipelines.wordcount import start_wordcount_pipeline
 
     state: CliState = ctx.obj
-    spark = run_or_exit(lambda: settings.load(
-        settings.SparkSettings, state.config, master=master, checkpoint_dir=checkpoint
-    ))  # fmt: skip
+    conf = run_or_exit(
+        lambda: settings.load(
+            settings.PipelineSettings,
+            state.config,
+            bootstrap=bootstrap,
+            trigger=trigger,
+            partitions=partitions,
+            interval=interval,
+        )
+    )
+    spark = run_or_exit(
+        lambda: settings.load(
+            settings.SparkSettings, state.config, master=master, checkpoint_dir=checkpoint
+        )
+    )
     opts = StreamOptions(
-        bootstrap=bootstrap, checkpoint_root=str(spark.checkpoint_dir.resolve()),
-        trigger=trigger.value, interval=interval,
-    )  # fmt: skip
+        bootstrap=conf.bootstrap,
+        checkpoint_root=str(spark.checkpoint_dir.resolve()),
+        trigger=conf.trigger,
+        interval=conf.interval,
+    )
     t = StockTopics()
+    stocks = PipelineTopics(
+        t.ticks, conf.partitions, (t.quotes, t.day_stats, t.bars), (t.dead_letters,)
+    )
+    words = PipelineTopics(catalog.WORDS, conf.partitions, (catalog.WORD_COUNTS,))
     known = {
-        Name.stocks: Pipeline("stocks", start_stock_pipeline, PipelineTopics(
-            t.ticks, partitions, (t.quotes, t.day_stats, t.bars), (t.dead_letters,))),
-        Name.wordcount: Pipeline("wordcount", start_wordcount_pipeline, PipelineTopics(
-            "words", partitions, ("word-counts",))),
-    }  # fmt: skip
+        Name.stocks: Pipeline(catalog.STOCKS_PIPELINE, start_stock_pipeline, stocks),
+        Name.wordcount: Pipeline(catalog.WORDCOUNT_PIPELINE, start_wordcount_pipeline, words),
+    }
     chosen = [known[n] for n in dict.fromkeys(names)]
     run_or_exit(lambda: run_pipelines(chosen, spark, opts))

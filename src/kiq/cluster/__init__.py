@@ -8,12 +8,13 @@ derives the *standbys* of every partition the same way on every node
 """
 
 from kiq.cluster.members import Member, decode_client_id, encode_client_id
-from kiq.cluster.view import ClusterView, PartitionReplicas, build_view
+from kiq.cluster.view import ClusterView, PartitionReplicas, Role, build_view
 
 __all__ = [
     "ClusterView",
     "Member",
     "PartitionReplicas",
+    "Role",
     "build_view",
     "decode_client_id",
     "encode_client_id",

@@ -11,8 +11,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from kiq.cluster.members import Member
+
+
+class Role(StrEnum):
+    """A node's part in a partition: the active owns it, standbys keep warm copies."""
+
+    ACTIVE = "active"
+    STANDBY = "standby"
 
 
 @dataclass(frozen=True)
@@ -49,14 +57,14 @@ class ClusterView:
         member = self.members.get(node_id)
         return member.url if member else None
 
-    def roles_of(self, node_id: str) -> dict[tuple[str, int], str]:
-        """(table, partition) → "active" | "standby" for one node."""
-        roles: dict[tuple[str, int], str] = {}
+    def roles_of(self, node_id: str) -> dict[tuple[str, int], Role]:
+        """(table, partition) → the role of one node, for the partitions it has one in."""
+        roles: dict[tuple[str, int], Role] = {}
         for key, reps in self.replicas.items():
             if reps.active == node_id:
-                roles[key] = "active"
+                roles[key] = Role.ACTIVE
             elif node_id in reps.standbys:
-                roles[key] = "standby"
+                roles[key] = Role.STANDBY
         return roles
 
 

@@ -12,11 +12,12 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
+from kiq import catalog
 from kiq.feeds.symbols import SYMBOLS
 from kiq.feeds.ticks import EXCHANGE_RE
 from kiq.settings import _Section
 
-DEFAULT_EXCHANGES = ("NYSE", "NASDAQ", "ARCA", "BATS", "IEX")
+DEFAULT_EXCHANGES = catalog.STOCK_EXCHANGES
 
 
 class FeedSettings(_Section):
@@ -26,7 +27,9 @@ class FeedSettings(_Section):
     model_config = SettingsConfigDict(env_prefix="KIQ_FEED_", frozen=True, extra="forbid")
 
     bootstrap: str = "127.0.0.1:9092"
-    topic: str = Field("stock-ticks", min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$")
+    topic: str = Field(
+        catalog.STOCK_TICKS, min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$"
+    )
     symbols: int = Field(100, ge=1, le=len(SYMBOLS), description="how many symbols tick")
     exchanges: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [*DEFAULT_EXCHANGES])
     rate: float = Field(1000.0, gt=0, description="ticks per second")

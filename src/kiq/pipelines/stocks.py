@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kiq import catalog
 from kiq.pipelines.kafka_io import StreamOptions, read_topics, write_topic
 from kiq.pipelines.ticks import dead_letters, parse_ticks
 
@@ -45,7 +46,11 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-DEFAULT_EXCHANGES = ("NYSE", "NASDAQ", "ARCA", "BATS", "IEX")
+DEFAULT_EXCHANGES = catalog.STOCK_EXCHANGES
+
+# The queries' names, which are their checkpoint directories: renaming one starts it afresh.
+TABLES_QUERY = "stock-tables"
+DLQ_QUERY = "ticks-dlq"
 
 # The kinds of groups in the one aggregation.
 QUOTE, DAY, BAR = 0, 1, 2
@@ -66,11 +71,11 @@ MS_PER_MINUTE, MS_PER_DAY = 60_000, 86_400_000
 
 @dataclass(frozen=True)
 class StockTopics:
-    ticks: str = "stock-ticks"
-    dead_letters: str = "stock-ticks-dlq"
-    quotes: str = "stock-quotes"
-    day_stats: str = "stock-day-stats"
-    bars: str = "stock-bars-1m"
+    ticks: str = catalog.STOCK_TICKS
+    dead_letters: str = catalog.STOCK_TICKS_DLQ
+    quotes: str = catalog.STOCK_QUOTES
+    day_stats: str = catalog.STOCK_DAY_STATS
+    bars: str = catalog.STOCK_BARS
     exchanges: tuple[str, ...] = field(default=DEFAULT_EXCHANGES)
 
 
@@ -81,13 +86,13 @@ def start_stock_pipeline(
     stateless dead-letter query in real time, the aggregation in micro-batches beside it."""
     if opts.trigger != "realtime":
         outputs = stock_outputs(read_topics(spark, opts, topics.ticks), topics)
-        return [write_topic(outputs, opts, None, "stock-tables", stateful=True)]
+        return [write_topic(outputs, opts, None, TABLES_QUERY, stateful=True)]
     ticks = read_topics(spark, opts, topics.ticks, realtime=True)
     letters = dead_letters(parse_ticks(ticks, topics.exchanges))
     tables = stock_tables(read_topics(spark, opts, topics.ticks), topics)
     return [
-        write_topic(letters, opts, topics.dead_letters, "ticks-dlq", stateful=False),
-        write_topic(tables, opts, None, "stock-tables", stateful=True),
+        write_topic(letters, opts, topics.dead_letters, DLQ_QUERY, stateful=False),
+        write_topic(tables, opts, None, TABLES_QUERY, stateful=True),
     ]
 
 
@@ -162,7 +167,7 @@ def _tables(parsed: DataFrame, topics: StockTopics) -> DataFrame:
         .otherwise(topics.bars)
         .alias("topic"),
         F.when(kind == QUOTE, F.col("symbol"))
-        .otherwise(F.concat_ws("|", "symbol", "bucket"))
+        .otherwise(F.concat_ws(catalog.STOCK_KEY_SEP, "symbol", "bucket"))
         .alias("key"),
         F.when(kind == QUOTE, F.to_json(F.expr(_quote_sql(topics.exchanges)), _KEEP_NULLS))
         .when(kind == DAY, F.to_json(_day_value()))

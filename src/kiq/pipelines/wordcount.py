@@ -4,15 +4,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kiq import catalog
 from kiq.pipelines.kafka_io import StreamOptions, read_topics, write_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+# The query's name, which is its checkpoint directory: renaming it starts it afresh.
+QUERY = "word-counts"
+
 
 def start_wordcount_pipeline(
-    spark: SparkSession, opts: StreamOptions, words: str = "words", counts: str = "word-counts"
+    spark: SparkSession,
+    opts: StreamOptions,
+    words: str = catalog.WORDS,
+    counts: str = catalog.WORD_COUNTS,
 ) -> list[StreamingQuery]:
     from pyspark.sql import functions as F
 
@@ -23,4 +30,4 @@ def start_wordcount_pipeline(
         F.to_json(F.struct("word", "count")).alias("value"),
         "partition",
     )
-    return [write_topic(out, opts, counts, "word-counts", stateful=True)]
+    return [write_topic(out, opts, counts, QUERY, stateful=True)]

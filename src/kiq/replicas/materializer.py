@@ -13,12 +13,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-
-from confluent_kafka import Message
+from typing import cast
 
 from kiq.errors import BadRecord
 from kiq.kafka.dlq import DeadLetters
-from kiq.kafka.reader import Fetched, PartitionReader
+from kiq.kafka.reader import Fetched, PartitionReader, Record
 from kiq.metrics import NodeMetrics
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
@@ -193,7 +192,7 @@ class Materializer:
         return runtime, self.replicas.get((runtime.spec.name, partition))
 
     def _decode(
-        self, runtime: TableRuntime, messages: list[Message], from_offset: int
+        self, runtime: TableRuntime, messages: list[Record], from_offset: int
     ) -> list[Change]:
         """The changes to store; a record that cannot be served goes to the dead letters.
 
@@ -209,16 +208,18 @@ class Materializer:
         values = [m.value() for m in messages]
         offsets = [m.offset() for m in messages]
         if None not in keys:
+            present = cast("list[bytes]", keys)
             try:
-                if max(map(len, keys)) <= MAX_KEY_BYTES:
+                if max(map(len, present)) <= MAX_KEY_BYTES:
                     # A NUL ends any multi-byte sequence: the join is UTF-8 iff every key is.
-                    b"\0".join(keys).decode("utf-8")
-                    return list(zip(keys, runtime.codec.decode_all(values), offsets, strict=True))
+                    b"\0".join(present).decode("utf-8")
+                    decoded = runtime.codec.decode_all(values)
+                    return list(zip(present, decoded, offsets, strict=True))
             except (UnicodeDecodeError, BadRecord):
                 pass
         return self._decode_each(runtime, messages)
 
-    def _decode_each(self, runtime: TableRuntime, messages: list[Message]) -> list[Change]:
+    def _decode_each(self, runtime: TableRuntime, messages: list[Record]) -> list[Change]:
         decode = runtime.codec.decode
         changes: list[Change] = []
         for msg in messages:

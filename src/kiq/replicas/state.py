@@ -9,19 +9,18 @@
 A replica restores (reads toward the log end) after it is opened; once caught
 up it is ACTIVE if this node owns the partition, else STANDBY. A replica this
 node no longer needs lingers a while (it may be the only up-to-date copy during
-a rebalance), then is REVOKED: its store closes but stays on disk.
+a rebalance), then is REVOKED: its store closes but stays on disk. A replica's
+``Role`` is its node's role in the cluster view, so it is the view's enum.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
+from kiq.cluster import Role
 from kiq.errors import KiqError
 
-
-class Role(StrEnum):
-    ACTIVE = "active"
-    STANDBY = "standby"
+__all__ = ["TRANSITIONS", "IllegalTransition", "ReplicaState", "Role", "check_transition"]
 
 
 class ReplicaState(StrEnum):

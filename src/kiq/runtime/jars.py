@@ -2,7 +2,9 @@
 
 Layout under the jars dir: ``kafka/`` holds the broker and its runtime
 dependencies; ``spark/`` holds Spark's Kafka connector and the three jars the
-pyspark wheel lacks, at the installed pyspark's version.
+pyspark wheel lacks, at the installed pyspark's version. The settings find the
+cache of the checkout kiq runs in (``kiq.settings.find_jar_cache``); elsewhere,
+as from an installed wheel, a setting names it.
 """
 
 from __future__ import annotations
@@ -11,14 +13,19 @@ from pathlib import Path
 
 from kiq.errors import SetupError
 
-_FIX = "run `make jars` (or `make setup`) in the kiq checkout, or set KIQ_*_JARS_DIR"
+
+def _fix(section: str) -> str:
+    return (
+        "run `make jars` (or `make setup`) in the kiq checkout and run kiq inside it, "
+        f"or set [{section}] jars_dir (KIQ_{section.upper()}_JARS_DIR) to a jar cache"
+    )
 
 
 def kafka_broker_classpath(jars_dir: Path) -> str:
     """A java ``-cp`` value with every broker jar."""
     kafka = jars_dir / "kafka"
     if not any(kafka.glob("kafka_2.13-*.jar")):
-        raise SetupError(f"the Kafka broker jars are not in {kafka}: {_FIX}")
+        raise SetupError(f"the Kafka broker jars are not in {kafka}: {_fix('broker')}")
     return str(kafka / "*")
 
 
@@ -30,6 +37,7 @@ def spark_connector_jars(jars_dir: Path, spark_version: str) -> list[Path]:
         found = sorted(p.name for p in spark.glob("spark-sql-kafka-*.jar"))
         detail = f" (found {', '.join(found)})" if found else ""
         raise SetupError(
-            f"Spark's Kafka connector for pyspark {spark_version} is not in {spark}{detail}: {_FIX}"
+            f"Spark's Kafka connector for pyspark {spark_version} is not in {spark}{detail}: "
+            + _fix("spark")
         )
     return sorted(spark.glob("*.jar"))

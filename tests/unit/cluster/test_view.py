@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from kiq.cluster import ClusterView, Member, PartitionReplicas, build_view
+from kiq.cluster import ClusterView, Member, PartitionReplicas, Role, build_view
 from kiq.cluster.view import EMPTY_VIEW, TableLayout, rank
 
 TABLE = TableLayout(name="users", topic="users-topic", partitions=30, standby_replicas=1)
@@ -219,7 +219,7 @@ def test_global_tables_list_every_member():
         reps = view.of("countries", p)
         assert reps.active is None
         assert sorted(reps.standbys) == ["n0", "n1", "n2", "n3"]
-    assert view.roles_of("n2") == {("countries", p): "standby" for p in range(3)}
+    assert view.roles_of("n2") == {("countries", p): Role.STANDBY for p in range(3)}
 
 
 def test_several_tables_in_one_view():
@@ -237,10 +237,10 @@ def test_roles_of():
     nodes = members(3)
     view = view_of(nodes, round_robin(nodes, table), table)
     roles = view.roles_of("n0")
-    assert roles[("users", 0)] == "active"
-    assert roles[("users", 3)] == "active"
+    assert roles[("users", 0)] is Role.ACTIVE
+    assert roles[("users", 3)] is Role.ACTIVE
     standby_for = {p for p in range(6) if "n0" in view.of("users", p).standbys}
-    assert {k for k, r in roles.items() if r == "standby"} == {("users", p) for p in standby_for}
+    assert {k for k, r in roles.items() if r is Role.STANDBY} == {("users", p) for p in standby_for}
     assert set(roles) == {("users", p) for p in range(6) if "n0" in view.of("users", p).all}
     assert view.roles_of("nobody") == {}
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from kiq.kafka.reader import Fetched
+from dataclasses import dataclass
+
+from kiq.kafka.reader import Fetched, Record
 from kiq.metrics import NodeMetrics
 from kiq.replicas.materializer import Materializer
 from kiq.replicas.state import Role
@@ -51,3 +53,68 @@ def test_a_store_that_fails_to_open_is_skipped_then_retried():
     m._apply_wanted()
     assert sorted(m.replicas) == [("t", p) for p in range(4)]
     assert attempts == {0: 1, 1: 1, 2: 2, 3: 1}  # opened ones are not opened again
+
+
+@dataclass
+class StandInRecord:
+    """A record with only what ``Record`` promises: the materializer needs no more."""
+
+    k: bytes | None
+    v: bytes | None
+    at: int
+
+    def key(self) -> bytes | None:
+        return self.k
+
+    def value(self) -> bytes | None:
+        return self.v
+
+    def offset(self) -> int:
+        return self.at
+
+    def partition(self) -> int:
+        return 0
+
+
+class StandInDeadLetters:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int, int, str]] = []
+
+    def send(
+        self, topic: str, partition: int, offset: int, key: object, value: object, reason: str
+    ) -> None:
+        self.sent.append((topic, partition, offset, reason))
+
+
+def test_records_are_decoded_and_applied_and_bad_ones_become_dead_letters():
+    store = MemoryPartitionStore()
+    letters = StandInDeadLetters()
+    spec = TableSpec(name="t", topic="topic-t")
+    m = Materializer(
+        StandInReader(),
+        {"t": TableRuntime(spec, JsonCodec(), 1)},
+        lambda table, partition: store,
+        letters,  # type: ignore[arg-type]
+        NodeMetrics(),
+    )
+    m.reconcile({("t", 0): Role.ACTIVE})
+    m._apply_wanted()
+    good: list[Record] = [StandInRecord(b"a", b'{"n": 1}', 0), StandInRecord(b"b", b"[2]", 1)]
+    m._apply(Fetched({("topic-t", 0): good}))
+    assert store.get(b"a") == (b'{"n": 1}', 0) and store.get(b"b") == (b"[2]", 1)
+    bad: list[Record] = [
+        StandInRecord(b"a", None, 2),  # a tombstone deletes the key
+        StandInRecord(None, b"{}", 3),
+        StandInRecord(b"\xff", b"{}", 4),
+        StandInRecord(b"c", b"not json", 5),
+        StandInRecord(b"d", b"4", 6),
+    ]
+    m._apply(Fetched({("topic-t", 0): bad}))
+    assert store.get(b"a") is None and store.get(b"d") == (b"4", 6)
+    assert [(topic, offset) for topic, _, offset, _ in letters.sent] == [
+        ("topic-t", 3),
+        ("topic-t", 4),
+        ("topic-t", 5),
+    ]
+    assert "no key" in letters.sent[0][3] and "UTF-8" in letters.sent[1][3]
+    assert store.applied_offset() == 6
