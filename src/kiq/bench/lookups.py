@@ -121,7 +121,11 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
 
 
 def _measure(
-    directory: Path, paths: list[str], ports: list[int], pids: list[int], cfg: LookupsConfig
+    directory: Path,
+    paths: list[str],
+    ports: list[int],
+    pids: list[int | None],
+    cfg: LookupsConfig,
 ) -> tuple[WrkResult, float | None]:
     """One measured wrk run, and the CPU seconds the server processes spent in it."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kiq.errors import KiqError
 
 
-def _admin(bootstrap: str, **extra: object) -> AdminClient:
+def _admin(bootstrap: str, **extra: str | int | float) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000, **extra})
 
 
@@ -87,13 +87,12 @@ def create_topics(
     for name, n in wanted.items():
         while True:
             md = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
-            ready = (
+            if (
                 md is not None
                 and md.error is None
                 and md.partitions
                 and all(p.leader >= 0 for p in md.partitions.values())
-            )
-            if ready:
+            ):
                 if len(md.partitions) != n:
                     raise KiqError(
                         f"topic {name!r} exists with {len(md.partitions)} partitions, not {n}: "

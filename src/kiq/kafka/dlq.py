@@ -23,7 +23,7 @@ class DeadLetters:
         self, source_topic: str, partition: int, offset: int,
         key: bytes | None, value: bytes | None, reason: str,
     ) -> None:  # fmt: skip
-        headers = {
+        headers: dict[str, str | bytes | None] = {
             "kiq.reason": reason.encode(),
             "kiq.source.topic": source_topic.encode(),
             "kiq.source.partition": str(partition).encode(),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kiq.errors import KiqError
 from kiq.kafka.config import producer_config
@@ -36,7 +36,7 @@ class AsyncProducer:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[tuple[int, int]] = loop.create_future()
 
-        def delivered(err, msg) -> None:
+        def delivered(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 result = ProduceFailed(f"writing to {topic} failed: {err}")
                 loop.call_soon_threadsafe(_settle, done, None, result)
