@@ -82,9 +82,12 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
             for floor in floors:
                 floor.start()
             floor_run, floor_cpu = _measure(
-                stack.root / "wrk-floor", paths, [f.port for f in floors],
-                [f.proc.pid if f.proc else None for f in floors], cfg,
-            )  # fmt: skip
+                stack.root / "wrk-floor",
+                paths,
+                [f.port for f in floors],
+                [f.proc.pid if f.proc else None for f in floors],
+                cfg,
+            )
         finally:
             for floor in floors:
                 floor.stop()

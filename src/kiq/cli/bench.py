@@ -51,19 +51,26 @@ def lookups(
     connections: Annotated[int, typer.Option(help="wrk connections, split over its threads")] = 64,
     duration: Annotated[float, typer.Option(help="seconds of each measured wrk run")] = 10,
     mode: Annotated[
-        str, typer.Option(help="local: keys n1 owns, on n1; random: any key on any node; "
-                               "redirect: random with ?redirect=true")
+        str,
+        typer.Option(
+            help="local: keys n1 owns, on n1; random: any key on any node; "
+            "redirect: random with ?redirect=true"
+        ),
     ] = "local",
     warmup: Annotated[float, typer.Option(help="seconds of wrk before each run (0: none)")] = 2,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
-) -> None:  # fmt: skip
+) -> None:
     """Point lookups/s and latency with wrk, against the floor (a bare ASGI app, same stack)."""
     from kiq.bench.lookups import LookupsConfig, run_lookups
 
     cfg = LookupsConfig(
-        nodes=nodes, keys=keys, connections=connections, duration_s=duration, mode=mode,
+        nodes=nodes,
+        keys=keys,
+        connections=connections,
+        duration_s=duration,
+        mode=mode,
         warmup_s=warmup,
-    )  # fmt: skip
+    )
     status = f"{nodes} node(s), {mode}, {connections} conns"
     _measure("lookups", status, lambda: run_lookups(cfg), json_out)
 

@@ -84,8 +84,13 @@ class ProgressLog:
             rows = sum(p.numInputRows for p in new)
             log.info(
                 "progress query=%s batches=%d rows=%d batch_ms_p50=%d batch_ms_max=%d last=%s",
-                q.name, len(new), rows, took[len(took) // 2], took[-1], new[-1].durationMs,
-            )  # fmt: skip
+                q.name,
+                len(new),
+                rows,
+                took[len(took) // 2],
+                took[-1],
+                new[-1].durationMs,
+            )
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,13 @@ def run_pipelines(
         partitions = ensure_topics(opts.bootstrap, p.topics)
         log.info(
             "pipeline starting name=%s source=%s partitions=%d trigger=%s checkpoints=%s/%s",
-            p.name, p.topics.source, partitions, opts.trigger, opts.checkpoint_root, p.name,
-        )  # fmt: skip
+            p.name,
+            p.topics.source,
+            partitions,
+            opts.trigger,
+            opts.checkpoint_root,
+            p.name,
+        )
     spark = build_session(spark_settings, app_name=f"kiq-{name}")
     stop = stop_event or threading.Event()
     if stop_event is None and threading.current_thread() is threading.main_thread():

@@ -55,9 +55,13 @@ def parse_ticks(raw: DataFrame, exchanges: Sequence[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
     parsed = raw.select(
-        "key", "value", "topic", "partition", "offset",
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
         F.from_json(F.col("value").cast("string"), TICK_SCHEMA, _PARSE_OPTIONS).alias("t"),
-    )  # fmt: skip
+    )
     return parsed.withColumn("reason", F.expr(_reason_sql(exchanges)))
 
 
