@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -55,7 +56,7 @@ class AsyncProducer:
         self._thread.join(timeout=5)
 
 
-def _settle(fut: asyncio.Future, value: object, error: BaseException | None) -> None:
+def _settle(fut: asyncio.Future[Any], value: object, error: BaseException | None) -> None:
     if fut.done():
         return
     if error is not None:

@@ -15,7 +15,7 @@ from kiq.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 Trigger = Literal["microbatch", "realtime"]
 

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kiq.errors import KiqError
 from kiq.runtime.ports import free_port
@@ -94,9 +95,11 @@ class LocalNode:
                 self.proc.kill()
                 self.proc.wait(10)
 
-    def metadata(self) -> dict:
+    def metadata(self) -> dict[str, Any]:
+        """The node's ``GET /v1/metadata``, as JSON."""
         with urllib.request.urlopen(f"{self.url}/v1/metadata", timeout=5) as resp:
-            return json.loads(resp.read())
+            meta: dict[str, Any] = json.loads(resp.read())
+        return meta
 
     def tail(self, lines: int = 30) -> str:
         if not self.log_file.exists():
