@@ -1,6 +1,11 @@
 # kiq: one command each for setup, tests and the demo. Every target is idempotent.
 #   make setup   venv + kiq package + Maven jars (Kafka broker, Spark Kafka connector)
 #   make test    setup, then the test suite (starts its own broker and Spark)
+#   make lint       setup, then ruff: lint rules and the formatter's layout
+#   make typecheck  setup, then mypy over src/ ([tool.mypy] in pyproject.toml)
+#   make contracts  setup, then the import contracts: which layer may import which
+#                   ([tool.importlinter] in pyproject.toml)
+#   .ci/run         lint, typecheck, contracts, then test, stopping at the first failure
 #   make demo    setup, then a local cluster (for now: the broker)
 #   make clean   stop the local broker, remove venv, caches and local state
 
@@ -11,7 +16,7 @@ JARS   := .cache/jars
 MVN    := mvn -B -q -Dstyle.color=never
 PYTEST_ARGS ?=
 
-.PHONY: setup deps jars test test-fast lint demo stop clean
+.PHONY: setup deps jars test test-fast lint typecheck contracts demo stop clean
 
 setup: deps $(BIN)/.installed jars
 
@@ -54,6 +59,12 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+typecheck: setup
+	$(BIN)/mypy
+
+contracts: setup
+	$(BIN)/lint-imports
+
 demo: setup
 	$(BIN)/kiq demo
 
@@ -61,4 +72,5 @@ stop:
 	@if [ -x $(BIN)/kiq ]; then $(BIN)/kiq broker stop; fi
 
 clean: stop
-	rm -rf $(VENV) .cache .kiq build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) .cache .kiq build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache \
+		.import_linter_cache

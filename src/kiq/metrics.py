@@ -9,12 +9,51 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class _Named(Protocol):
+    @property
+    def value(self) -> str: ...
+
+
+class _Serving(Protocol):
+    @property
+    def serving(self) -> bool: ...
+
+
+class _Sized(Protocol):
+    def count(self) -> int: ...
+
+    def size_bytes(self) -> int: ...
+
+
+class WatchedReplica(Protocol):
+    """What a scrape reads of a replica: a protocol, so metrics sits below the replicas
+    and every layer can report into it."""
+
+    @property
+    def table(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def role(self) -> _Named: ...
+    @property
+    def state(self) -> _Serving: ...
+    @property
+    def store(self) -> _Sized: ...
+    @property
+    def lag(self) -> int: ...
+    @property
+    def applied_offset(self) -> int: ...
+    @property
+    def restored(self) -> int: ...
 
 
 class RouteStats:
@@ -51,14 +90,16 @@ class NodeMetrics:
             "kiq_records_applied", "records applied to local stores", ["table"], registry=r
         )
         self.dead_letters = Counter(
-            "kiq_dead_letters", "malformed records sent to the dead-letter topic", ["table"],
+            "kiq_dead_letters",
+            "malformed records sent to the dead-letter topic",
+            ["table"],
             registry=r,
-        )  # fmt: skip
+        )
 
     def route(self, name: str) -> RouteStats:
         return self.routes.setdefault(name, RouteStats())
 
-    def watch_replicas(self, replicas: Callable[[], Iterable[object]]) -> None:
+    def watch_replicas(self, replicas: Callable[[], Iterable[WatchedReplica]]) -> None:
         self.registry.register(_ReplicaCollector(replicas))
 
 
@@ -86,7 +127,7 @@ class _RouteCollector(Collector):
 
 
 class _ReplicaCollector(Collector):
-    def __init__(self, replicas: Callable[[], Iterable[object]]) -> None:
+    def __init__(self, replicas: Callable[[], Iterable[WatchedReplica]]) -> None:
         self._replicas = replicas
 
     def collect(self) -> Iterable[GaugeMetricFamily]:

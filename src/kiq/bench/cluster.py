@@ -20,9 +20,14 @@ def start_nodes(
     nodes = []
     for i in range(1, count + 1):
         node = LocalNode(
-            f"n{i}", stack.bootstrap, tables, stack.root / f"n{i}", stack.root / f"n{i}.log",
-            extra_args=["--cluster", CLUSTER], env=dict(env or {}),
-        )  # fmt: skip
+            f"n{i}",
+            stack.bootstrap,
+            tables,
+            stack.root / f"n{i}",
+            stack.root / f"n{i}.log",
+            extra_args=["--cluster", CLUSTER],
+            env=dict(env or {}),
+        )
         stack.nodes.append(node)
         nodes.append(node.start())
     return nodes

@@ -58,9 +58,13 @@ async def _serve(app: Any, port: int) -> None:
 
     logging.getLogger("granian").setLevel(logging.ERROR)
     server = Server(
-        app, address="127.0.0.1", port=port, interface=Interfaces.ASGI, log_enabled=False,
+        app,
+        address="127.0.0.1",
+        port=port,
+        interface=Interfaces.ASGI,
+        log_enabled=False,
         backlog=2048,
-    )  # fmt: skip
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.stop)
@@ -92,8 +96,8 @@ class LocalFloor:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 60) -> LocalFloor:
-        cmd = [sys.executable, "-m", "kiq.bench.floor", "--port", str(self.port),
-               "--keys", str(self.keys)]  # fmt: skip
+        cmd = [sys.executable, "-m", "kiq.bench.floor"]
+        cmd += ["--port", str(self.port), "--keys", str(self.keys)]
         with self.log_file.open("ab") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

@@ -106,15 +106,21 @@ def _settle(prober: Prober, ticks: Iterator[Tick], feed: TickProducer, cfg: Inge
 
 
 def _feed(
-    ticks: Iterator[Tick], feed: TickProducer, rate: float, seconds: float,
+    ticks: Iterator[Tick],
+    feed: TickProducer,
+    rate: float,
+    seconds: float,
     stop: Callable[[], bool] = lambda: False,
-) -> RunStats:  # fmt: skip
+) -> RunStats:
     """``rate`` ticks/s for ``seconds`` or until ``stop``; given up 5 s late if it falls behind."""
     give_up = time.monotonic() + seconds + 5
     return pace(
-        ticks, feed, rate=rate, duration_s=seconds,
+        ticks,
+        feed,
+        rate=rate,
+        duration_s=seconds,
         stop=lambda: stop() or time.monotonic() > give_up,
-    )  # fmt: skip
+    )
 
 
 def _step(rate: float, fed: RunStats, prober: Prober, max_p99_ms: float) -> dict[str, object]:

@@ -82,9 +82,12 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
             for floor in floors:
                 floor.start()
             floor_run, floor_cpu = _measure(
-                stack.root / "wrk-floor", paths, [f.port for f in floors],
-                [f.proc.pid if f.proc else None for f in floors], cfg,
-            )  # fmt: skip
+                stack.root / "wrk-floor",
+                paths,
+                [f.port for f in floors],
+                [f.proc.pid if f.proc else None for f in floors],
+                cfg,
+            )
         finally:
             for floor in floors:
                 floor.stop()
@@ -121,7 +124,11 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
 
 
 def _measure(
-    directory: Path, paths: list[str], ports: list[int], pids: list[int], cfg: LookupsConfig
+    directory: Path,
+    paths: list[str],
+    ports: list[int],
+    pids: list[int | None],
+    cfg: LookupsConfig,
 ) -> tuple[WrkResult, float | None]:
     """One measured wrk run, and the CPU seconds the server processes spent in it."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -34,9 +34,14 @@ class ReaderLoad:
     """GETs ``rate`` random keys a second, spread over ``urls()``, until stopped or ``max_s``."""
 
     def __init__(
-        self, urls: Callable[[], Sequence[str]], table: str, keys: Sequence[str],
-        rate: int = 2000, max_s: float = 120.0, concurrency: int = 64,
-    ) -> None:  # fmt: skip
+        self,
+        urls: Callable[[], Sequence[str]],
+        table: str,
+        keys: Sequence[str],
+        rate: int = 2000,
+        max_s: float = 120.0,
+        concurrency: int = 64,
+    ) -> None:
         self._urls = urls
         self._table = table
         self._keys = list(keys)

@@ -92,7 +92,8 @@ def _until_serving(node: LocalNode, started: float, timeout_s: float) -> tuple[f
 def _all_serving(node: LocalNode) -> bool:
     parts = node.metadata()["tables"][TABLE]["partitions"]
     return all(
-        p["active"] is not None and p["local"] is not None
+        p["active"] is not None
+        and p["local"] is not None
         and p["local"]["state"] in ("active", "standby")
         for p in parts
-    )  # fmt: skip
+    )

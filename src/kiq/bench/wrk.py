@@ -108,11 +108,9 @@ def run_wrk(
     """One wrk run, a thread per target; ``connections`` (at least one per thread) split evenly."""
     threads = len(targets)
     host, port = targets[0]
-    cmd = [
-        wrk_executable(), f"-t{threads}", f"-c{max(connections, threads)}",
-        f"-d{max(1, round(duration_s))}s", "--latency", "--timeout", "5s",
-        "-s", str(script), f"http://{host}:{port}/",
-    ]  # fmt: skip
+    cmd = [wrk_executable(), f"-t{threads}", f"-c{max(connections, threads)}"]
+    cmd += [f"-d{max(1, round(duration_s))}s", "--latency", "--timeout", "5s"]
+    cmd += ["-s", str(script), f"http://{host}:{port}/"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s + 60, check=False)
     if out.returncode != 0:
         raise SetupError(

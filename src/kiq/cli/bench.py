@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.table import Table
@@ -51,19 +51,26 @@ def lookups(
     connections: Annotated[int, typer.Option(help="wrk connections, split over its threads")] = 64,
     duration: Annotated[float, typer.Option(help="seconds of each measured wrk run")] = 10,
     mode: Annotated[
-        str, typer.Option(help="local: keys n1 owns, on n1; random: any key on any node; "
-                               "redirect: random with ?redirect=true")
+        str,
+        typer.Option(
+            help="local: keys n1 owns, on n1; random: any key on any node; "
+            "redirect: random with ?redirect=true"
+        ),
     ] = "local",
     warmup: Annotated[float, typer.Option(help="seconds of wrk before each run (0: none)")] = 2,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
-) -> None:  # fmt: skip
+) -> None:
     """Point lookups/s and latency with wrk, against the floor (a bare ASGI app, same stack)."""
     from kiq.bench.lookups import LookupsConfig, run_lookups
 
     cfg = LookupsConfig(
-        nodes=nodes, keys=keys, connections=connections, duration_s=duration, mode=mode,
+        nodes=nodes,
+        keys=keys,
+        connections=connections,
+        duration_s=duration,
+        mode=mode,
         warmup_s=warmup,
-    )  # fmt: skip
+    )
     status = f"{nodes} node(s), {mode}, {connections} conns"
     _measure("lookups", status, lambda: run_lookups(cfg), json_out)
 
@@ -117,14 +124,14 @@ def ingest(
     with console.status(f"measuring ingest at {rates} ticks/s ..."):
         result = run_or_exit(lambda: run_ingest(cfg))
     summary = {k: v for k, v in result.items() if k != "steps"}
+    rows = cast(list[dict[str, object]], result["steps"])  # one row of figures per rate
     from kiq.bench.stats import report
 
     report("ingest", summary, None, console)
     table = Table(title="ingest steps")
-    columns = list(result["steps"][0]) if result["steps"] else []
-    for column in columns:
+    for column in rows[0] if rows else []:
         table.add_column(column, justify="right")
-    for step in result["steps"]:
+    for step in rows:
         table.add_row(*(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in step.values()))
     console.print(table)
     if json_out is not None:
@@ -139,7 +146,9 @@ def _rates(text: str) -> tuple[float, ...]:
         raise ConfigError(f"--rates takes numbers separated by commas, not {text!r}") from exc
 
 
-def _measure(name: str, what: str, run: Callable[[], dict], json_out: Path | None) -> None:
+def _measure(
+    name: str, what: str, run: Callable[[], dict[str, object]], json_out: Path | None
+) -> None:
     """Run one scenario under a status line; print its figures and write them as JSON."""
     from kiq.bench.stats import report
 

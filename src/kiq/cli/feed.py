@@ -65,9 +65,16 @@ def stocks(
 ) -> None:
     """Simulate a stock market: quotes, and trades on some, for N symbols on several exchanges."""
     conf = _settings(
-        ctx, bootstrap=bootstrap, topic=topic, symbols=symbols, exchanges=exchanges, rate=rate,
-        seed=seed, create_topic=create_topic, partitions=partitions,
-    )  # fmt: skip
+        ctx,
+        bootstrap=bootstrap,
+        topic=topic,
+        symbols=symbols,
+        exchanges=exchanges,
+        rate=rate,
+        seed=seed,
+        create_topic=create_topic,
+        partitions=partitions,
+    )
     if duration is not None and duration <= 0:
         run_or_exit(_fail("--duration must be a positive number of seconds (omit it to run on)"))
     run_or_exit(lambda: _prepare_topic(conf))
@@ -80,9 +87,15 @@ def stocks(
     )
     expected = int(conf.rate * duration) if duration is not None else None
     outcome = run_or_exit(
-        lambda: _feed(simulator.ticks(), conf, rate=conf.rate, duration_s=duration,
-                      total=expected, completed=lambda s: s.produced)
-    )  # fmt: skip
+        lambda: _feed(
+            simulator.ticks(),
+            conf,
+            rate=conf.rate,
+            duration_s=duration,
+            total=expected,
+            completed=lambda s: s.produced,
+        )
+    )
     _finish(outcome, conf, "simulated")
 
 
@@ -116,9 +129,15 @@ def replay(
         highlight=False,
     )
     outcome = run_or_exit(
-        lambda: _feed(source, conf, rate=rate, duration_s=None, total=max(source.size, 1),
-                      completed=lambda _: source.bytes_read)
-    )  # fmt: skip
+        lambda: _feed(
+            source,
+            conf,
+            rate=rate,
+            duration_s=None,
+            total=max(source.size, 1),
+            completed=lambda _: source.bytes_read,
+        )
+    )
     if source.bad:
         lines = ", ".join(str(b.line) for b in source.bad_lines[:10])
         more = ", ..." if source.bad > 10 else ""
@@ -200,8 +219,14 @@ def _feed(
 
     try:
         with progress, _stop_on_signals() as stop:
-            stats = pace(ticks, producer, rate=rate, duration_s=duration_s, stop=stop.is_set,
-                         on_progress=show)  # fmt: skip
+            stats = pace(
+                ticks,
+                producer,
+                rate=rate,
+                duration_s=duration_s,
+                stop=stop.is_set,
+                on_progress=show,
+            )
     finally:
         with console.status(f"flushing {producer.pending:,} ticks ..."):
             pending = producer.flush(30.0)

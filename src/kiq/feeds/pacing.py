@@ -88,7 +88,6 @@ def pace(
             break
         now = clock()
         elapsed = now - start
-        over = duration_s is not None and elapsed >= duration_s
         if rate is None:
             target = produced + _MAX_BURST
         else:
@@ -107,7 +106,11 @@ def pace(
             break
         if limit is not None and produced >= limit:
             reason = StopReason.LIMIT
-        elif over and (rate is None or produced >= int(rate * duration_s)):
+        elif (
+            duration_s is not None
+            and elapsed >= duration_s
+            and (rate is None or produced >= int(rate * duration_s))
+        ):
             reason = StopReason.DURATION
         if on_progress is not None and now >= next_progress:
             on_progress(stats(now))

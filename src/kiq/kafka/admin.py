@@ -13,7 +13,7 @@ from kiq.errors import KiqError
 from kiq.kafka.config import client_config
 
 
-def _admin(bootstrap: str, **extra: object) -> AdminClient:
+def _admin(bootstrap: str, **extra: str | int | float) -> AdminClient:
     return AdminClient(client_config(bootstrap, **{"socket.timeout.ms": 5000, **extra}))
 
 
@@ -88,13 +88,12 @@ def create_topics(
     for name, n in wanted.items():
         while True:
             md = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
-            ready = (
+            if (
                 md is not None
                 and md.error is None
                 and md.partitions
                 and all(p.leader >= 0 for p in md.partitions.values())
-            )
-            if ready:
+            ):
                 if len(md.partitions) != n:
                     raise KiqError(
                         f"topic {name!r} exists with {len(md.partitions)} partitions, not {n}: "

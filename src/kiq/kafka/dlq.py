@@ -20,10 +20,15 @@ class DeadLetters:
         self.sent = 0
 
     def send(
-        self, source_topic: str, partition: int, offset: int,
-        key: bytes | None, value: bytes | None, reason: str,
-    ) -> None:  # fmt: skip
-        headers = {
+        self,
+        source_topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+    ) -> None:
+        headers: dict[str, str | bytes | None] = {
             "kiq.reason": reason.encode(),
             "kiq.source.topic": source_topic.encode(),
             "kiq.source.partition": str(partition).encode(),
@@ -31,8 +36,11 @@ class DeadLetters:
         }
         log.warning(
             "dead letter topic=%s partition=%d offset=%d reason=%s",
-            source_topic, partition, offset, reason,
-        )  # fmt: skip
+            source_topic,
+            partition,
+            offset,
+            reason,
+        )
         while True:
             try:
                 self._producer.produce(self.topic, key=key, value=value, headers=headers)

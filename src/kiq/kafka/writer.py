@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kiq.errors import KiqError
 from kiq.kafka.config import producer_config
@@ -36,7 +37,7 @@ class AsyncProducer:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[tuple[int, int]] = loop.create_future()
 
-        def delivered(err, msg) -> None:
+        def delivered(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 result = ProduceFailed(f"writing to {topic} failed: {err}")
                 loop.call_soon_threadsafe(_settle, done, None, result)
@@ -55,7 +56,7 @@ class AsyncProducer:
         self._thread.join(timeout=5)
 
 
-def _settle(fut: asyncio.Future, value: object, error: BaseException | None) -> None:
+def _settle(fut: asyncio.Future[Any], value: object, error: BaseException | None) -> None:
     if fut.done():
         return
     if error is not None:

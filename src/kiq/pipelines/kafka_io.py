@@ -15,7 +15,7 @@ from kiq.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 Trigger = Literal["microbatch", "realtime"]
 
@@ -86,7 +86,8 @@ def write_topic(
     if topic is not None:
         writer = writer.option("topic", topic)
     if opts.trigger == "realtime" and not stateful:
-        writer = writer.trigger(realTime=opts.realtime_batch)
+        # pyspark 4.2's overloads of trigger() leave out realTime; the method takes it.
+        writer = writer.trigger(realTime=opts.realtime_batch)  # type: ignore[call-overload]
     elif opts.trigger in ("microbatch", "realtime"):
         writer = writer.trigger(processingTime=opts.interval)
     else:

@@ -13,12 +13,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from kiq.errors import KiqError
 from kiq.kafka import create_topics, topic_partitions
 from kiq.pipelines.kafka_io import StreamOptions
 from kiq.pipelines.session import build_session
 from kiq.settings import SparkSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +60,7 @@ class ProgressLog:
     Batch time is where freshness goes; the log is how to see it without Spark's UI.
     """
 
-    def __init__(self, queries: list, every_s: float = 15.0) -> None:
+    def __init__(self, queries: list[StreamingQuery], every_s: float = 15.0) -> None:
         self.queries = queries
         self.every_s = every_s
         self.next_at = time.monotonic() + every_s
@@ -79,14 +84,19 @@ class ProgressLog:
             rows = sum(p.numInputRows for p in new)
             log.info(
                 "progress query=%s batches=%d rows=%d batch_ms_p50=%d batch_ms_max=%d last=%s",
-                q.name, len(new), rows, took[len(took) // 2], took[-1], new[-1].durationMs,
-            )  # fmt: skip
+                q.name,
+                len(new),
+                rows,
+                took[len(took) // 2],
+                took[-1],
+                new[-1].durationMs,
+            )
 
 
 @dataclass(frozen=True)
 class Pipeline:
     name: str
-    start: Callable[..., list]  # (spark, StreamOptions) -> started queries
+    start: Callable[[SparkSession, StreamOptions], list[StreamingQuery]]  # the started queries
     topics: PipelineTopics
 
 
@@ -105,15 +115,20 @@ def run_pipelines(
         partitions = ensure_topics(opts.bootstrap, p.topics)
         log.info(
             "pipeline starting name=%s source=%s partitions=%d trigger=%s checkpoints=%s/%s",
-            p.name, p.topics.source, partitions, opts.trigger, opts.checkpoint_root, p.name,
-        )  # fmt: skip
+            p.name,
+            p.topics.source,
+            partitions,
+            opts.trigger,
+            opts.checkpoint_root,
+            p.name,
+        )
     spark = build_session(spark_settings, app_name=f"kiq-{name}")
     stop = stop_event or threading.Event()
     if stop_event is None and threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-    queries = []
-    checkpoints = {}  # query name -> its pipeline's checkpoint root
+    queries: list[StreamingQuery] = []
+    checkpoints: dict[str, str] = {}  # query name -> its pipeline's checkpoint root
     for p in pipelines:
         mine = replace(
             opts,
@@ -125,7 +140,7 @@ def run_pipelines(
         queries.extend(started)
     for q in queries:
         log.info("query started pipeline=%s query=%s id=%s", name, q.name, q.id)
-    failed = None
+    failed: StreamingQuery | None = None
     progress = ProgressLog(queries)
     try:
         while not stop.wait(1.0):
@@ -163,14 +178,16 @@ def stale_state_hint(error: str, checkpoint_root: str) -> str:
     )
 
 
-def _stop(queries: list, spark: object, failed: object | None) -> object | None:
+def _stop(
+    queries: list[StreamingQuery], spark: SparkSession, failed: StreamingQuery | None
+) -> Exception | None:
     """Stop the queries and the session; returns the failed query's exception, if any.
 
     A signal sent to the whole process group (Ctrl-C in a terminal) reaches the
     JVM too, whose shutdown hook stops the SparkContext under our feet: then each
     call here raises, and there is nothing left to stop but a line to log.
     """
-    error = None
+    error: Exception | None = None
     try:
         for q in queries:
             if q.isActive:

@@ -44,7 +44,7 @@ from kiq.pipelines.ticks import dead_letters, parse_ticks
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 DEFAULT_EXCHANGES = catalog.STOCK_EXCHANGES
 
@@ -111,13 +111,19 @@ def stock_outputs(ticks: DataFrame, topics: StockTopics) -> DataFrame:
     parsed = parse_ticks(ticks, topics.exchanges)
     headers = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
     tables = _tables(parsed, topics).select(
-        "topic", F.col("key").cast("binary"), F.col("value").cast("binary"), "partition",
+        "topic",
+        F.col("key").cast("binary"),
+        F.col("value").cast("binary"),
+        "partition",
         F.lit(None).cast(headers).alias("headers"),
-    )  # fmt: skip
+    )
     letters = dead_letters(parsed).select(
-        F.lit(topics.dead_letters).alias("topic"), "key", "value",
-        F.lit(None).cast("int").alias("partition"), "headers",
-    )  # fmt: skip
+        F.lit(topics.dead_letters).alias("topic"),
+        "key",
+        "value",
+        F.lit(None).cast("int").alias("partition"),
+        "headers",
+    )
     return tables.unionByName(letters)
 
 
@@ -147,7 +153,7 @@ def _tables(parsed: DataFrame, topics: StockTopics) -> DataFrame:
             *(F.col(f"t.{name}").alias(name) for name in _TICK_FIELDS),
         )
         .where("kind IS NOT NULL")
-    )  # fmt: skip
+    )
     kind = F.col("kind")
     bucket = (
         F.when(kind == DAY, F.expr(f"ts div {MS_PER_DAY}"))  # ts > 0: div is floor
@@ -263,29 +269,52 @@ def _unpack(agg: DataFrame, exchanges: Sequence[str]) -> DataFrame:
         .otherwise(F.lit(""))
     )
     return agg.select(
-        "symbol", "partition", "kind", bucket.alias("bucket"),
+        "symbol",
+        "partition",
+        "kind",
+        bucket.alias("bucket"),
         *(latest_quote(e) for e in exchanges),
         F.when(F.col("o_trade").isNotNull(), trade).alias("trade"),
-        "updated_at", "open", "high", "low", "close", "volume", "notional", "trades",
-    )  # fmt: skip
+        "updated_at",
+        "open",
+        "high",
+        "low",
+        "close",
+        "volume",
+        "notional",
+        "trades",
+    )
 
 
 def _day_value() -> Column:
     from pyspark.sql import functions as F
 
     return F.struct(
-        "symbol", F.col("bucket").alias("date"), "open", "high", "low", "volume",
-        (F.col("notional") / F.col("volume")).alias("vwap"), "trades",
-    )  # fmt: skip
+        "symbol",
+        F.col("bucket").alias("date"),
+        "open",
+        "high",
+        "low",
+        "volume",
+        (F.col("notional") / F.col("volume")).alias("vwap"),
+        "trades",
+    )
 
 
 def _bar_value() -> Column:
     from pyspark.sql import functions as F
 
     return F.struct(
-        "symbol", F.concat("bucket", F.lit(":00Z")).alias("start"), "open", "high", "low",
-        "close", "volume", (F.col("notional") / F.col("volume")).alias("vwap"), "trades",
-    )  # fmt: skip
+        "symbol",
+        F.concat("bucket", F.lit(":00Z")).alias("start"),
+        "open",
+        "high",
+        "low",
+        "close",
+        "volume",
+        (F.col("notional") / F.col("volume")).alias("vwap"),
+        "trades",
+    )
 
 
 _KEEP_NULLS = {"ignoreNullFields": "false"}  # "last": null, not a missing field

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from kiq.feeds.ticks import TS_RANGE_MS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 TICK_SCHEMA = (
     "symbol STRING, exchange STRING, ts BIGINT, bid DOUBLE, ask DOUBLE, "
@@ -55,9 +55,13 @@ def parse_ticks(raw: DataFrame, exchanges: Sequence[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
     parsed = raw.select(
-        "key", "value", "topic", "partition", "offset",
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
         F.from_json(F.col("value").cast("string"), TICK_SCHEMA, _PARSE_OPTIONS).alias("t"),
-    )  # fmt: skip
+    )
     return parsed.withColumn("reason", F.expr(_reason_sql(exchanges)))
 
 
@@ -70,7 +74,7 @@ def dead_letters(parsed: DataFrame) -> DataFrame:
     """Invalid ticks as they came, with the reason and their origin in headers."""
     from pyspark.sql import functions as F
 
-    def header(name: str, column) -> object:
+    def header(name: str, column: Column) -> Column:
         return F.struct(F.lit(name).alias("key"), column.cast("binary").alias("value"))
 
     return parsed.where("reason IS NOT NULL").select(

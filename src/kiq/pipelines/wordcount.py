@@ -9,7 +9,7 @@ from kiq.pipelines.kafka_io import StreamOptions, read_topics, write_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 # The query's name, which is its checkpoint directory: renaming it starts it afresh.
 QUERY = "word-counts"

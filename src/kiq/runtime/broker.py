@@ -202,13 +202,9 @@ class LocalBroker:
     def _format(self, java: Path, classpath: str) -> None:
         if (self.kraft_dir / "meta.properties").exists():
             return
-        cmd = [
-            str(java), "-Xmx256m", "-cp", classpath,
-            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={self.log_dir}",
-            _STORAGE_TOOL, "format", "--standalone", "--ignore-formatted",
-            f"--cluster-id={_cluster_id()}", "-c", str(self.properties),
-        ]  # fmt: skip
+        cmd = [str(java), "-Xmx256m", "-cp", classpath, *self._logging_flags()]
+        cmd += [_STORAGE_TOOL, "format", "--standalone", "--ignore-formatted"]
+        cmd += [f"--cluster-id={_cluster_id()}", "-c", str(self.properties)]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
             raise BrokerError(
@@ -218,19 +214,25 @@ class LocalBroker:
             )
         log.info("broker storage formatted dir=%s", self.kraft_dir)
 
-    def _launch(self, java: Path, classpath: str) -> int:
-        cmd = [
-            str(java), f"-Xmx{self.settings.heap}", "-Xms128m", "-XX:+UseG1GC",
-            "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+    def _logging_flags(self) -> list[str]:
+        return [
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.log_dir}",
-            "-cp", classpath, _MAIN, str(self.properties),
-        ]  # fmt: skip
+        ]
+
+    def _launch(self, java: Path, classpath: str) -> int:
+        cmd = [str(java), f"-Xmx{self.settings.heap}", "-Xms128m", "-XX:+UseG1GC"]
+        cmd += ["-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"]
+        cmd += [*self._logging_flags(), "-cp", classpath, _MAIN, str(self.properties)]
         with (self.log_dir / "broker.out").open("ab") as out:
             self._proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True,
-            )  # fmt: skip
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
         self.pid_file.write_text(f"{self._proc.pid}\n")
         return self._proc.pid
 

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kiq.errors import KiqError
 from kiq.runtime.ports import free_port
@@ -40,19 +41,20 @@ class LocalNode:
     def start(self) -> LocalNode:
         if self.running:
             return self
-        cmd = [
-            sys.executable, "-m", "kiq", "serve", "--bootstrap", self.bootstrap,
-            "--node-id", self.node_id, "--port", str(self.port),
-            "--data-dir", str(self.data_dir), *self.extra_args,
-        ]  # fmt: skip
+        cmd = [sys.executable, "-m", "kiq", "serve", "--bootstrap", self.bootstrap]
+        cmd += ["--node-id", self.node_id, "--port", str(self.port)]
+        cmd += ["--data-dir", str(self.data_dir), *self.extra_args]
         for table in self.tables:
             cmd += ["--table", table]
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as log:
             self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 env={**os.environ, **self.env},
-            )  # fmt: skip
+            )
         return self
 
     @property
@@ -74,8 +76,9 @@ class LocalNode:
             except OSError as exc:
                 reason = str(exc)
             time.sleep(0.2)
-        raise KiqError(f"node {self.node_id} not ready after {timeout_s:.0f}s ({reason}); "
-                       f"see {self.log_file}")  # fmt: skip
+        raise KiqError(
+            f"node {self.node_id} not ready after {timeout_s:.0f}s ({reason}); see {self.log_file}"
+        )
 
     def kill(self) -> None:
         """SIGKILL: no goodbye to the group, no flush."""
@@ -92,9 +95,11 @@ class LocalNode:
                 self.proc.kill()
                 self.proc.wait(10)
 
-    def metadata(self) -> dict:
+    def metadata(self) -> dict[str, Any]:
+        """The node's ``GET /v1/metadata``, as JSON."""
         with urllib.request.urlopen(f"{self.url}/v1/metadata", timeout=5) as resp:
-            return json.loads(resp.read())
+            meta: dict[str, Any] = json.loads(resp.read())
+        return meta
 
     def tail(self, lines: int = 30) -> str:
         if not self.log_file.exists():

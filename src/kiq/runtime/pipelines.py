@@ -30,18 +30,19 @@ class LocalPipeline:
     def start(self) -> LocalPipeline:
         if self.running:
             return self
-        cmd = [
-            sys.executable, "-m", "kiq", "pipeline", "run", *self.names,
-            "--bootstrap", self.bootstrap, "--master", self.master,
-            "--checkpoint", str(self.checkpoint_dir), "--trigger", self.trigger,
-            "--partitions", str(self.partitions), *self.extra_args,
-        ]  # fmt: skip
+        cmd = [sys.executable, "-m", "kiq", "pipeline", "run", *self.names]
+        cmd += ["--bootstrap", self.bootstrap, "--master", self.master]
+        cmd += ["--checkpoint", str(self.checkpoint_dir), "--trigger", self.trigger]
+        cmd += ["--partitions", str(self.partitions), *self.extra_args]
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as log:
             self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         return self
 
     @property

@@ -9,12 +9,13 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free on ``host`` a moment ago (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` distinct free ports, all held open together while chosen."""
-    socks = []
+    socks: list[socket.socket] = []
     try:
         for _ in range(count):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -35,7 +35,8 @@ class MemoryPartitionStore(PartitionStore):
     def get(self, key: bytes) -> tuple[bytes, int] | None:
         if self._closed:
             raise StoreClosedError("memory partition store is closed")
-        return self._data.get(key)
+        found: tuple[bytes, int] | None = self._data.get(key)
+        return found
 
     def apply(self, batch: Sequence[Change], applied_offset: int) -> None:
         data = self._data
