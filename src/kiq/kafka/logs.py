@@ -114,14 +114,13 @@ class KafkaLog:
         if self._down_since is None:
             return
         with self._lock:
-            if self._down_since is None:
-                return
-            down_s = self._clock() - self._down_since
+            since, self._down_since = self._down_since, None
             suppressed = self._suppressed
-            self._down_since = None
+        if since is None:  # another thread saw it first
+            return
         self._log.warning(
             "kafka reachable again after %.1fs: %d client messages suppressed",
-            down_s,
+            self._clock() - since,
             suppressed,
         )
 
