@@ -111,7 +111,7 @@ class KafkaLog:
 
     def reachable(self) -> None:
         """Something saw Kafka answer. Cheap when nothing was wrong: called per fetch."""
-        if self._down_since is None:
+        if not self.down:
             return
         with self._lock:
             since, self._down_since = self._down_since, None
