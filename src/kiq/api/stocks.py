@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from kiq.api.batches import MAX_RANGE_LIMIT, Batches
 from kiq.api.errors import BadRequest, UnknownTable
 from kiq.api.lookups import Lookups
 from kiq.api.params import encode_cursor, int_param
+from kiq.tables import TableRuntime
 
 QUOTES = "stock-quotes"
 DAY_STATS = "stock-day-stats"
@@ -59,17 +60,15 @@ def minute_key(raw: str, name: str) -> str:
 
 
 class Stocks:
-    def __init__(self, lookups: Lookups, batches: Batches) -> None:
+    def __init__(
+        self, tables: Mapping[str, TableRuntime], lookups: Lookups, batches: Batches
+    ) -> None:
+        self._tables = tables
         self.lookups = lookups
         self.batches = batches
-        self.node = lookups.node
 
-    @property
-    def enabled(self) -> bool:
-        return QUOTES in self.node.tables
-
-    def _runtime(self, table: str):
-        runtime = self.node.tables.get(table)
+    def _runtime(self, table: str) -> TableRuntime:
+        runtime = self._tables.get(table)
         if runtime is None:
             raise UnknownTable(f"this cluster does not serve {table}: run the stock pipeline "
                                f"and serve --table {table}=...", table=table)  # fmt: skip
@@ -113,7 +112,7 @@ class Stocks:
             if last:
                 date = time.strftime("%Y-%m-%d", time.gmtime(last["ts"] // 1000))
                 wanted.setdefault(f"{quote['symbol']}|{date}", []).append(quote)
-        runtime = self.node.tables.get(DAY_STATS)
+        runtime = self._tables.get(DAY_STATS)
         if not wanted or runtime is None:
             return
         found, _, _ = await self.batches.get_many(runtime, list(wanted), False, auth)

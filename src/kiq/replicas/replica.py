@@ -47,10 +47,6 @@ class Replica:
             return -1
         return max(0, self.end_offset - self.position)
 
-    @property
-    def is_active(self) -> bool:
-        return self.state is ReplicaState.ACTIVE
-
     def move_to(self, target: ReplicaState) -> None:
         check_transition(self.state, target)
         self.state = target
