@@ -142,6 +142,15 @@ def start_node(
     data_dir: Path, cluster: Cluster, tables: dict[str, int], node_id: str = "n1", **settings: Any
 ) -> LocalNode:
     """A started node serving ``tables`` (``"name=topic,options": partitions``)."""
+    local = make_node(data_dir, cluster, tables, node_id, **settings)
+    local.node.start()
+    return local
+
+
+def make_node(
+    data_dir: Path, cluster: Cluster, tables: dict[str, int], node_id: str = "n1", **settings: Any
+) -> LocalNode:
+    """A node serving ``tables``, its group seat taken in ``cluster``; not started."""
     url = f"http://{node_id}.test"
     conf = ServeSettings(
         node_id=node_id,
@@ -170,7 +179,6 @@ def start_node(
     writer = Writer()
     app = create_app(node, writer, peers, start_node=False)  # type: ignore[arg-type]
     peers.apps[url] = app
-    node.start()
     return LocalNode(node, materializer, app, peers, writer)
 
 
