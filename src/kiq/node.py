@@ -73,10 +73,11 @@ class Node:
         self.tables = tables
         self.view: ClusterView = EMPTY_VIEW
         self._layouts = [
-            TableLayout(t.spec.name, t.spec.topic, t.partitions, t.spec.standby_replicas,
-                        t.spec.global_)
+            TableLayout(
+                t.spec.name, t.spec.topic, t.partitions, t.spec.standby_replicas, t.spec.global_
+            )
             for t in tables.values()
-        ]  # fmt: skip
+        ]
         self._materializer = materializer
         metrics.watch_replicas(lambda: materializer.replicas.values())
         self._group = group
@@ -204,9 +205,15 @@ class NodeView:
     """
 
     __slots__ = (
-        "_node", "_partitions", "forward_timeout_ms", "metrics", "node_id", "replicas", "tables",
+        "_node",
+        "_partitions",
+        "forward_timeout_ms",
+        "metrics",
+        "node_id",
+        "replicas",
+        "tables",
         "url",
-    )  # fmt: skip
+    )
 
     def __init__(self, node: Node) -> None:
         self._node = node

@@ -41,9 +41,14 @@ def build_node(settings: ServeSettings) -> Node:
     group = None
     if grouped:
         group = GroupMember(
-            settings.bootstrap, settings.cluster, settings.node_id, settings.advertised_url,
-            grouped, on_change=group_changed.set, session_timeout_ms=settings.session_timeout_ms,
-        )  # fmt: skip
+            settings.bootstrap,
+            settings.cluster,
+            settings.node_id,
+            settings.advertised_url,
+            grouped,
+            on_change=group_changed.set,
+            session_timeout_ms=settings.session_timeout_ms,
+        )
     metrics = NodeMetrics()
     materializer = Materializer(
         reader=PartitionReader(settings.bootstrap, client_id=f"kiq-reader-{settings.node_id}"),

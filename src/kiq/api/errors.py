@@ -71,7 +71,7 @@ class Unavailable(ApiError):
     retriable = True
 
 
-_INTERNAL = ApiError("internal error: the node's log has the details").body()
+_INTERNAL = ApiError("internal error; the node's log says more").body()
 
 
 def error_response(exc: Exception, scope: Mapping[str, Any]) -> tuple[int, bytes]:

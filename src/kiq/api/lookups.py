@@ -60,9 +60,13 @@ class Lookups:
         self._forward_failed = m.forwards.labels("failed")
 
     async def get(
-        self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes,
+        self,
+        scope: dict[str, Any],
+        send: Send,
+        table: str,
+        raw_key: bytes,
         enrich: Enrich | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         started = time.perf_counter()
         try:
             status = await self._get_owned(scope, send, table, raw_key, enrich)
@@ -105,17 +109,19 @@ class Lookups:
         if enrich is not None:
             value = await enrich(value)
         lag = replica.end_offset - replica.position
-        await send({
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                OCTETS if runtime.spec.format == "raw" else JSON,
-                (b"x-kiq-partition", _digits(partition)),
-                (b"x-kiq-served-by", self._served_by),
-                (b"x-kiq-lag", _digits(lag) if lag > 0 else b"0"),
-                (b"x-kiq-offset", str(offset).encode()),
-            ],
-        })  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    OCTETS if runtime.spec.format == "raw" else JSON,
+                    (b"x-kiq-partition", _digits(partition)),
+                    (b"x-kiq-served-by", self._served_by),
+                    (b"x-kiq-lag", _digits(lag) if lag > 0 else b"0"),
+                    (b"x-kiq-offset", str(offset).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": value})
         return 200
 
@@ -182,9 +188,14 @@ class Lookups:
         )
 
     async def _serve(
-        self, send: Send, runtime: TableRuntime, replica: Replica, key: bytes,
-        params: dict[str, str], enrich: Enrich | None,
-    ) -> int:  # fmt: skip
+        self,
+        send: Send,
+        runtime: TableRuntime,
+        replica: Replica,
+        key: bytes,
+        params: dict[str, str],
+        enrich: Enrich | None,
+    ) -> int:
         if params:
             min_offset = int_param(params, "min_offset")
             if min_offset is not None and replica.applied_offset < min_offset:
@@ -250,9 +261,14 @@ class Lookups:
         return encode(results)
 
     async def _when_applied(
-        self, results: list[LookupResult], index: int, replica: Replica, key: bytes,
-        min_offset: int, wait_s: float,
-    ) -> None:  # fmt: skip
+        self,
+        results: list[LookupResult],
+        index: int,
+        replica: Replica,
+        key: bytes,
+        min_offset: int,
+        wait_s: float,
+    ) -> None:
         try:
             await _wait_for(replica, min_offset, wait_s)
             results[index] = self._result(replica, key)
@@ -270,8 +286,12 @@ def _digits(n: int) -> bytes:
 
 
 async def _answer(
-    send: Send, runtime: TableRuntime, key: bytes, result: LookupResult, enrich: Enrich | None,
-) -> int:  # fmt: skip
+    send: Send,
+    runtime: TableRuntime,
+    key: bytes,
+    result: LookupResult,
+    enrich: Enrich | None,
+) -> int:
     """The response for a found (200) or missing (404) key, wherever it was looked up."""
     headers = [
         JSON,
@@ -303,7 +323,8 @@ async def _wait_for(replica: Replica, min_offset: int, wait_s: float) -> None:
             raise Unavailable(
                 f"{replica.table}[{replica.partition}] has applied offset "
                 f"{replica.applied_offset}, not yet {min_offset}",
-                partition=replica.partition, applied_offset=replica.applied_offset,
+                partition=replica.partition,
+                applied_offset=replica.applied_offset,
                 reason="min_offset not reached within wait_ms",
-            )  # fmt: skip
+            )
         await asyncio.sleep(0.002)

@@ -70,8 +70,11 @@ class Stocks:
     def _runtime(self, table: str) -> TableRuntime:
         runtime = self._tables.get(table)
         if runtime is None:
-            raise UnknownTable(f"this cluster does not serve {table}: run the stock pipeline "
-                               f"and serve --table {table}=...", table=table)  # fmt: skip
+            raise UnknownTable(
+                f"this cluster does not serve {table}: run the stock pipeline "
+                f"and serve --table {table}=...",
+                table=table,
+            )
         return runtime
 
     async def quote(self, scope: dict[str, Any], send: Send, raw_symbol: str) -> None:
@@ -129,9 +132,14 @@ class Stocks:
         end = prefix + minute_key(params["to"], "to") if params.get("to") else None
         limit = int_param(params, "limit", 1, MAX_RANGE_LIMIT) or MAX_RANGE_LIMIT
         items, last_key = await self.batches.scan(
-            runtime, prefix=prefix.encode(), start=start.encode() if start else None,
-            end=end.encode() if end else None, cursor=params.get("cursor"), limit=limit, auth=auth,
-        )  # fmt: skip
+            runtime,
+            prefix=prefix.encode(),
+            start=start.encode() if start else None,
+            end=end.encode() if end else None,
+            cursor=params.get("cursor"),
+            limit=limit,
+            auth=auth,
+        )
         return orjson.dumps(
             {
                 "symbol": symbol,

@@ -16,9 +16,19 @@ class Replica:
     """
 
     __slots__ = (
-        "caught_up_at", "end_offset", "lingering_since", "opened_at", "partition", "position",
-        "restored", "role", "state", "store", "table", "topic",
-    )  # fmt: skip
+        "caught_up_at",
+        "end_offset",
+        "lingering_since",
+        "opened_at",
+        "partition",
+        "position",
+        "restored",
+        "role",
+        "state",
+        "store",
+        "table",
+        "topic",
+    )
 
     def __init__(
         self, table: str, topic: str, partition: int, store: PartitionStore, role: Role
