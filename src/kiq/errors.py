@@ -1,22 +1,31 @@
 """Exceptions raised by kiq.
 
 Every error kiq raises on purpose derives from ``KiqError``; its message says
-what to do next. The tree grows with the serving layer::
+what to do next, and two class attributes say it to code: ``retriable`` (the same
+call may succeed later) and ``owner_moved`` (ask another replica, not this one
+again). The tree grows with the serving layer (``kiq.api.errors`` adds the HTTP
+answers)::
 
-    KiqError
-    ├── ConfigError        bad or contradictory settings: fix the flag/env/TOML named
-    ├── SetupError         something kiq needs is not installed: run the make target named
-    │   └── BrokerError    the local broker did not start or stop as asked
-    ├── BadRecord          a Kafka record's value cannot be decoded: dead-letter it, go on
-    ├── StoreClosedError   a partition store was closed under a reader: find the owner, retry
-    └── KafkaUnavailable   Kafka did not answer in time: serve from the stores, retry later
+    KiqError               retriable  owner_moved
+    ├── ConfigError            -          -        fix the flag/env/TOML named
+    ├── SetupError             -          -        run the make target named
+    │   └── BrokerError        -          -        the local broker did not start or stop
+    ├── BadRecord              -          -        dead-letter the record, go on
+    ├── StoreClosedError       yes        yes      the partition moved: ask its next replica
+    ├── WriteFailed            yes        -        the log did not take a record: retry
+    └── KafkaUnavailable       yes        -        Kafka did not answer: serve from the stores
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class KiqError(Exception):
     """Root of every error kiq raises on purpose."""
+
+    retriable: ClassVar[bool] = False
+    owner_moved: ClassVar[bool] = False
 
 
 class ConfigError(KiqError):
@@ -49,9 +58,20 @@ class StoreClosedError(KiqError):
     Retriable: look the key's owner up again and ask it; never read as "key absent".
     """
 
+    retriable = True
+    owner_moved = True
+
+
+class WriteFailed(KiqError):
+    """The log did not acknowledge a record: nothing was written, the write may be retried."""
+
+    retriable = True
+
 
 class KafkaUnavailable(KiqError):
     """Kafka (a broker, the group coordinator) did not answer in time.
 
-    Retriable: a node keeps answering from its stores and asks again later.
+    A node keeps answering from its stores and asks again later.
     """
+
+    retriable = True

@@ -1,83 +1,92 @@
-"""A serving node: where the pieces are put together, and nothing else.
+"""A serving node: its parts put together and run. Building one does no I/O.
 
 Tables → stores (one per partition) → materializer (tails active and standby
 partitions) ← cluster view (group assignment + standbys) → router → HTTP API.
+``kiq.node_build.build_node`` asks the broker what a node needs to know first
+and makes its parts (the materializer with its Kafka reader and dead-letter
+sender, the group seat); request handlers see a node only through ``NodeView``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
 
 from kiq.cluster import ClusterView, Member, build_view
-from kiq.cluster.members import decode_client_id, encode_client_id
+from kiq.cluster.members import decode_client_id
 from kiq.cluster.view import EMPTY_VIEW, TableLayout
-from kiq.errors import ConfigError, KafkaUnavailable
-from kiq.kafka import create_topics, topic_partitions
-from kiq.kafka.dlq import DeadLetters
-from kiq.kafka.group import GroupMember
+from kiq.errors import KafkaUnavailable
+from kiq.kafka.group import GroupMemberInfo
 from kiq.kafka.logs import KAFKA_LOG
-from kiq.kafka.reader import PartitionReader
 from kiq.metrics import NodeMetrics
 from kiq.partitioning import partition_for
 from kiq.replicas import Materializer, Replica, Role
 from kiq.settings import ServeSettings
-from kiq.stores import open_partition_store
-from kiq.tables import TableRuntime, TableSpec, codec_for, parse_table
+from kiq.stores import PartitionStore, open_partition_store
+from kiq.tables import TableRuntime
 
 log = logging.getLogger(__name__)
 
 _PARTITION_CACHE_SIZE = 1_000_000
 
+Assignments = Mapping[str, set[tuple[str, int]]]
+
+
+class Group(Protocol):
+    """This node's seat in the cluster group (``kiq.kafka.group.GroupMember``)."""
+
+    @property
+    def owned(self) -> frozenset[tuple[str, int]]:
+        """The (topic, partition)s the group assigned to this node."""
+        ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def wait_joined(self, timeout_s: float) -> bool: ...
+
+    def describe(self) -> list[GroupMemberInfo]: ...
+
 
 class Node:
-    def __init__(self, settings: ServeSettings, tables: list[TableSpec]) -> None:
-        if not tables:
-            raise ConfigError("no tables to serve: add --table NAME=TOPIC")
-        topics = [t.topic for t in tables]
-        if len(set(topics)) != len(topics) or len({t.name for t in tables}) != len(tables):
-            raise ConfigError("each table needs its own name and its own topic")
+    """Keeps the cluster view and the local replicas in step; serves nothing itself.
+
+    ``group_changed`` is the event the group sets when this node's assignment
+    changes, so the view is rebuilt at once rather than at the next refresh.
+    A node without ``group`` serves only global tables.
+    """
+
+    def __init__(
+        self,
+        settings: ServeSettings,
+        tables: Mapping[str, TableRuntime],
+        materializer: Materializer,
+        metrics: NodeMetrics,
+        group: Group | None = None,
+        group_changed: threading.Event | None = None,
+    ) -> None:
         self.settings = settings
         self.node_id = settings.node_id
         self.url = settings.advertised_url
-        self.metrics = NodeMetrics()
-        self.tables: dict[str, TableRuntime] = {}
-        for spec in tables:
-            count = topic_partitions(settings.bootstrap, spec.topic)
-            if count is None:
-                raise ConfigError(
-                    f"table {spec.name}: topic {spec.topic!r} does not exist on "
-                    f"{settings.bootstrap}: create it (with the input's partition count) first"
-                )
-            self.tables[spec.name] = TableRuntime(spec, codec_for(spec), count)
-        self._layouts = [
-            TableLayout(t.spec.name, t.spec.topic, t.partitions, t.spec.standby_replicas,
-                        t.spec.global_)
-            for t in self.tables.values()
-        ]  # fmt: skip
+        self.metrics = metrics
+        self.tables = tables
         self.view: ClusterView = EMPTY_VIEW
-        self._partition_cache: dict[str, dict[str, int]] = {name: {} for name in self.tables}
-        create_topics(settings.bootstrap, {settings.dead_letter_topic: 1})
-        self.materializer = Materializer(
-            reader=PartitionReader(settings.bootstrap, client_id=f"kiq-reader-{self.node_id}"),
-            tables=self.tables,
-            open_store=self._open_store,
-            dead_letters=DeadLetters(settings.bootstrap, settings.dead_letter_topic),
-            metrics=self.metrics,
-            linger_s=settings.linger_s,
-        )
-        self.metrics.watch_replicas(lambda: self.materializer.replicas.values())
-        grouped = [t.spec.topic for t in self.tables.values() if not t.spec.global_]
-        self.group = GroupMember(
-            settings.bootstrap, settings.cluster, encode_client_id(self.node_id, self.url), grouped,
-            on_change=self._poke, session_timeout_ms=settings.session_timeout_ms,
-        ) if grouped else None  # fmt: skip
-        self._poke_event = threading.Event()
+        self._layouts = [
+            TableLayout(
+                t.spec.name, t.spec.topic, t.partitions, t.spec.standby_replicas, t.spec.global_
+            )
+            for t in tables.values()
+        ]
+        self._materializer = materializer
+        metrics.watch_replicas(lambda: materializer.replicas.values())
+        self._group = group
+        self._poke_event = threading.Event() if group_changed is None else group_changed
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="kiq-view", daemon=True)
-        self.started_at = time.time()
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -85,36 +94,31 @@ class Node:
         log.info(
             "node starting node=%s url=%s tables=%s", self.node_id, self.url, ",".join(self.tables)
         )
-        self.materializer.start()
-        if self.group is not None:
-            self.group.start()
+        self._materializer.start()
+        if self._group is not None:
+            self._group.start()
         self._refresh_logged()
         self._watcher.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._poke_event.set()
-        if self.group is not None:
-            self.group.stop()
-        self._watcher.join(timeout=10)
-        self.materializer.stop()
+        if self._group is not None:
+            self._group.stop()
+        if self._watcher.is_alive():
+            self._watcher.join(timeout=10)
+        self._materializer.stop()
         log.info("node stopped node=%s", self.node_id)
 
-    # -- lookups ----------------------------------------------------------------
+    # -- what the node holds ------------------------------------------------------
 
-    def partition_of(self, runtime: TableRuntime, key: str) -> int:
-        # murmur2 in Python costs microseconds; hot keys repeat, so remember them.
-        cache = self._partition_cache[runtime.spec.name]
-        partition = cache.get(key)
-        if partition is None:
-            partition = partition_for(runtime.spec.partition_key(key), runtime.partitions)
-            if len(cache) >= _PARTITION_CACHE_SIZE:
-                cache.clear()
-            cache[key] = partition
-        return partition
+    @property
+    def replicas(self) -> Mapping[tuple[str, int], Replica]:
+        """The local replicas by (table, partition): live, read-only, never rebound."""
+        return self._materializer.replicas
 
     def replica(self, table: str, partition: int) -> Replica | None:
-        return self.materializer.replicas.get((table, partition))
+        return self._materializer.replica(table, partition)
 
     def is_ready(self) -> tuple[bool, str]:
         """Ready when in the group and every partition this node must answer for is caught up.
@@ -122,14 +126,14 @@ class Node:
         "Must answer for" is what the group assigned to this node (its own word, not the
         view, which may lag behind it) plus every partition of every global table.
         """
-        if self.group is not None and not self.group.wait_joined(0):
+        group = self._group
+        if group is not None and not group.wait_joined(0):
             return False, "not yet a member of the cluster group"
         by_topic = {t.spec.topic: name for name, t in self.tables.items()}
-        owned = [(by_topic[topic], p) for topic, p in (self.group.owned if self.group else ())]
-        owned += [
-            (name, p) for name, t in self.tables.items() if t.spec.global_
-            for p in range(t.partitions)
-        ]  # fmt: skip
+        owned = [(by_topic[topic], p) for topic, p in (group.owned if group else ())]
+        for name, t in self.tables.items():
+            if t.spec.global_:
+                owned.extend((name, p) for p in range(t.partitions))
         for table, partition in owned:
             replica = self.replica(table, partition)
             if replica is None or not replica.state.serving:
@@ -139,13 +143,6 @@ class Node:
         return True, "ok"
 
     # -- keeping the view -------------------------------------------------------
-
-    def _open_store(self, table: str, partition: int):
-        spec = self.tables[table].spec
-        return open_partition_store(spec.store, self.settings.data_dir, table, partition)
-
-    def _poke(self) -> None:
-        self._poke_event.set()
 
     def _watch(self) -> None:
         interval = self.settings.view_refresh_ms / 1000
@@ -167,10 +164,10 @@ class Node:
 
     def _refresh(self) -> None:
         members: list[Member] = [Member(self.node_id, self.url)]
-        assignments: Mapping[str, set[tuple[str, int]]] = {}
-        if self.group is not None:
+        assignments: Assignments = {}
+        if self._group is not None:
             described: dict[Member, set[tuple[str, int]]] = {}
-            for info in self.group.describe():
+            for info in self._group.describe():
                 member = decode_client_id(info.client_id)
                 if member is not None:  # a client that is not a kiq node
                     described.setdefault(member, set()).update(info.partitions)
@@ -178,7 +175,7 @@ class Node:
             if self.node_id not in {m.node_id for m in members}:
                 members.append(Member(self.node_id, self.url))
             assignments = {m.node_id: parts for m, parts in described.items()}
-            assignments[self.node_id] = set(self.group.owned)
+            assignments[self.node_id] = set(self._group.owned)
         view = build_view(self.view.version + 1, members, assignments, self._layouts, self.view)
         changed = view.replicas != self.view.replicas or view.members != self.view.members
         self.view = view
@@ -187,7 +184,7 @@ class Node:
                 "cluster view version=%d members=%s", view.version, ",".join(sorted(view.members))
             )
         # Every node owns its copy of a global table: it answers from it, never forwards.
-        self.materializer.reconcile(
+        self._materializer.reconcile(
             {
                 key: Role.ACTIVE
                 if role is Role.ACTIVE or self.tables[key[0]].spec.global_
@@ -197,6 +194,62 @@ class Node:
         )
 
 
-def node_from_settings(settings: ServeSettings) -> Node:
-    tables = [parse_table(t, default_standby=settings.standby_replicas) for t in settings.tables]
-    return Node(settings, tables)
+def store_opener(
+    tables: Mapping[str, TableRuntime], data_dir: Path
+) -> Callable[[str, int], PartitionStore]:
+    """Opens a table partition's store, of the table's kind, under ``data_dir``."""
+
+    def open_store(table: str, partition: int) -> PartitionStore:
+        return open_partition_store(tables[table].spec.store, data_dir, table, partition)
+
+    return open_store
+
+
+class NodeView:
+    """The node as its request handlers see it: read-only, no lifecycle, no Kafka.
+
+    ``tables`` and ``replicas`` are the node's own live mappings, so the lookup hot
+    path reads them with no call in between; ``view`` is the current cluster view.
+    """
+
+    __slots__ = (
+        "_node",
+        "_partitions",
+        "forward_timeout_ms",
+        "metrics",
+        "node_id",
+        "replicas",
+        "tables",
+        "url",
+    )
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self.node_id = node.node_id
+        self.url = node.url
+        self.tables: Mapping[str, TableRuntime] = node.tables
+        self.replicas: Mapping[tuple[str, int], Replica] = node.replicas
+        self.metrics = node.metrics
+        self.forward_timeout_ms = node.settings.forward_timeout_ms
+        self._partitions: dict[str, dict[str, int]] = {name: {} for name in node.tables}
+
+    @property
+    def view(self) -> ClusterView:
+        return self._node.view
+
+    def replica(self, table: str, partition: int) -> Replica | None:
+        return self.replicas.get((table, partition))
+
+    def partition_of(self, runtime: TableRuntime, key: str) -> int:
+        # murmur2 in Python costs microseconds; hot keys repeat, so remember them.
+        cache = self._partitions[runtime.spec.name]
+        partition = cache.get(key)
+        if partition is None:
+            partition = partition_for(runtime.spec.partition_key(key), runtime.partitions)
+            if len(cache) >= _PARTITION_CACHE_SIZE:
+                cache.clear()
+            cache[key] = partition
+        return partition
+
+    def is_ready(self) -> tuple[bool, str]:
+        return self._node.is_ready()

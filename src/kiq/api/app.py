@@ -1,17 +1,12 @@
-"""The ASGI application of one node: a small dispatcher in front of the handlers.
+"""The ASGI application of one node: two raw lookup paths, then Starlette's router.
 
-Routes (all JSON):
-  GET  /v1/tables/{table}/keys/{key}        point lookup (lookups.py, the hot path)
-  POST /v1/tables/{table}/multiget          many keys, one call per owner
-  GET  /v1/tables/{table}/range             byte-ordered scan with cursors
-  GET  /v1/tables                           tables and their partition counts
-  GET  /v1/metadata                         nodes, actives, standbys, offsets, lag
-  GET  /v1/health/live, /v1/health/ready    liveness, readiness
-  GET  /metrics                             Prometheus
-  GET  /v1/internal/tables/{t}/partitions/{p}/scan   node-to-node scans
-  POST /v1/internal/lookups                 node-to-node batched point lookups (msgpack)
-  GET  /v1/stocks/{symbol}, /v1/stocks?symbols=, /v1/stocks/{symbol}/bars   (stocks.py)
-  POST /v1/words, GET /v1/words/{word}                                       (words.py)
+  GET /v1/tables/{table}/keys/{key}    point lookup (lookups.py, the hot path)
+  GET /v1/stocks/{symbol}              a quote: a lookup plus its day (stocks.py)
+
+are matched first by hand, at the cost of a few string operations; every other
+route is declared in routes.py. Whatever a route raises ends here, in
+``send_error`` (api/errors.py), as it does inside ``Lookups.get``: one door from
+exceptions to responses.
 """
 
 from __future__ import annotations
@@ -20,109 +15,69 @@ import asyncio
 import logging
 from typing import Any
 
-from kiq.api import admin
-from kiq.api.asgi import JSON, header, query, read_body, respond
 from kiq.api.batches import Batches
-from kiq.api.errors import ApiError, BadRequest
+from kiq.api.errors import send_error
 from kiq.api.lookups import Lookups
+from kiq.api.routes import Endpoints
 from kiq.api.stocks import Stocks
-from kiq.api.words import Words
-from kiq.node import Node
+from kiq.api.words import RecordWriter, Words
+from kiq.node import Node, NodeView
 from kiq.routing import Forwarder, Router
-from kiq.routing.forwarder import FORWARDED
-from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK
 
 log = logging.getLogger(__name__)
 
 _TABLES = "/v1/tables/"
-_NOT_FOUND = b'{"error":"no_route","message":"no such path; see /v1/tables and /v1/metadata"}'
-_PROMETHEUS = (b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
-_MSGPACK = (b"content-type", MSGPACK.encode())
+_STOCKS = "/v1/stocks/"
 
 
 class KiqApp:
-    def __init__(self, node: Node, start_node: bool = True) -> None:
-        self.node = node
-        self.router = Router(node.node_id)
-        self.forwarder = Forwarder(node.node_id, node.settings.forward_timeout_ms)
-        self.lookups = Lookups(node, self.router, self.forwarder)
-        self.batches = Batches(node, self.router, self.forwarder)
-        self.stocks = Stocks(self.lookups, self.batches)
-        self.words = Words(self.lookups, node.settings.bootstrap)
+    def __init__(
+        self,
+        node: Node,
+        writer: RecordWriter,
+        forwarder: Forwarder | None = None,
+        start_node: bool = True,
+    ) -> None:
+        view = NodeView(node)
+        self._node = node
         self._start_node = start_node
+        self.router = Router(view.node_id)
+        if forwarder is None:
+            forwarder = Forwarder(view.node_id, view.forward_timeout_ms)
+        self.forwarder = forwarder
+        self.lookups = Lookups(view, self.router, self.forwarder)
+        self.batches = Batches(view, self.router, self.forwarder)
+        self.stocks = Stocks(view.tables, self.lookups, self.batches)
+        self.words = Words(view.tables, self.lookups, writer)
+        self._routes = Endpoints(
+            view, self.lookups, self.batches, self.stocks, self.words, self.forwarder
+        ).router()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
         if kind == "http":
-            path: str = scope["path"]
-            if scope["method"] == "GET" and path.startswith(_TABLES):
-                raw = scope.get("raw_path") or path.encode()
-                table, sep, key = raw[len(_TABLES) :].partition(b"/keys/")
-                if sep and b"/" not in table:
-                    await self.lookups.get(scope, send, table.decode("latin-1"), key)
-                    return
-            try:
-                if scope["method"] == "GET" and path.startswith("/v1/stocks/"):
-                    symbol, sep, _ = path[len("/v1/stocks/") :].partition("/")
-                    if not sep:
-                        await self.stocks.quote(scope, send, symbol)
+            if scope["method"] == "GET":
+                path: str = scope["path"]
+                if path.startswith(_TABLES):
+                    raw = scope.get("raw_path") or path.encode()
+                    table, sep, key = raw[len(_TABLES) :].partition(b"/keys/")
+                    if sep and b"/" not in table:
+                        await self.lookups.get(scope, send, table.decode("latin-1"), key)
                         return
-                await self._other(scope, receive, send, path)
-            except ApiError as exc:
-                await respond(send, exc.status, exc.body())
+                elif path.startswith(_STOCKS):
+                    symbol, sep, _ = path[len(_STOCKS) :].partition("/")
+                    if not sep:
+                        try:
+                            await self.stocks.quote(scope, send, symbol)
+                        except Exception as exc:
+                            await send_error(send, exc, scope)
+                        return
+            try:
+                await self._routes(scope, receive, send)
+            except Exception as exc:
+                await send_error(send, exc, scope)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
-
-    async def _other(self, scope: dict[str, Any], receive: Any, send: Any, path: str) -> None:
-        method = scope["method"]
-        parts = path.strip("/").split("/")
-        auth = header(scope, b"authorization")
-        if method == "GET":
-            if path == "/v1/tables":
-                return await respond(send, 200, admin.tables(self.node))
-            if path == "/v1/metadata":
-                cluster = query(scope).get("cluster", "") in ("1", "true")
-                body = await admin.metadata(self.node, self.forwarder, cluster)
-                return await respond(send, 200, body)
-            if path == "/v1/health/live":
-                return await respond(send, 200, b'{"live":true}')
-            if path == "/v1/health/ready":
-                status, body = await asyncio.to_thread(admin.ready, self.node)
-                return await respond(send, status, body)
-            if path == "/metrics":
-                return await respond(send, 200, admin.metrics(self.node), [_PROMETHEUS])
-            if path == "/v1/stocks":
-                return await respond(send, 200, await self.stocks.quotes(query(scope), auth))
-            if len(parts) == 4 and parts[:2] == ["v1", "stocks"] and parts[3] == "bars":
-                body = await self.stocks.bars(parts[2], query(scope), auth)
-                return await respond(send, 200, body)
-            if len(parts) == 3 and parts[:2] == ["v1", "words"]:
-                return await self.words.count(scope, send, parts[2])
-            if len(parts) == 4 and parts[:2] == ["v1", "tables"] and parts[3] == "range":
-                body = await self.batches.range(parts[2], query(scope), auth)
-                return await respond(send, 200, body)
-            if len(parts) == 7 and parts[:3] == ["v1", "internal", "tables"] and parts[6] == "scan":
-                try:
-                    partition = int(parts[5])
-                except ValueError as exc:
-                    raise BadRequest("partition must be a number") from exc
-                body = await self.batches.internal_scan(parts[3], partition, query(scope))
-                return await respond(send, 200, body)
-        elif (
-            method == "POST"
-            and len(parts) == 4
-            and parts[:2] == ["v1", "tables"]
-            and (parts[3] == "multiget")
-        ):
-            forwarded = header(scope, FORWARDED.encode()) is not None
-            body = await self.batches.multiget(parts[2], await read_body(receive), forwarded, auth)
-            return await respond(send, 200, body)
-        elif method == "POST" and path == "/v1/words":
-            return await respond(send, 202, await self.words.post(await read_body(receive)))
-        elif method == "POST" and path == INTERNAL_LOOKUPS:
-            body = await self.lookups.internal(await read_body(receive))
-            return await respond(send, 200, body, [_MSGPACK])
-        await respond(send, 404, _NOT_FOUND, [JSON])
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
@@ -131,7 +86,7 @@ class KiqApp:
                 try:
                     await self.forwarder.start()
                     if self._start_node:
-                        await asyncio.to_thread(self.node.start)
+                        await asyncio.to_thread(self._node.start)
                 except Exception as exc:
                     log.exception("node start failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -141,10 +96,20 @@ class KiqApp:
                 await self.forwarder.close()
                 self.words.close()
                 if self._start_node:
-                    await asyncio.to_thread(self.node.stop)
+                    await asyncio.to_thread(self._node.stop)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
 
-def create_app(node: Node, start_node: bool = True) -> KiqApp:
-    return KiqApp(node, start_node)
+def create_app(
+    node: Node,
+    writer: RecordWriter,
+    forwarder: Forwarder | None = None,
+    start_node: bool = True,
+) -> KiqApp:
+    """The app serving ``node``; ``writer`` takes the API's writes (``POST /v1/words``).
+
+    ``forwarder`` carries requests to other nodes (made from the node's settings
+    when not given); the app starts and stops it, and the node unless told not to.
+    """
+    return KiqApp(node, writer, forwarder, start_node)

@@ -1,12 +1,31 @@
-"""API errors, and the one place they become HTTP statuses and JSON bodies."""
+"""API errors, and the one place any exception becomes an HTTP status and a JSON body.
+
+    KiqError (kiq.errors)                       retriable  owner_moved
+    └── ApiError           500 internal             -          -
+        ├── BadRequest     400 bad_request          -          -
+        ├── UnknownTable   404 unknown_table        -          -
+        ├── KeyNotFound    404 not_found            -          -
+        ├── NoRoute        404 no_route             -          -
+        ├── NotHere        421 not_here             yes        yes
+        └── Unavailable    503 unavailable          yes        -
+
+``error_response`` answers for every route, the raw lookup path included: an
+``ApiError`` as itself, another retriable ``KiqError`` as a 503, anything else as a
+logged 500 whose body says nothing about the code.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from kiq.api.asgi import Send, respond
 from kiq.errors import KiqError
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(KiqError):
@@ -34,17 +53,49 @@ class KeyNotFound(ApiError):
     status, code = 404, "not_found"
 
 
+class NoRoute(ApiError):
+    status, code = 404, "no_route"
+
+
 class NotHere(ApiError):
     """This node holds no usable replica; the caller should try the next replica."""
 
     status, code = 421, "not_here"
+    retriable = owner_moved = True
 
 
 class Unavailable(ApiError):
     """No replica could answer (all down, too far behind, or not caught up in time)."""
 
     status, code = 503, "unavailable"
+    retriable = True
 
 
-def http_error(exc: ApiError) -> tuple[int, bytes]:
-    return exc.status, exc.body()
+_INTERNAL = ApiError("internal error; the node's log says more").body()
+
+
+def error_response(exc: Exception, scope: Mapping[str, Any]) -> tuple[int, bytes]:
+    """The status and body that answer a request ``exc`` ended."""
+    if isinstance(exc, ApiError):
+        return exc.status, exc.body()
+    if isinstance(exc, KiqError) and exc.retriable:
+        # Its message may name paths and hosts: say only what the caller can act on.
+        log.info("retriable error method=%s path=%s error=%r", *_where(scope), exc)
+        reason = "the partition moved during the request" if exc.owner_moved else type(exc).__name__
+        return 503, Unavailable("try again shortly", reason=reason).body()
+    log.error("request failed method=%s path=%s", *_where(scope), exc_info=exc)
+    return 500, _INTERNAL
+
+
+async def send_error(send: Send, exc: Exception, scope: Mapping[str, Any]) -> int:
+    """Answers with ``error_response`` and returns the status sent."""
+    status, body = error_response(exc, scope)
+    try:
+        await respond(send, status, body)
+    except Exception:  # e.g. a response had already started: the server closes the connection
+        log.warning("could not send the %d answer path=%s", status, scope.get("path"))
+    return status
+
+
+def _where(scope: Mapping[str, Any]) -> tuple[str, str]:
+    return scope.get("method", "?"), scope.get("path", "?")

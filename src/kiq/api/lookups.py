@@ -9,6 +9,10 @@ for a GET carrying X-Kiq-Forwarded). Local and forwarded answers become a
 response in one place, ``_answer``, so both carry the same headers. An API may
 pass ``enrich`` to add to a found value what another table holds (the stock
 quote's day statistics); plain table lookups pass none.
+
+A replica whose store closes under a lookup (the partition was revoked) is
+passed over like one that failed: the lookup goes to the partition's next replica.
+Any other error becomes the response ``send_error`` makes, as on every route.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from kiq.api.asgi import JSON, Send, header, query, respond
-from kiq.api.errors import ApiError, BadRequest, KeyNotFound, NotHere, Unavailable, UnknownTable
+from kiq.api.errors import BadRequest, KeyNotFound, NotHere, Unavailable, UnknownTable, send_error
 from kiq.api.params import bool_param, check_key, int_param, key_from_path
-from kiq.node import Node
+from kiq.errors import StoreClosedError
+from kiq.node import NodeView
 from kiq.replicas import Replica, ReplicaState
 from kiq.routing import LOCAL, Forwarder, LookupBatcher, LookupResult, Router
 from kiq.routing.forwarder import FORWARDED
@@ -39,8 +44,12 @@ Enrich = Callable[[bytes], Awaitable[bytes]]
 
 
 class Lookups:
-    def __init__(self, node: Node, router: Router, forwarder: Forwarder) -> None:
-        self.node = node
+    def __init__(self, node: NodeView, router: Router, forwarder: Forwarder) -> None:
+        self._node = node
+        # The node's live mappings and its partitioner, bound once for the hot path.
+        self._tables = node.tables
+        self._replicas = node.replicas
+        self._partition_of = node.partition_of
         self.router = router
         self.batcher = LookupBatcher(forwarder, router)
         self._served_by = node.node_id.encode()
@@ -51,17 +60,20 @@ class Lookups:
         self._forward_failed = m.forwards.labels("failed")
 
     async def get(
-        self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes,
+        self,
+        scope: dict[str, Any],
+        send: Send,
+        table: str,
+        raw_key: bytes,
         enrich: Enrich | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         started = time.perf_counter()
-        status = await self._get_owned(scope, send, table, raw_key, enrich)
-        if status == 0:
-            try:
+        try:
+            status = await self._get_owned(scope, send, table, raw_key, enrich)
+            if status == 0:
                 status = await self._get(scope, send, table, raw_key, enrich)
-            except ApiError as exc:
-                status = exc.status
-                await respond(send, status, exc.body())
+        except Exception as exc:
+            status = await send_error(send, exc, scope)
         self._stats.record(status, time.perf_counter() - started)
 
     async def _get_owned(
@@ -72,66 +84,77 @@ class Lookups:
         Anything else (0) goes the general way, which also explains bad input.
         Same answer as ``_get`` + ``_answer``, without their calls and objects.
         """
-        runtime = self.node.tables.get(table)
+        runtime = self._tables.get(table)
         if (
-            runtime is None or scope["query_string"] or b"%" in raw_key
+            runtime is None
+            or scope["query_string"]
+            or b"%" in raw_key
             or not 0 < len(raw_key) <= MAX_KEY_BYTES
-        ):  # fmt: skip
+        ):
             return 0
         try:
-            partition = self.node.partition_of(runtime, raw_key.decode())
+            partition = self._partition_of(runtime, raw_key.decode())
         except UnicodeDecodeError:
             return 0
-        replica = self.node.materializer.replicas.get((table, partition))
+        replica = self._replicas.get((table, partition))
         if replica is None or replica.state is not ReplicaState.ACTIVE:
             return 0
-        found = replica.store.get(raw_key)
+        try:
+            found = replica.store.get(raw_key)
+        except StoreClosedError:
+            return 0  # revoked under this request: the general way asks the next replica
         if found is None:
             return 0  # a 404 builds an error body: the general way
         value, offset = found
         if enrich is not None:
             value = await enrich(value)
         lag = replica.end_offset - replica.position
-        await send({
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                OCTETS if runtime.spec.format == "raw" else JSON,
-                (b"x-kiq-partition", _digits(partition)),
-                (b"x-kiq-served-by", self._served_by),
-                (b"x-kiq-lag", _digits(lag) if lag > 0 else b"0"),
-                (b"x-kiq-offset", str(offset).encode()),
-            ],
-        })  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    OCTETS if runtime.spec.format == "raw" else JSON,
+                    (b"x-kiq-partition", _digits(partition)),
+                    (b"x-kiq-served-by", self._served_by),
+                    (b"x-kiq-lag", _digits(lag) if lag > 0 else b"0"),
+                    (b"x-kiq-offset", str(offset).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": value})
         return 200
 
     async def _get(
         self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes, enrich: Enrich | None
     ) -> int:
-        runtime = self.node.tables.get(table)
+        runtime = self._tables.get(table)
         if runtime is None:
             raise UnknownTable(f"no table named {table!r}", table=table)
         key = key_from_path(raw_key)
-        partition = self.node.partition_of(runtime, key.decode())
-        local = self.node.replica(table, partition)
+        partition = self._partition_of(runtime, key.decode())
+        local = self._replicas.get((table, partition))
         params = query(scope)
         if not params and local is not None and local.state is ReplicaState.ACTIVE:
-            return await self._serve(send, runtime, local, key, params, enrich)  # the common case
+            try:
+                return await self._serve(send, runtime, local, key, params, enrich)
+            except StoreClosedError:
+                local = None  # revoked under this request: the next replica answers
         max_lag = int_param(params, "max_lag") if params else None
 
         if header(scope, FORWARDED.encode()) is not None:
-            if local is None or not servable(local, max_lag):
-                raise NotHere(
-                    f"{self.node.node_id} holds no usable replica of {table}[{partition}]"
-                )
-            return await self._serve(send, runtime, local, key, params, enrich)
+            if local is not None and servable(local, max_lag):
+                try:
+                    return await self._serve(send, runtime, local, key, params, enrich)
+                except StoreClosedError:
+                    pass  # revoked under this request: as if it had never been here
+            raise NotHere(f"{self._node.node_id} holds no usable replica of {table}[{partition}]")
 
-        targets = self.router.targets(self.node.view, table, partition, local, max_lag)
+        targets = self.router.targets(self._node.view, table, partition, local, max_lag)
         if params and bool_param(params, "redirect") and targets and targets[0] != LOCAL:
             location = targets[0] + scope["raw_path"].decode("latin-1")
-            rest = [p for p in scope["query_string"].decode("latin-1").split("&")
-                    if p and not p.startswith("redirect=")]  # fmt: skip
+            query_string = scope["query_string"].decode("latin-1")
+            rest = [p for p in query_string.split("&") if p and not p.startswith("redirect=")]
             if rest:
                 location += "?" + "&".join(rest)
             await respond(send, 307, b"", [(b"location", location.encode()), JSON])
@@ -143,7 +166,11 @@ class Lookups:
         for target in targets:
             if target == LOCAL:
                 assert local is not None
-                return await self._serve(send, runtime, local, key, params, enrich)
+                try:
+                    return await self._serve(send, runtime, local, key, params, enrich)
+                except StoreClosedError:
+                    last_error = "this node's replica was revoked during the request"
+                    continue
             result = await self.batcher.get(target, table, key, max_lag, min_offset, wait_ms, auth)
             status = result.status
             if status == 200 or status == 404:
@@ -155,14 +182,20 @@ class Lookups:
             else:  # 421, 503: this replica cannot answer (yet); the next one may
                 last_error = f"{target} answered {status}: {result.reason}"
         raise Unavailable(
-            f"no replica of {table}[{partition}] could answer", partition=partition,
+            f"no replica of {table}[{partition}] could answer",
+            partition=partition,
             reason=last_error,
-        )  # fmt: skip
+        )
 
     async def _serve(
-        self, send: Send, runtime: TableRuntime, replica: Replica, key: bytes,
-        params: dict[str, str], enrich: Enrich | None,
-    ) -> int:  # fmt: skip
+        self,
+        send: Send,
+        runtime: TableRuntime,
+        replica: Replica,
+        key: bytes,
+        params: dict[str, str],
+        enrich: Enrich | None,
+    ) -> int:
         if params:
             min_offset = int_param(params, "min_offset")
             if min_offset is not None and replica.applied_offset < min_offset:
@@ -171,14 +204,18 @@ class Lookups:
         return await _answer(send, runtime, key, self._result(replica, key), enrich)
 
     def _result(self, replica: Replica, key: bytes) -> LookupResult:
-        """What the local replica holds for ``key``, as a local or forwarded answer needs it."""
+        """What the local replica holds for ``key``, as a local or forwarded answer needs it.
+
+        Raises ``StoreClosedError`` when the replica was revoked meanwhile.
+        """
         got = replica.store.get(key)
         stale = replica.state is not ReplicaState.ACTIVE
         if got is None:
             return LookupResult(404, replica.partition, replica.lag, stale, self._served_by)
         value, offset = got
-        return LookupResult(200, replica.partition, replica.lag, stale, self._served_by, offset,
-                            value)  # fmt: skip
+        return LookupResult(
+            200, replica.partition, replica.lag, stale, self._served_by, offset, value
+        )
 
     # -- POST /v1/internal/lookups: another node's batch --------------------------
 
@@ -189,7 +226,7 @@ class Lookups:
             items = decode_lookups(body)
         except DecodeError as exc:
             raise BadRequest(f"malformed lookup batch: {exc}") from exc
-        tables = self.node.tables
+        tables = self._tables
         results: list[LookupResult] = []
         waiting: list[Coroutine[Any, Any, None]] = []
         for item in items:
@@ -203,33 +240,42 @@ class Lookups:
             except BadRequest as exc:
                 results.append(LookupResult(400, reason=exc.message))
                 continue
-            replica = self.node.replica(item.table, self.node.partition_of(runtime, key.decode()))
+            replica = self._replicas.get((item.table, self._partition_of(runtime, key.decode())))
             if replica is None or not servable(replica, item.max_lag):
                 results.append(_NOT_HERE)
                 continue
             min_offset = item.min_offset
             if min_offset is not None and replica.applied_offset < min_offset:
                 wait_s = min(item.wait_ms, MAX_WAIT_MS) / 1000
-                waiting.append(self._when_applied(results, len(results), replica, key, min_offset,
-                                                  wait_s))  # fmt: skip
+                index = len(results)
+                waiting.append(self._when_applied(results, index, replica, key, min_offset, wait_s))
                 results.append(_NOT_HERE)  # replaced once the wait is over
                 continue
-            results.append(self._result(replica, key))
+            try:
+                results.append(self._result(replica, key))
+            except StoreClosedError:
+                results.append(_NOT_HERE)  # revoked meanwhile: the caller asks the next replica
         if waiting:
             await asyncio.gather(*waiting)
         self._internal_stats.record(200, time.perf_counter() - started)
         return encode(results)
 
     async def _when_applied(
-        self, results: list[LookupResult], index: int, replica: Replica, key: bytes,
-        min_offset: int, wait_s: float,
-    ) -> None:  # fmt: skip
+        self,
+        results: list[LookupResult],
+        index: int,
+        replica: Replica,
+        key: bytes,
+        min_offset: int,
+        wait_s: float,
+    ) -> None:
         try:
             await _wait_for(replica, min_offset, wait_s)
+            results[index] = self._result(replica, key)
         except Unavailable as exc:
             results[index] = LookupResult(503, replica.partition, reason=exc.message)
-        else:
-            results[index] = self._result(replica, key)
+        except StoreClosedError:
+            pass  # revoked meanwhile: stays 421, the caller asks the next replica
 
 
 _DIGITS = [str(i).encode() for i in range(1024)]
@@ -240,8 +286,12 @@ def _digits(n: int) -> bytes:
 
 
 async def _answer(
-    send: Send, runtime: TableRuntime, key: bytes, result: LookupResult, enrich: Enrich | None,
-) -> int:  # fmt: skip
+    send: Send,
+    runtime: TableRuntime,
+    key: bytes,
+    result: LookupResult,
+    enrich: Enrich | None,
+) -> int:
     """The response for a found (200) or missing (404) key, wherever it was looked up."""
     headers = [
         JSON,
@@ -273,7 +323,8 @@ async def _wait_for(replica: Replica, min_offset: int, wait_s: float) -> None:
             raise Unavailable(
                 f"{replica.table}[{replica.partition}] has applied offset "
                 f"{replica.applied_offset}, not yet {min_offset}",
-                partition=replica.partition, applied_offset=replica.applied_offset,
+                partition=replica.partition,
+                applied_offset=replica.applied_offset,
                 reason="min_offset not reached within wait_ms",
-            )  # fmt: skip
+            )
         await asyncio.sleep(0.002)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ from kiq.api.batches import MAX_RANGE_LIMIT, Batches
 from kiq.api.errors import BadRequest, UnknownTable
 from kiq.api.lookups import Lookups
 from kiq.api.params import encode_cursor, int_param
+from kiq.tables import TableRuntime
 
 QUOTES = catalog.STOCK_QUOTES
 DAY_STATS = catalog.STOCK_DAY_STATS
@@ -60,20 +61,21 @@ def minute_key(raw: str, name: str) -> str:
 
 
 class Stocks:
-    def __init__(self, lookups: Lookups, batches: Batches) -> None:
+    def __init__(
+        self, tables: Mapping[str, TableRuntime], lookups: Lookups, batches: Batches
+    ) -> None:
+        self._tables = tables
         self.lookups = lookups
         self.batches = batches
-        self.node = lookups.node
 
-    @property
-    def enabled(self) -> bool:
-        return QUOTES in self.node.tables
-
-    def _runtime(self, table: str):
-        runtime = self.node.tables.get(table)
+    def _runtime(self, table: str) -> TableRuntime:
+        runtime = self._tables.get(table)
         if runtime is None:
-            raise UnknownTable(f"this cluster does not serve {table}: run the stock pipeline "
-                               f"and serve --table {table}=...", table=table)  # fmt: skip
+            raise UnknownTable(
+                f"this cluster does not serve {table}: run the stock pipeline "
+                f"and serve --table {table}=...",
+                table=table,
+            )
         return runtime
 
     async def quote(self, scope: dict[str, Any], send: Send, raw_symbol: str) -> None:
@@ -114,7 +116,7 @@ class Stocks:
             if last:
                 date = time.strftime("%Y-%m-%d", time.gmtime(last["ts"] // 1000))
                 wanted.setdefault(f"{quote['symbol']}|{date}", []).append(quote)
-        runtime = self.node.tables.get(DAY_STATS)
+        runtime = self._tables.get(DAY_STATS)
         if not wanted or runtime is None:
             return
         found, _, _ = await self.batches.get_many(runtime, list(wanted), False, auth)
@@ -131,9 +133,14 @@ class Stocks:
         end = prefix + minute_key(params["to"], "to") if params.get("to") else None
         limit = int_param(params, "limit", 1, MAX_RANGE_LIMIT) or MAX_RANGE_LIMIT
         items, last_key = await self.batches.scan(
-            runtime, prefix=prefix.encode(), start=start.encode() if start else None,
-            end=end.encode() if end else None, cursor=params.get("cursor"), limit=limit, auth=auth,
-        )  # fmt: skip
+            runtime,
+            prefix=prefix.encode(),
+            start=start.encode() if start else None,
+            end=end.encode() if end else None,
+            cursor=params.get("cursor"),
+            limit=limit,
+            auth=auth,
+        )
         return orjson.dumps(
             {
                 "symbol": symbol,

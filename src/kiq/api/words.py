@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import orjson
 
@@ -19,7 +20,8 @@ from kiq import catalog
 from kiq.api.asgi import Send
 from kiq.api.errors import BadRequest, Unavailable, UnknownTable
 from kiq.api.lookups import Lookups
-from kiq.kafka.writer import AsyncProducer, ProduceFailed
+from kiq.errors import WriteFailed
+from kiq.tables import TableRuntime
 
 WORDS_TOPIC = catalog.WORDS
 COUNTS = catalog.WORD_COUNTS
@@ -31,28 +33,34 @@ def split_words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text) if w.strip("'-")]
 
 
-class Words:
-    def __init__(self, lookups: Lookups, bootstrap: str) -> None:
-        self.lookups = lookups
-        self.node = lookups.node
-        self._bootstrap = bootstrap
-        self._producer: AsyncProducer | None = None
+class RecordWriter(Protocol):
+    """Where words are written (``kiq.node_build.LogWriter``: the Kafka topic)."""
 
-    @property
-    def enabled(self) -> bool:
-        return COUNTS in self.node.tables
+    async def send(self, topic: str, key: bytes, value: bytes) -> tuple[int, int]:
+        """(partition, offset) once the log has the record; raises ``WriteFailed``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Words:
+    def __init__(
+        self, tables: Mapping[str, TableRuntime], lookups: Lookups, writer: RecordWriter
+    ) -> None:
+        self._tables = tables
+        self._lookups = lookups
+        self._writer = writer
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.close()
+        self._writer.close()
 
     async def count(self, scope: dict[str, Any], send: Send, raw_word: str) -> None:
-        if not self.enabled:
+        if COUNTS not in self._tables:
             raise UnknownTable(f"this cluster does not serve {COUNTS}", table=COUNTS)
         words = split_words(raw_word)
         if len(words) != 1:
             raise BadRequest(f"{raw_word!r} is not one word")
-        await self.lookups.get(scope, send, COUNTS, words[0].encode())
+        await self._lookups.get(scope, send, COUNTS, words[0].encode())
 
     async def post(self, body: bytes) -> bytes:
         try:
@@ -68,13 +76,11 @@ class Words:
             raise BadRequest("no words in the request")
         if len(words) > MAX_WORDS:
             raise BadRequest(f"at most {MAX_WORDS} words per request", count=len(words))
-        if self._producer is None:
-            self._producer = AsyncProducer(self._bootstrap)
         try:
             acks = await asyncio.gather(
-                *(self._producer.send(WORDS_TOPIC, w.encode(), w.encode()) for w in words)
+                *(self._writer.send(WORDS_TOPIC, w.encode(), w.encode()) for w in words)
             )
-        except ProduceFailed as exc:
+        except WriteFailed as exc:
             raise Unavailable(str(exc), reason="the words topic did not take the write") from exc
         return orjson.dumps(
             {

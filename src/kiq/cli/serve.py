@@ -8,12 +8,15 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, run_or_exit
+
+if TYPE_CHECKING:
+    from kiq.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -54,28 +57,39 @@ def serve(
 ) -> None:
     """Serve tables from Kafka topics; any node answers any key."""
     state: CliState = ctx.obj
-    conf = run_or_exit(lambda: settings.load(
-        settings.ServeSettings, state.config, bootstrap=bootstrap, node_id=node_id, host=host,
-        port=port, advertise=advertise, data_dir=data_dir, tables=table or None,
-        standby_replicas=standby_replicas, cluster=cluster,
-    ))  # fmt: skip
-    from kiq.node import node_from_settings
+    conf = run_or_exit(
+        lambda: settings.load(
+            settings.ServeSettings,
+            state.config,
+            bootstrap=bootstrap,
+            node_id=node_id,
+            host=host,
+            port=port,
+            advertise=advertise,
+            data_dir=data_dir,
+            tables=table or None,
+            standby_replicas=standby_replicas,
+            cluster=cluster,
+        )
+    )
+    from kiq.node_build import build_node
 
-    node = run_or_exit(lambda: node_from_settings(conf))
+    node = run_or_exit(lambda: build_node(conf))
     import uvloop
 
     uvloop.run(_serve(node, conf))
 
 
-async def _serve(node, conf: settings.ServeSettings) -> None:
+async def _serve(node: Node, conf: settings.ServeSettings) -> None:
     from granian.constants import Interfaces
     from granian.server.embed import Server
 
     from kiq.api import create_app
+    from kiq.node_build import LogWriter
 
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
     server = Server(
-        create_app(node),
+        create_app(node, LogWriter(conf.bootstrap)),
         address=conf.host,
         port=conf.port,
         interface=Interfaces.ASGI,

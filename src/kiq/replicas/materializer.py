@@ -47,7 +47,7 @@ class Materializer:
         self._metrics = metrics
         self._linger_s = linger_s
         self._watermark_interval_s = watermark_interval_s
-        self.replicas: dict[tuple[str, int], Replica] = {}
+        self._replicas: dict[tuple[str, int], Replica] = {}
         self._progress_logged: dict[tuple[str, int], float] = {}
         self._wanted: queue.Queue[dict[tuple[str, int], Role]] = queue.Queue()
         self._stop = threading.Event()
@@ -59,7 +59,7 @@ class Materializer:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
-        for replica in self.replicas.values():
+        for replica in self._replicas.values():
             replica.store.close()
         self._reader.close()
         self._dlq.flush()
@@ -68,8 +68,17 @@ class Materializer:
         """Ask for exactly these replicas with these roles (applied by the thread soon)."""
         self._wanted.put(wanted)
 
-    def get(self, table: str, partition: int) -> Replica | None:
-        return self.replicas.get((table, partition))
+    @property
+    def replicas(self) -> Mapping[tuple[str, int], Replica]:
+        """The local replicas by (table, partition), live and read-only.
+
+        Always the same mapping (never rebound), so a reader may keep it: request
+        handlers look replicas up in it with no call in between.
+        """
+        return self._replicas
+
+    def replica(self, table: str, partition: int) -> Replica | None:
+        return self._replicas.get((table, partition))
 
     # -- the thread ------------------------------------------------------------
 
@@ -78,7 +87,7 @@ class Materializer:
         while not self._stop.is_set():
             try:
                 self._apply_wanted()
-                if self.replicas:
+                if self._replicas:
                     self._apply(self._reader.consume())
                 else:
                     time.sleep(0.05)
@@ -101,25 +110,25 @@ class Materializer:
         if wanted is None:
             return
         to_assign = []
-        for key, store in self._open_stores([key for key in wanted if key not in self.replicas]):
+        for key, store in self._open_stores([key for key in wanted if key not in self._replicas]):
             table, partition = key
             role = wanted[key]
             replica = Replica(table, self._tables[table].spec.topic, partition, store, role)
-            self.replicas[key] = replica
+            self._replicas[key] = replica
             to_assign.append((replica.topic, partition, replica.position))
             log.info(
                 "replica opened table=%s partition=%d role=%s from_offset=%d",
                 table, partition, role.value, replica.position,
             )  # fmt: skip
         for key, role in wanted.items():
-            replica = self.replicas.get(key)
+            replica = self._replicas.get(key)
             if replica is None:
                 continue  # its store did not open; the next reconcile tries again
             if replica.role is not role or replica.lingering_since is not None:
                 replica.lingering_since = None
                 replica.set_role(role)
                 log.info("replica role table=%s partition=%d role=%s", *key, role.value)
-        for key, replica in self.replicas.items():
+        for key, replica in self._replicas.items():
             if key not in wanted and replica.lingering_since is None:
                 replica.lingering_since = time.monotonic()
                 replica.set_role(Role.STANDBY)
@@ -149,14 +158,14 @@ class Materializer:
 
     def _expire_lingering(self, now: float) -> None:
         expired = [
-            key for key, r in self.replicas.items()
+            key for key, r in self._replicas.items()
             if r.lingering_since is not None and now - r.lingering_since > self._linger_s
         ]  # fmt: skip
         if not expired:
             return
-        self._reader.unassign([(self.replicas[k].topic, k[1]) for k in expired])
+        self._reader.unassign([(self._replicas[k].topic, k[1]) for k in expired])
         for key in expired:
-            replica = self.replicas.pop(key)
+            replica = self._replicas.pop(key)
             replica.move_to(ReplicaState.REVOKED)
             replica.store.close()
             log.info("replica revoked table=%s partition=%d", *key)
@@ -189,7 +198,7 @@ class Materializer:
         runtime = self._by_topic.get(topic)
         if runtime is None:
             return None, None
-        return runtime, self.replicas.get((runtime.spec.name, partition))
+        return runtime, self._replicas.get((runtime.spec.name, partition))
 
     def _decode(
         self, runtime: TableRuntime, messages: list[Record], from_offset: int
@@ -240,7 +249,7 @@ class Materializer:
         return changes
 
     def _refresh_watermarks(self) -> None:
-        for replica in list(self.replicas.values()):
+        for replica in list(self._replicas.values()):
             try:
                 end = self._reader.end_offset(replica.topic, replica.partition)
             except Exception as exc:  # the broker may be briefly unreachable

@@ -16,9 +16,19 @@ class Replica:
     """
 
     __slots__ = (
-        "caught_up_at", "end_offset", "lingering_since", "opened_at", "partition", "position",
-        "restored", "role", "state", "store", "table", "topic",
-    )  # fmt: skip
+        "caught_up_at",
+        "end_offset",
+        "lingering_since",
+        "opened_at",
+        "partition",
+        "position",
+        "restored",
+        "role",
+        "state",
+        "store",
+        "table",
+        "topic",
+    )
 
     def __init__(
         self, table: str, topic: str, partition: int, store: PartitionStore, role: Role
@@ -46,10 +56,6 @@ class Replica:
         if self.end_offset < 0:
             return -1
         return max(0, self.end_offset - self.position)
-
-    @property
-    def is_active(self) -> bool:
-        return self.state is ReplicaState.ACTIVE
 
     def move_to(self, target: ReplicaState) -> None:
         check_transition(self.state, target)

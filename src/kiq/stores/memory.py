@@ -33,9 +33,11 @@ class MemoryPartitionStore(PartitionStore):
         self._closed = False
 
     def get(self, key: bytes) -> tuple[bytes, int] | None:
+        found = self._data.get(key)
+        # Checked after the read: close() marks the store closed before it empties
+        # it, so a read that raced the emptying is never taken for an absent key.
         if self._closed:
             raise StoreClosedError("memory partition store is closed")
-        found: tuple[bytes, int] | None = self._data.get(key)
         return found
 
     def apply(self, batch: Sequence[Change], applied_offset: int) -> None:

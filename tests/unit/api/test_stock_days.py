@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import orjson
 
@@ -29,7 +28,7 @@ class FakeBatches:
 
 def stocks(batches: FakeBatches, serves_days: bool = True) -> Stocks:
     tables = {DAY_STATS: object()} if serves_days else {}
-    return Stocks(SimpleNamespace(node=SimpleNamespace(tables=tables)), batches)
+    return Stocks(tables, None, batches)  # type: ignore[arg-type]
 
 
 def quote(symbol: str, last_ts: int | None) -> dict:

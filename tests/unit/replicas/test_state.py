@@ -86,7 +86,7 @@ def test_new_replica_restores_from_the_next_offset():
     assert r.state is ReplicaState.RESTORING
     assert r.position == 42
     assert r.applied_offset == 41
-    assert not r.is_active
+    assert r.state is not ReplicaState.ACTIVE
 
 
 def test_empty_store_starts_at_offset_zero():
@@ -121,7 +121,6 @@ def test_mark_caught_up_follows_the_role(role: Role, state: ReplicaState):
     assert r.caught_up_at is None
     r.mark_caught_up()
     assert r.state is state
-    assert r.is_active is (state is ReplicaState.ACTIVE)
     assert r.caught_up_at is not None
 
 
@@ -148,7 +147,6 @@ def test_set_role_promotes_and_demotes_a_serving_replica():
     r.mark_caught_up()
     r.set_role(Role.ACTIVE)
     assert (r.role, r.state) == (Role.ACTIVE, ReplicaState.ACTIVE)
-    assert r.is_active
     r.set_role(Role.ACTIVE)
     assert r.state is ReplicaState.ACTIVE
     r.set_role(Role.STANDBY)

@@ -1,0 +1,169 @@
+"""Every route but the two raw lookup paths, declared with Starlette's router.
+
+  POST /v1/tables/{table}/multiget          many keys, one call per owner
+  GET  /v1/tables/{table}/range             byte-ordered scan with cursors
+  GET  /v1/tables                           tables and their partition counts
+  GET  /v1/metadata                         nodes, actives, standbys, offsets, lag
+  GET  /v1/health/live, /v1/health/ready    liveness, readiness
+  GET  /metrics                             Prometheus
+  GET  /v1/stocks?symbols=, /v1/stocks/{symbol}/bars                   (stocks.py)
+  POST /v1/words, GET /v1/words/{word}                                 (words.py)
+  GET  /v1/internal/tables/{t}/partitions/{p}/scan   node-to-node scans
+  POST /v1/internal/lookups                 node-to-node batched point lookups (msgpack)
+
+A route answers its one method; any other request is a 404 ``no_route``, as
+before the router. Handlers raise; the app turns what they raise into the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Match, Route, Router
+
+from kiq.api import admin
+from kiq.api.asgi import header, query, read_body
+from kiq.api.batches import Batches
+from kiq.api.errors import BadRequest, NoRoute
+from kiq.api.lookups import Lookups
+from kiq.api.stocks import Stocks
+from kiq.api.words import Words
+from kiq.node import NodeView
+from kiq.routing import Forwarder
+from kiq.routing.forwarder import FORWARDED
+from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK
+
+JSON = "application/json"
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _Route(Route):
+    """A route for one method only (no implied HEAD); another method finds no route."""
+
+    def __init__(self, method: str, path: str, endpoint: Callable[..., Any]) -> None:
+        super().__init__(path, endpoint, methods=[method])
+        self.methods = {method}
+
+    def matches(self, scope: Any) -> tuple[Match, Any]:
+        match, child = super().matches(scope)
+        return (Match.NONE, {}) if match is Match.PARTIAL else (match, child)
+
+
+class _Raw:
+    """An endpoint that writes its own response, as a lookup does."""
+
+    def __init__(self, handle: Callable[[dict[str, Any], Any], Awaitable[None]]) -> None:
+        self._handle = handle
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self._handle(scope, send)
+
+
+async def _no_route(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    raise NoRoute("no such path; see /v1/tables and /v1/metadata")
+
+
+def _json(body: bytes, status: int = 200) -> Response:
+    return Response(body, status, media_type=JSON)
+
+
+def _auth(request: Request) -> str | None:
+    return header(request.scope, b"authorization")
+
+
+class Endpoints:
+    """The handlers behind the routes, each given only the parts it uses."""
+
+    def __init__(
+        self,
+        node: NodeView,
+        lookups: Lookups,
+        batches: Batches,
+        stocks: Stocks,
+        words: Words,
+        forwarder: Forwarder,
+    ) -> None:
+        self._node = node
+        self._lookups = lookups
+        self._batches = batches
+        self._stocks = stocks
+        self._words = words
+        self._forwarder = forwarder
+
+    def router(self) -> Router:
+        return Router(
+            [
+                _Route("GET", "/v1/tables", self.tables),
+                _Route("POST", "/v1/tables/{table}/multiget", self.multiget),
+                _Route("GET", "/v1/tables/{table}/range", self.range),
+                _Route("GET", "/v1/metadata", self.metadata),
+                _Route("GET", "/v1/health/live", self.live),
+                _Route("GET", "/v1/health/ready", self.ready),
+                _Route("GET", "/metrics", self.metrics),
+                _Route("GET", "/v1/stocks", self.quotes),
+                _Route("GET", "/v1/stocks/{symbol}/bars", self.bars),
+                _Route("POST", "/v1/words", self.post_words),
+                _Route("GET", "/v1/words/{word}", _Raw(self.word_count)),
+                _Route("GET", "/v1/internal/tables/{table}/partitions/{p}/scan", self.scan),
+                _Route("POST", INTERNAL_LOOKUPS, self.internal_lookups),
+            ],
+            redirect_slashes=False,
+            default=_no_route,
+        )
+
+    async def tables(self, request: Request) -> Response:
+        return _json(admin.tables(self._node))
+
+    async def multiget(self, request: Request) -> Response:
+        forwarded = header(request.scope, FORWARDED.encode()) is not None
+        body = await read_body(request.receive)
+        table = request.path_params["table"]
+        return _json(await self._batches.multiget(table, body, forwarded, _auth(request)))
+
+    async def range(self, request: Request) -> Response:
+        table = request.path_params["table"]
+        return _json(await self._batches.range(table, query(request.scope), _auth(request)))
+
+    async def metadata(self, request: Request) -> Response:
+        cluster = query(request.scope).get("cluster", "") in ("1", "true")
+        return _json(await admin.metadata(self._node, self._forwarder, cluster))
+
+    async def live(self, request: Request) -> Response:
+        return _json(b'{"live":true}')
+
+    async def ready(self, request: Request) -> Response:
+        status, body = await asyncio.to_thread(admin.ready, self._node)
+        return _json(body, status)
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(admin.metrics(self._node), media_type=PROMETHEUS)
+
+    async def quotes(self, request: Request) -> Response:
+        return _json(await self._stocks.quotes(query(request.scope), _auth(request)))
+
+    async def bars(self, request: Request) -> Response:
+        symbol = request.path_params["symbol"]
+        return _json(await self._stocks.bars(symbol, query(request.scope), _auth(request)))
+
+    async def post_words(self, request: Request) -> Response:
+        return _json(await self._words.post(await read_body(request.receive)), 202)
+
+    async def word_count(self, scope: dict[str, Any], send: Any) -> None:
+        await self._words.count(scope, send, scope["path_params"]["word"])
+
+    async def scan(self, request: Request) -> Response:
+        try:
+            partition = int(request.path_params["p"])
+        except ValueError as exc:
+            raise BadRequest("partition must be a number") from exc
+        table = request.path_params["table"]
+        body = await self._batches.internal_scan(table, partition, query(request.scope))
+        return _json(body)
+
+    async def internal_lookups(self, request: Request) -> Response:
+        body = await self._lookups.internal(await read_body(request.receive))
+        return Response(body, media_type=MSGPACK)
