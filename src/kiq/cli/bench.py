@@ -104,6 +104,24 @@ def failover(
 
 
 @app.command()
+def chaos(
+    scenario: Annotated[str, typer.Argument(help="broker-restart")],
+    restarts: Annotated[int, typer.Option(help="how many times to do it")] = 1,
+    outage: Annotated[float, typer.Option(help="seconds the broker stays down")] = 30,
+    rate: Annotated[int, typer.Option(help="reader GETs per second over the nodes")] = 500,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """A failure under a reader load: failed and worst reads, records lost, recovery, log lines."""
+    from kiq.bench.chaos import SCENARIOS, BrokerRestartConfig, run_broker_restart
+
+    if scenario not in SCENARIOS:
+        raise typer.BadParameter(f"{scenario!r}: choose one of {', '.join(SCENARIOS)}")
+    cfg = BrokerRestartConfig(restarts=restarts, outage_s=outage, rate=rate)
+    what = f"{restarts} x {outage:g} s, {rate:,} reads/s"
+    _measure(scenario, what, lambda: run_broker_restart(cfg), json_out)
+
+
+@app.command()
 def ingest(
     duration: Annotated[float, typer.Option(help="seconds at each rate")] = 15,
     rates: Annotated[
