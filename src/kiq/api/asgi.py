@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+Receive = Callable[[], Awaitable[Message]]
 Headers = Sequence[tuple[bytes, bytes]]
 
 JSON = (b"content-type", b"application/json")
@@ -17,14 +20,14 @@ async def respond(send: Send, status: int, body: bytes, headers: Headers = (JSON
     await send({"type": "http.response.body", "body": body})
 
 
-def header(scope: dict[str, Any], name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
-            return value.decode("latin-1")
+            return str(value.decode("latin-1"))
     return None
 
 
-def query(scope: dict[str, Any]) -> dict[str, str]:
+def query(scope: Scope) -> dict[str, str]:
     raw = scope.get("query_string") or b""
     if not raw:
         return {}
@@ -34,9 +37,7 @@ def query(scope: dict[str, Any]) -> dict[str, str]:
 MAX_BODY = 4 * 1024 * 1024
 
 
-async def read_body(
-    receive: Callable[[], Awaitable[dict[str, Any]]], limit: int = MAX_BODY
-) -> bytes:
+async def read_body(receive: Receive, limit: int = MAX_BODY) -> bytes:
     """The request body, refusing more than ``limit`` bytes."""
     from kiq.api.errors import BadRequest
 

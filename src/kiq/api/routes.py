@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route, Router
 
 from kiq.api import admin
-from kiq.api.asgi import header, query, read_body
+from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
 from kiq.api.batches import Batches
 from kiq.api.errors import BadRequest, NoRoute
 from kiq.api.lookups import Lookups
@@ -63,7 +63,7 @@ class _Raw:
         await self._handle(scope, send)
 
 
-async def _no_route(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def _no_route(scope: Scope, receive: Receive, send: Send) -> None:
     raise NoRoute("no such path; see /v1/tables and /v1/metadata")
 
 

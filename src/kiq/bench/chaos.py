@@ -75,6 +75,7 @@ def run_broker_restart(cfg: BrokerRestartConfig) -> dict[str, object]:
         stats = load.stats
         died = [n.node_id for n in nodes if not n.running]  # before the stack stops them
     latencies = [done - sent for sent, done, _, _ in stats.answered]
+    visible = [_visible_s(o) for o in outages]
     return {
         "scenario": "broker-restart",
         "restarts": cfg.restarts,
@@ -86,13 +87,12 @@ def run_broker_restart(cfg: BrokerRestartConfig) -> dict[str, object]:
         "stale_reads": stats.stale,
         "worst_read_ms": round(1000 * max(latencies, default=0.0), 1),
         "nodes_died": died,
-        "records_lost": sum(1 for o in outages if o["write_visible_everywhere_s"] is None),
+        "records_lost": visible.count(None),
         "max_log_lines_per_node_per_outage": max(
             (c for o in outages for c in _counts(o)), default=0
         ),
         "max_write_visible_s": max(
-            (float(o["write_visible_everywhere_s"] or cfg.visible_within_s) for o in outages),
-            default=0.0,
+            (v if v is not None else cfg.visible_within_s for v in visible), default=0.0
         ),
         "outages": outages,
     }
@@ -132,6 +132,11 @@ def _lines(path: Path) -> int:
         return 0
     with path.open("rb") as f:
         return sum(1 for _ in f)
+
+
+def _visible_s(outage: dict[str, object]) -> float | None:
+    value = outage["write_visible_everywhere_s"]
+    return value if isinstance(value, float) else None
 
 
 def _counts(outage: dict[str, object]) -> list[int]:

@@ -8,6 +8,7 @@ all in reverse order.
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import sys
@@ -82,7 +83,7 @@ def demo(
             node.start()
         with console.status("waiting for the serving nodes ..."):
             for node in nodes:
-                run_or_exit(lambda node=node: node.wait_ready(120))
+                run_or_exit(functools.partial(node.wait_ready, 120))
         console.print("[green]✓[/] serving nodes: " + ", ".join(n.url for n in nodes))
         if feed:
             log = (home / "feed.log").open("ab")

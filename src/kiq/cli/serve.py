@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -100,7 +101,8 @@ async def _serve(node: Node, conf: settings.ServeSettings) -> None:
 
     def shut_down() -> None:
         log.info("stopping node=%s (signal)", conf.node_id)
-        server.stop()
+        stop_server: Callable[[], None] = server.stop  # granian's method is untyped
+        stop_server()
         # Leaving the group and closing stores is quick when Kafka answers; when it does
         # not, an operator still expects the process to end.
         watchdog = threading.Timer(SHUTDOWN_DEADLINE_S, _give_up, args=(conf.node_id,))

@@ -113,13 +113,16 @@ class Materializer:
         for key, store in self._open_stores([key for key in wanted if key not in self._replicas]):
             table, partition = key
             role = wanted[key]
-            replica = Replica(table, self._tables[table].spec.topic, partition, store, role)
-            self._replicas[key] = replica
-            to_assign.append((replica.topic, partition, replica.position))
+            opened = Replica(table, self._tables[table].spec.topic, partition, store, role)
+            self._replicas[key] = opened
+            to_assign.append((opened.topic, partition, opened.position))
             log.info(
                 "replica opened table=%s partition=%d role=%s from_offset=%d",
-                table, partition, role.value, replica.position,
-            )  # fmt: skip
+                table,
+                partition,
+                role.value,
+                opened.position,
+            )
         for key, role in wanted.items():
             replica = self._replicas.get(key)
             if replica is None:

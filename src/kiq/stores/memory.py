@@ -33,7 +33,7 @@ class MemoryPartitionStore(PartitionStore):
         self._closed = False
 
     def get(self, key: bytes) -> tuple[bytes, int] | None:
-        found = self._data.get(key)
+        found: tuple[bytes, int] | None = self._data.get(key)
         # Checked after the read: close() marks the store closed before it empties
         # it, so a read that raced the emptying is never taken for an absent key.
         if self._closed:
