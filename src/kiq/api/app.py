@@ -8,8 +8,8 @@ Routes (all JSON):
   GET  /v1/metadata                         nodes, actives, standbys, offsets, lag
   GET  /v1/health/live, /v1/health/ready    liveness, readiness
   GET  /metrics                             Prometheus
-  GET  /v1/internal/tables/{t}/partitions/{p}/scan   node-to-node scans
-  POST /v1/internal/lookups                 node-to-node batched point lookups (msgpack)
+  POST /v1/internal/lookups, /v1/internal/multiget, /v1/internal/scan,
+  GET  /v1/internal/metadata                node-to-node calls (msgpack; routing/wire.py)
   GET  /v1/stocks/{symbol}, /v1/stocks?symbols=, /v1/stocks/{symbol}/bars   (stocks.py)
   POST /v1/words, GET /v1/words/{word}                                       (words.py)
 """
@@ -23,14 +23,19 @@ from typing import Any
 from kiq.api import admin
 from kiq.api.asgi import JSON, header, query, read_body, respond
 from kiq.api.batches import Batches
-from kiq.api.errors import ApiError, BadRequest
+from kiq.api.errors import ApiError
 from kiq.api.lookups import Lookups
 from kiq.api.stocks import Stocks
 from kiq.api.words import Words
 from kiq.node import Node
-from kiq.routing import Forwarder, Router
-from kiq.routing.forwarder import FORWARDED
-from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK
+from kiq.routing import Peers, Router
+from kiq.routing.wire import (
+    INTERNAL_LOOKUPS,
+    INTERNAL_METADATA,
+    INTERNAL_MULTIGET,
+    INTERNAL_SCAN,
+    MSGPACK,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +49,9 @@ class KiqApp:
     def __init__(self, node: Node, start_node: bool = True) -> None:
         self.node = node
         self.router = Router(node.node_id)
-        self.forwarder = Forwarder(node.node_id, node.settings.forward_timeout_ms)
-        self.lookups = Lookups(node, self.router, self.forwarder)
-        self.batches = Batches(node, self.router, self.forwarder)
+        self.peers = Peers(node.node_id, self.router, node.settings.forward_timeout_ms)
+        self.lookups = Lookups(node, self.router, self.peers)
+        self.batches = Batches(node, self.router, self.peers)
         self.stocks = Stocks(self.lookups, self.batches)
         self.words = Words(self.lookups, node.settings.bootstrap)
         self._start_node = start_node
@@ -82,7 +87,7 @@ class KiqApp:
                 return await respond(send, 200, admin.tables(self.node))
             if path == "/v1/metadata":
                 cluster = query(scope).get("cluster", "") in ("1", "true")
-                body = await admin.metadata(self.node, self.forwarder, cluster)
+                body = await admin.metadata(self.node, self.peers, cluster, auth)
                 return await respond(send, 200, body)
             if path == "/v1/health/live":
                 return await respond(send, 200, b'{"live":true}')
@@ -101,26 +106,26 @@ class KiqApp:
             if len(parts) == 4 and parts[:2] == ["v1", "tables"] and parts[3] == "range":
                 body = await self.batches.range(parts[2], query(scope), auth)
                 return await respond(send, 200, body)
-            if len(parts) == 7 and parts[:3] == ["v1", "internal", "tables"] and parts[6] == "scan":
-                try:
-                    partition = int(parts[5])
-                except ValueError as exc:
-                    raise BadRequest("partition must be a number") from exc
-                body = await self.batches.internal_scan(parts[3], partition, query(scope))
-                return await respond(send, 200, body)
+            if path == INTERNAL_METADATA:
+                return await respond(send, 200, admin.node_status(self.node), [_MSGPACK])
         elif (
             method == "POST"
             and len(parts) == 4
             and parts[:2] == ["v1", "tables"]
             and (parts[3] == "multiget")
         ):
-            forwarded = header(scope, FORWARDED.encode()) is not None
-            body = await self.batches.multiget(parts[2], await read_body(receive), forwarded, auth)
+            body = await self.batches.multiget(parts[2], await read_body(receive), auth)
             return await respond(send, 200, body)
         elif method == "POST" and path == "/v1/words":
             return await respond(send, 202, await self.words.post(await read_body(receive)))
         elif method == "POST" and path == INTERNAL_LOOKUPS:
             body = await self.lookups.internal(await read_body(receive))
+            return await respond(send, 200, body, [_MSGPACK])
+        elif method == "POST" and path == INTERNAL_MULTIGET:
+            body = self.batches.internal_multiget(await read_body(receive))
+            return await respond(send, 200, body, [_MSGPACK])
+        elif method == "POST" and path == INTERNAL_SCAN:
+            body = self.batches.internal_scan(await read_body(receive))
             return await respond(send, 200, body, [_MSGPACK])
         await respond(send, 404, _NOT_FOUND, [JSON])
 
@@ -129,7 +134,6 @@ class KiqApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
-                    await self.forwarder.start()
                     if self._start_node:
                         await asyncio.to_thread(self.node.start)
                 except Exception as exc:
@@ -138,7 +142,7 @@ class KiqApp:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await self.forwarder.close()
+                self.peers.close()
                 self.words.close()
                 if self._start_node:
                     await asyncio.to_thread(self.node.stop)
