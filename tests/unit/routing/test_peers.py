@@ -1,0 +1,188 @@
+"""``Peers``: each node-to-node call's request, answer and failures, against loopback servers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from kiq.routing import (
+    FORWARDED,
+    ExtraHeaders,
+    MultigetResult,
+    NodeStatus,
+    PeerError,
+    Peers,
+    Router,
+)
+from kiq.routing.wire import (
+    INTERNAL_METADATA,
+    INTERNAL_MULTIGET,
+    INTERNAL_SCAN,
+    MSGPACK,
+    Multiget,
+    ReplicaStatus,
+    Scan,
+    ScanResult,
+    decode_multiget,
+    decode_scan,
+    encode,
+)
+from tests.unit.routing.servers import Answer, Request, Server, serving
+
+STATUS = ReplicaStatus("t", 3, "active", "active", 41, 42, 0, 42, 0.5, False)
+
+
+async def kiq_node(request: Request) -> Answer:
+    """Answers the internal paths as a node holding partition 3 of table ``t`` would."""
+    if request.path == INTERNAL_MULTIGET:
+        ask = decode_multiget(request.body)
+        found = [(k, b'{"v":"' + k + b'"}') for k in ask.keys if not k.startswith(b"no")]
+        return Answer(200, encode(MultigetResult(found, refused=[5])))
+    if request.path == INTERNAL_SCAN:
+        scan = decode_scan(request.body)
+        if scan.partition != 3:
+            return Answer(421, b'{"error":"not_here"}')
+        return Answer(200, encode(ScanResult([(b"a", b"1"), (b"b", b"2")][: scan.limit])))
+    if request.path == INTERNAL_METADATA:
+        return Answer(200, encode(NodeStatus("n2", 7, [STATUS])))
+    return Answer(404, b"{}")
+
+
+class CountingRouter(Router):
+    def __init__(self) -> None:
+        super().__init__("n1")
+        self.failures: list[str] = []
+        self.successes: list[str] = []
+
+    def failed(self, url: str) -> None:
+        self.failures.append(url)
+        super().failed(url)
+
+    def succeeded(self, url: str) -> None:
+        self.successes.append(url)
+        super().succeeded(url)
+
+
+def run(
+    scenario: Callable[[Server, Peers], Awaitable[None]],
+    handler: Callable[[Request], Awaitable[Answer]] = kiq_node,
+    router: Router | None = None,
+    extra_headers: ExtraHeaders | None = None,
+) -> Server:
+    async def main() -> Server:
+        async with serving(handler) as server:
+            peers = Peers("n1", router or Router("n1"), 1000, extra_headers)
+            try:
+                await scenario(server, peers)
+            finally:
+                peers.close()
+        return server
+
+    return asyncio.run(main())
+
+
+def test_multiget_sends_the_keys_and_returns_stored_values_and_refused_partitions():
+    async def scenario(server: Server, peers: Peers) -> None:
+        got = await peers.multiget(server.url, "t", [b"k1", b"nope", b"k\xc3\xa9"], "Bearer a")
+        assert got.found == [(b"k1", b'{"v":"k1"}'), (b"k\xc3\xa9", b'{"v":"k\xc3\xa9"}')]
+        assert got.refused == [5]
+
+    (request,) = run(scenario).seen
+    assert (request.method, request.path) == ("POST", INTERNAL_MULTIGET)
+    assert decode_multiget(request.body) == Multiget("t", [b"k1", b"nope", b"k\xc3\xa9"])
+    assert request.headers["content-type"] == MSGPACK
+    assert request.headers[FORWARDED] == "n1"
+    assert request.headers["authorization"] == "Bearer a"
+
+
+def test_scan_sends_its_bounds_and_a_refusal_is_a_peer_error_with_the_status():
+    async def scenario(server: Server, peers: Peers) -> None:
+        assert await peers.scan(server.url, "t", 3, b"a", None, 1, None) == [(b"a", b"1")]
+        with pytest.raises(PeerError) as refused:
+            await peers.scan(server.url, "t", 4, None, b"z", 10, None)
+        assert refused.value.status == 421
+        assert refused.value.target == server.url
+        assert "421" in str(refused.value)
+
+    first, second = run(scenario).seen
+    assert decode_scan(first.body) == Scan("t", 3, b"a", None, 1)
+    assert decode_scan(second.body) == Scan("t", 4, None, b"z", 10)
+    assert "authorization" not in first.headers
+
+
+def test_metadata_is_a_get_and_comes_back_typed():
+    async def scenario(server: Server, peers: Peers) -> None:
+        status = await peers.metadata(server.url)
+        assert status == NodeStatus("n2", 7, [STATUS])
+        assert status.replicas[0].as_dict()["restore_s"] == 0.5
+
+    (request,) = run(scenario).seen
+    assert (request.method, request.path, request.body) == ("GET", INTERNAL_METADATA, b"")
+    assert "content-type" not in request.headers and request.headers[FORWARDED] == "n1"
+
+
+def test_extra_headers_are_asked_for_on_every_request():
+    calls = 0
+
+    def credentials() -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        return {"x-kiq-cluster-token": f"t{calls}"}
+
+    async def scenario(server: Server, peers: Peers) -> None:
+        await peers.metadata(server.url)
+        await peers.multiget(server.url, "t", [b"k"], "Bearer a")
+        await peers.lookup(server.url, "t", b"k", None, None, 0, None)  # 404 here: FAILED
+
+    seen = run(scenario, extra_headers=credentials).seen
+    assert [r.headers["x-kiq-cluster-token"] for r in seen] == ["t1", "t2", "t3"]
+    assert seen[1].headers["authorization"] == "Bearer a"
+    assert all(r.headers[FORWARDED] == "n1" for r in seen)
+
+
+def test_a_malformed_answer_is_a_peer_error_but_the_peer_is_up():
+    router = CountingRouter()
+
+    async def garbage(request: Request) -> Answer:
+        return Answer(200, b"\xc1")
+
+    async def scenario(server: Server, peers: Peers) -> None:
+        with pytest.raises(PeerError, match="malformed answer"):
+            await peers.multiget(server.url, "t", [b"k"], None)
+        with pytest.raises(PeerError, match="malformed answer"):
+            await peers.metadata(server.url)
+
+    server = run(scenario, garbage, router=router)
+    assert router.failures == [] and router.successes == [server.url] * 2
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_or_silent_peer_is_a_peer_error_and_the_router_hears_of_it():
+    router = CountingRouter()
+    dead = f"http://127.0.0.1:{_closed_port()}"
+
+    async def silent(request: Request) -> Answer:
+        await asyncio.sleep(5)
+        return Answer()
+
+    async def scenario(server: Server, peers: Peers) -> None:
+        with pytest.raises(PeerError, match="cannot connect") as unreachable:
+            await peers.scan(dead, "t", 0, None, None, 10, None)
+        assert unreachable.value.status == 0
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(PeerError, match=r"no answer within 1\.000s"):  # the node's timeout
+            await peers.metadata(server.url)
+        assert loop.time() - started < 2.0
+
+    server = run(scenario, silent, router=router)
+    assert router.failures == [dead, server.url]
+    assert router.successes == []
