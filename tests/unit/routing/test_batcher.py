@@ -143,9 +143,11 @@ def test_lookups_in_different_ticks_are_not_held_back():
 def test_waiting_lookups_travel_apart_and_stretch_the_timeout():
     got: dict[str, tuple[int, float]] = {}
 
-    async def one(peers: Peers, url: str, key: bytes, *args: object) -> None:
+    async def one(
+        peers: Peers, url: str, key: bytes, max_lag: int | None, min_offset: int | None, wait: int
+    ) -> None:
         start = time.monotonic()
-        result = await peers.lookup(url, "users", key, *args, None)
+        result = await peers.lookup(url, "users", key, max_lag, min_offset, wait, None)
         got[key.decode()] = (result.status, time.monotonic() - start)
 
     async def scenario(urls: list[str], peers: Peers) -> None:
