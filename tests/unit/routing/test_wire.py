@@ -32,8 +32,8 @@ def test_lookups_round_trip_as_arrays():
     body = encode(items)
     assert decode_lookups(body) == items
     # records are arrays, not maps: no field names travel
-    assert msgspec.msgpack.decode(body) == [["users", b"k\xc3\xa9", 5, 1234, 300],
-                                            ["users", b"k2", None, None, 0]]  # fmt: skip
+    arrays = [["users", b"k\xc3\xa9", 5, 1234, 300], ["users", b"k2", None, None, 0]]
+    assert msgspec.msgpack.decode(body) == arrays
     assert b"table" not in body and b"wait_ms" not in body
 
 
