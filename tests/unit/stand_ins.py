@@ -3,7 +3,7 @@
 ``Cluster`` plays the group coordinator (who is a member, who owns which
 partition); the reader brings no records, and says the log ends where each
 store stands, so a replica catches up as soon as it opens. Tests write values
-straight into the replicas' stores. ``InProcessPeers`` carries node-to-node
+straight into the replicas' stores. ``InProcessNetwork`` carries node-to-node
 requests by calling the other node's ASGI app, and ``call`` is the client.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import orjson
 
@@ -29,8 +29,7 @@ from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
 from kiq.partitioning import partition_for
 from kiq.replicas import Materializer, ReplicaState
-from kiq.routing import Reply
-from kiq.routing.forwarder import FORWARDED
+from kiq.routing import Peers, Router
 from kiq.settings import ServeSettings
 from kiq.tables import TableRuntime, codec_for, parse_table
 
@@ -130,7 +129,7 @@ class LocalNode:
     node: Node
     materializer: Materializer
     app: KiqApp
-    peers: InProcessPeers
+    peers: Peers
     writer: Writer
 
     def put(self, table: str, key: str, value: bytes, offset: int) -> int:
@@ -180,10 +179,11 @@ def make_node(
     )
     group, changed = cluster.join(node_id, url)
     node = Node(conf, runtimes, materializer, metrics, group, changed)
-    peers = InProcessPeers(node_id, cluster.network, cluster.down)
+    network = InProcessNetwork(cluster.network, cluster.down)
+    peers = Peers(node_id, Router(node_id), conf.forward_timeout_ms, transport=network)
     writer = Writer()
-    app = create_app(node, writer, peers, start_node=False)  # type: ignore[arg-type]
-    peers.apps[url] = app
+    app = create_app(node, writer, peers, start_node=False)
+    cluster.network[url] = app
     return LocalNode(node, materializer, app, peers, writer)
 
 
@@ -288,46 +288,30 @@ async def call(
     return Response(start["status"], out, payload)
 
 
-class InProcessPeers:
-    """The node-to-node client, carried by calling the other node's app directly.
+class InProcessNetwork:
+    """The transport under ``Peers``, carried by calling the other node's ASGI app directly.
 
-    ``network`` maps each node's URL to its app; a URL in ``down`` cannot be reached.
+    ``apps`` maps each node's URL to its app; a URL in ``down`` cannot be reached.
     """
 
-    def __init__(self, node_id: str, network: dict[str, Any], down: set[str]) -> None:
-        self.apps = network
+    def __init__(self, apps: dict[str, Any], down: set[str]) -> None:
+        self.apps = apps
         self.down = down
-        self._headers = [(FORWARDED.encode(), node_id.encode())]
 
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def post_internal(
+    async def request(
         self,
         base_url: str,
+        method: str,
         path: str,
         body: bytes,
-        content_type: str,
-        authorization: str | None = None,
-        extra_timeout_s: float = 0.0,
-    ) -> Reply:
-        return await self.send("POST", base_url + path, authorization, body)
+        headers: Mapping[str, str],
+        timeout_s: float,
+    ) -> tuple[int, bytes]:
+        app = self.apps.get(base_url)
+        if app is None or base_url in self.down:
+            raise ConnectionError(f"{base_url}: unreachable")
+        sent = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        reply = await asyncio.wait_for(call(app, method, path, body, sent), timeout_s)
+        return reply.status, reply.body
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        authorization: str | None = None,
-        body: bytes | None = None,
-        extra_timeout_s: float = 0.0,
-        content_type: str = "application/json",
-    ) -> Reply:
-        parts = urlsplit(url)
-        base = f"{parts.scheme}://{parts.netloc}"
-        app = self.apps.get(base)
-        if app is None or base in self.down:
-            raise ConnectionError(f"{base}: unreachable")
-        target = parts.path + (f"?{parts.query}" if parts.query else "")
-        reply = await call(app, method, target, body or b"", self._headers)
-        return Reply(reply.status, reply.body, [])
+    def close(self) -> None: ...

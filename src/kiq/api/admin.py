@@ -8,16 +8,20 @@ their URLs, and this node's own replicas with offsets and lag.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import orjson
 from prometheus_client import generate_latest
 
-from kiq.node import Node
-from kiq.routing import Forwarder, Reply
+from kiq.node import NodeView
+from kiq.routing import NodeStatus, PeerError, Peers
+from kiq.routing.wire import ReplicaStatus, encode
+
+log = logging.getLogger(__name__)
 
 
-def tables(node: Node) -> bytes:
+def tables(node: NodeView) -> bytes:
     return orjson.dumps(
         {
             "tables": [
@@ -36,35 +40,58 @@ def tables(node: Node) -> bytes:
     )
 
 
-async def metadata(node: Node, forwarder: Forwarder, cluster: bool) -> bytes:
+async def metadata(
+    node: NodeView, peers: Peers, cluster: bool, authorization: str | None = None
+) -> bytes:
     """This node's view; with ``cluster``, every replica's state and lag asked of its node."""
     local = metadata_of(node)
     if not cluster:
         return orjson.dumps(local)
-    peers = [m for m in node.view.members.values() if m.node_id != node.node_id]
-    answers = await asyncio.gather(
-        *(forwarder.send("GET", f"{m.url}/v1/metadata") for m in peers), return_exceptions=True
-    )
-    by_node = {node.node_id: local}
-    for member, answer in zip(peers, answers, strict=True):
-        if isinstance(answer, Reply) and answer.status == 200:
-            by_node[member.node_id] = orjson.loads(answer.body)
+    others = [m for m in node.view.members.values() if m.node_id != node.node_id]
+    answers = await asyncio.gather(*(_status(peers, m.url, authorization) for m in others))
+    reachable = {node.node_id}
+    states: dict[tuple[str, str, int], dict[str, Any]] = {}  # (node, table, partition) → state
+    for member, answer in zip(others, answers, strict=True):
+        if answer is not None:
+            reachable.add(member.node_id)
+            for r in answer.replicas:
+                states[(member.node_id, r.table, r.partition)] = r.as_dict()
     for name, table in local["tables"].items():
         for part in table["partitions"]:
             replicas = []
             for node_id in [part["active"], *part["standbys"]]:
                 if node_id is None:
                     continue
-                theirs = by_node.get(node_id)
-                state = None
-                if theirs is not None:
-                    state = theirs["tables"][name]["partitions"][part["partition"]]["local"]
-                replicas.append({"node": node_id, "reachable": theirs is not None, "local": state})
+                if node_id == node.node_id:
+                    state = part["local"]
+                else:
+                    state = states.get((node_id, name, part["partition"]))
+                seen = node_id in reachable
+                replicas.append({"node": node_id, "reachable": seen, "local": state})
             part["replicas"] = replicas
     return orjson.dumps(local)
 
 
-def metadata_of(node: Node) -> dict[str, Any]:
+async def _status(peers: Peers, url: str, authorization: str | None) -> NodeStatus | None:
+    try:
+        return await peers.metadata(url, authorization)
+    except PeerError as exc:
+        log.info("metadata of %s unavailable: %s", url, exc)
+        return None
+
+
+def node_status(node: NodeView) -> bytes:
+    """Another node's ``Peers.metadata``: this node's own replicas."""
+    replicas = [
+        ReplicaStatus.of(replica.describe())
+        for name, runtime in node.tables.items()
+        for p in range(runtime.partitions)
+        if (replica := node.replica(name, p)) is not None
+    ]
+    return encode(NodeStatus(node.node_id, node.view.version, replicas))
+
+
+def metadata_of(node: NodeView) -> dict[str, Any]:
     view = node.view
     out: dict[str, Any] = {
         "node": {"id": node.node_id, "url": node.url},
@@ -90,10 +117,10 @@ def metadata_of(node: Node) -> dict[str, Any]:
     return out
 
 
-def ready(node: Node) -> tuple[int, bytes]:
+def ready(node: NodeView) -> tuple[int, bytes]:
     ok, reason = node.is_ready()
     return (200 if ok else 503), orjson.dumps({"ready": ok, "reason": reason})
 
 
-def metrics(node: Node) -> bytes:
+def metrics(node: NodeView) -> bytes:
     return generate_latest(node.metrics.registry)

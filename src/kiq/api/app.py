@@ -22,7 +22,7 @@ from kiq.api.routes import Endpoints
 from kiq.api.stocks import Stocks
 from kiq.api.words import RecordWriter, Words
 from kiq.node import Node, NodeView
-from kiq.routing import Forwarder, Router
+from kiq.routing import Peers, Router
 
 log = logging.getLogger(__name__)
 
@@ -35,22 +35,22 @@ class KiqApp:
         self,
         node: Node,
         writer: RecordWriter,
-        forwarder: Forwarder | None = None,
+        peers: Peers | None = None,
         start_node: bool = True,
     ) -> None:
         view = NodeView(node)
         self._node = node
         self._start_node = start_node
         self.router = Router(view.node_id)
-        if forwarder is None:
-            forwarder = Forwarder(view.node_id, view.forward_timeout_ms)
-        self.forwarder = forwarder
-        self.lookups = Lookups(view, self.router, self.forwarder)
-        self.batches = Batches(view, self.router, self.forwarder)
+        if peers is None:
+            peers = Peers(view.node_id, self.router, view.forward_timeout_ms)
+        self.peers = peers
+        self.lookups = Lookups(view, self.router, peers)
+        self.batches = Batches(view, self.router, peers)
         self.stocks = Stocks(view.tables, self.lookups, self.batches)
         self.words = Words(view.tables, self.lookups, writer)
         self._routes = Endpoints(
-            view, self.lookups, self.batches, self.stocks, self.words, self.forwarder
+            view, self.lookups, self.batches, self.stocks, self.words, peers
         ).router()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -84,7 +84,6 @@ class KiqApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
-                    await self.forwarder.start()
                     if self._start_node:
                         await asyncio.to_thread(self._node.start)
                 except Exception as exc:
@@ -93,7 +92,7 @@ class KiqApp:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await self.forwarder.close()
+                self.peers.close()
                 self.words.close()
                 if self._start_node:
                     await asyncio.to_thread(self._node.stop)
@@ -104,12 +103,12 @@ class KiqApp:
 def create_app(
     node: Node,
     writer: RecordWriter,
-    forwarder: Forwarder | None = None,
+    peers: Peers | None = None,
     start_node: bool = True,
 ) -> KiqApp:
     """The app serving ``node``; ``writer`` takes the API's writes (``POST /v1/words``).
 
-    ``forwarder`` carries requests to other nodes (made from the node's settings
-    when not given); the app starts and stops it, and the node unless told not to.
+    ``peers`` carries requests to other nodes (made from the node's settings when
+    not given); the app closes it, and starts and stops the node unless told not to.
     """
-    return KiqApp(node, writer, forwarder, start_node)
+    return KiqApp(node, writer, peers, start_node)

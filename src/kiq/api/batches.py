@@ -2,7 +2,14 @@
 
 POST /v1/tables/{table}/multiget groups keys by partition and asks each owner
 once; GET /v1/tables/{table}/range asks every partition it may touch (one, when
-the prefix fixes the partition) and merges the answers in key order.
+the prefix fixes the partition) and merges the answers in key order. Each
+partition is read from the replicas the router orders: the local one, or a peer
+through ``Peers``; one that cannot answer (a peer down or refusing, a local store
+closed under the read as its partition is revoked) hands the partition to the
+next. Values stay the stored bytes until the response is rendered.
+
+Another node's ``Peers.multiget`` and ``Peers.scan`` are answered by
+``internal_multiget`` and ``internal_scan``, from local replicas only.
 """
 
 from __future__ import annotations
@@ -12,16 +19,24 @@ import base64
 import heapq
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
 from kiq.api.errors import BadRequest, NotHere, Unavailable, UnknownTable
 from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param, prefix_end
-from kiq.node import Node
-from kiq.routing import LOCAL, Forwarder, Router
-from kiq.routing.router import servable
+from kiq.errors import StoreClosedError
+from kiq.node import NodeView
+from kiq.routing import LOCAL, Item, PeerError, Peers, Router, servable
+from kiq.routing.wire import (
+    DecodeError,
+    MultigetResult,
+    ScanResult,
+    decode_multiget,
+    decode_scan,
+    encode,
+)
 from kiq.tables import TableRuntime
 
 log = logging.getLogger(__name__)
@@ -38,10 +53,10 @@ def value_json(runtime: TableRuntime, value: bytes) -> Any:
 
 
 class Batches:
-    def __init__(self, node: Node, router: Router, forwarder: Forwarder) -> None:
+    def __init__(self, node: NodeView, router: Router, peers: Peers) -> None:
         self.node = node
         self.router = router
-        self.forwarder = forwarder
+        self.peers = peers
 
     def _table(self, name: str) -> TableRuntime:
         runtime = self.node.tables.get(name)
@@ -49,9 +64,13 @@ class Batches:
             raise UnknownTable(f"no table named {name!r}", table=name)
         return runtime
 
+    def _targets(self, table: str, partition: int) -> list[str]:
+        local = self.node.replica(table, partition)
+        return self.router.targets(self.node.view, table, partition, local)
+
     # -- multiget ----------------------------------------------------------------
 
-    async def multiget(self, table: str, body: bytes, forwarded: bool, auth: str | None) -> bytes:
+    async def multiget(self, table: str, body: bytes, auth: str | None) -> bytes:
         runtime = self._table(table)
         try:
             keys = orjson.loads(body)["keys"]
@@ -61,82 +80,119 @@ class Batches:
             raise BadRequest('"keys" must be a list of strings')
         if len(keys) > MAX_MULTIGET_KEYS:
             raise BadRequest(f"at most {MAX_MULTIGET_KEYS} keys per request", count=len(keys))
-        found, missing, unavailable = await self.get_many(runtime, keys, forwarded, auth)
-        out: dict[str, Any] = {"found": found, "missing": missing}
+        found, missing, unavailable = await self.get_many(runtime, keys, auth)
+        out: dict[str, Any] = {
+            "found": {k: value_json(runtime, v) for k, v in found.items()},
+            "missing": missing,
+        }
         if unavailable:
             out["unavailable"] = unavailable
         return orjson.dumps(out)
 
     async def get_many(
-        self, runtime: TableRuntime, keys: list[str], forwarded: bool, auth: str | None
-    ) -> tuple[dict[str, Any], list[str], list[str]]:
-        """(found, missing, unavailable): one call per owner, fallbacks per partition."""
+        self, runtime: TableRuntime, keys: list[str], auth: str | None
+    ) -> tuple[dict[str, bytes], list[str], list[str]]:
+        """(found: key → stored value, missing, unavailable): one call per owner, fallbacks
+        per partition."""
         table = runtime.spec.name
         by_partition: dict[int, list[str]] = defaultdict(list)
         for key in dict.fromkeys(keys):
             check_key(key.encode())
             by_partition[self.node.partition_of(runtime, key)].append(key)
 
-        found: dict[str, Any] = {}
+        found: dict[str, bytes] = {}
         missing: list[str] = []
         unavailable: list[str] = []
-        pending = {p: self._targets(table, p, forwarded) for p in by_partition}
+        pending = {p: self._targets(table, p) for p in by_partition}
         while pending:
             groups: dict[str, list[int]] = defaultdict(list)
             for p, targets in list(pending.items()):
-                if not targets:
+                if targets:
+                    groups[targets.pop(0)].append(p)
+                else:
                     unavailable.extend(by_partition[p])
                     del pending[p]
-                else:
-                    groups[targets.pop(0)].append(p)
-            jobs = [self._fetch(runtime, t, ps, by_partition, auth) for t, ps in groups.items()]
-            results = await asyncio.gather(*jobs)
-            for parts, result in zip(groups.values(), results, strict=True):
-                if result is None:  # the whole target failed: its partitions try the next one
-                    continue
-                got, miss, refused = result
-                found.update(got)
-                missing.extend(miss)
+            jobs = [self._fetch(table, t, ps, by_partition, auth) for t, ps in groups.items()]
+            answers = await asyncio.gather(*jobs)
+            for parts, (got, refused) in zip(groups.values(), answers, strict=True):
                 for p in parts:
-                    if not any(k in refused for k in by_partition[p]):
-                        pending.pop(p, None)
+                    if p in refused:  # the next replica in its list gets it
+                        continue
+                    del pending[p]
+                    for key in by_partition[p]:
+                        value = got.get(key)
+                        if value is None:
+                            missing.append(key)
+                        else:
+                            found[key] = value
         return found, missing, unavailable
 
-    def _targets(self, table: str, partition: int, forwarded: bool) -> list[str]:
-        local = self.node.replica(table, partition)
-        if forwarded:
-            return [LOCAL] if local is not None and servable(local, None) else []
-        return self.router.targets(self.node.view, table, partition, local)
-
     async def _fetch(
-        self, runtime: TableRuntime, target: str, partitions: list[int],
-        by_partition: dict[int, list[str]], auth: str | None,
-    ) -> tuple[dict[str, Any], list[str], set[str]] | None:  # fmt: skip
-        keys = [k for p in partitions for k in by_partition[p]]
+        self,
+        table: str,
+        target: str,
+        partitions: list[int],
+        by_partition: dict[int, list[str]],
+        auth: str | None,
+    ) -> tuple[dict[str, bytes], set[int]]:
+        """(found, the partitions the target could not answer for)."""
         if target == LOCAL:
-            found: dict[str, Any] = {}
-            missing: list[str] = []
+            got: dict[str, bytes] = {}
+            refused: set[int] = set()
             for p in partitions:
-                replica = self.node.replica(runtime.spec.name, p)
-                for k in by_partition[p]:
-                    got = replica.store.get(k.encode()) if replica else None
-                    if got is None:
-                        missing.append(k)
-                    else:
-                        found[k] = value_json(runtime, got[0])
-            return found, missing, set()
-        url = f"{target}/v1/tables/{runtime.spec.name}/multiget"
+                items = self._read_local(table, p, (k.encode() for k in by_partition[p]))
+                if items is None:
+                    refused.add(p)
+                else:
+                    got.update((k.decode(), v) for k, v in items)
+            return got, refused
+        keys = [k.encode() for p in partitions for k in by_partition[p]]
         try:
-            reply = await self.forwarder.send("POST", url, auth, orjson.dumps({"keys": keys}))
-        except ConnectionError:
-            self.router.failed(target)
+            result = await self.peers.multiget(target, table, keys, auth)
+        except PeerError as exc:
+            log.debug("multiget failed table=%s error=%s", table, exc)
+            return {}, set(partitions)
+        return {k.decode(): v for k, v in result.found}, set(result.refused)
+
+    def _read_local(self, table: str, partition: int, keys: Iterable[bytes]) -> list[Item] | None:
+        """The keys the local replica holds, or None when it cannot answer (gone, restoring,
+        closed under the read)."""
+        replica = self.node.replica(table, partition)
+        if replica is None or not servable(replica, None):
             return None
-        if reply.status != 200:
+        get = replica.store.get
+        items: list[Item] = []
+        try:
+            for key in keys:
+                got = get(key)
+                if got is not None:
+                    items.append((key, got[0]))
+        except StoreClosedError:
             return None
-        data = orjson.loads(reply.body)
-        found = {k: (v if runtime.spec.format == "raw" else orjson.Fragment(orjson.dumps(v)))
-                 for k, v in data["found"].items()}  # fmt: skip
-        return found, data["missing"], set(data.get("unavailable", ()))
+        return items
+
+    def internal_multiget(self, body: bytes) -> bytes:
+        """Another node's ``Peers.multiget``: keys from local replicas, partitions refused."""
+        try:
+            request = decode_multiget(body)
+        except DecodeError as exc:
+            raise BadRequest(f"malformed multiget: {exc}") from exc
+        runtime = self.node.tables.get(request.table)
+        if runtime is None:
+            raise NotHere(f"no table named {request.table!r} here", table=request.table)
+        by_partition: dict[int, list[bytes]] = defaultdict(list)
+        for key in request.keys:
+            check_key(key)
+            by_partition[self.node.partition_of(runtime, key.decode())].append(key)
+        found: list[Item] = []
+        refused: list[int] = []
+        for p, keys in by_partition.items():
+            items = self._read_local(request.table, p, keys)
+            if items is None:
+                refused.append(p)
+            else:
+                found.extend(items)
+        return encode(MultigetResult(found, refused))
 
     # -- range ---------------------------------------------------------------------
 
@@ -152,15 +208,22 @@ class Batches:
             limit=limit,
             auth=auth,
         )
-        out = [{"key": k.decode(), "value": v} for k, v in items]
+        out = [{"key": k.decode(), "value": value_json(runtime, v)} for k, v in items]
         next_cursor = encode_cursor(last_key) if last_key is not None else None
         return orjson.dumps({"items": out, "next_cursor": next_cursor})
 
     async def scan(
-        self, runtime: TableRuntime, prefix: bytes, start: bytes | None, end: bytes | None,
-        cursor: str | None, limit: int, auth: str | None,
-    ) -> tuple[list[tuple[bytes, Any]], bytes | None]:  # fmt: skip
-        """Up to ``limit`` (key, value) in key order, and the cursor key when there may be more."""
+        self,
+        runtime: TableRuntime,
+        prefix: bytes,
+        start: bytes | None,
+        end: bytes | None,
+        cursor: str | None,
+        limit: int,
+        auth: str | None,
+    ) -> tuple[list[Item], bytes | None]:
+        """Up to ``limit`` (key, stored value) in key order, and the cursor key when there may
+        be more."""
         if prefix:
             start = max(start or prefix, prefix)
             upper = prefix_end(prefix)
@@ -168,12 +231,12 @@ class Batches:
         if cursor:
             after = decode_cursor(cursor) + b"\x00"
             start = after if start is None else max(start, after)
-        partitions = range(runtime.partitions)
+        partitions: Iterable[int] = range(runtime.partitions)
         fixed = runtime.spec.partition_key(prefix.decode()) if prefix else None
         if fixed is not None and fixed != prefix.decode():
             partitions = [self.node.partition_of(runtime, prefix.decode())]
         pages = await asyncio.gather(
-            *(self._scan(runtime, p, start, end, limit, auth) for p in partitions)
+            *(self._scan(runtime.spec.name, p, start, end, limit, auth) for p in partitions)
         )
         merged = list(heapq.merge(*pages, key=lambda item: item[0]))
         more = len(merged) > limit or any(len(page) >= limit for page in pages)
@@ -181,67 +244,54 @@ class Batches:
         return merged, (merged[-1][0] if more and merged else None)
 
     async def _scan(
-        self, runtime: TableRuntime, partition: int, start: bytes | None, end: bytes | None,
-        limit: int, auth: str | None,
-    ) -> list[tuple[bytes, Any]]:  # fmt: skip
-        for target in self._targets(runtime.spec.name, partition, forwarded=False):
+        self,
+        table: str,
+        partition: int,
+        start: bytes | None,
+        end: bytes | None,
+        limit: int,
+        auth: str | None,
+    ) -> list[Item]:
+        for target in self._targets(table, partition):
             if target == LOCAL:
-                return self.local_scan(runtime, partition, start, end, limit)
-            qs = f"limit={limit}"
-            if start is not None:
-                qs += f"&start={encode_cursor(start)}"
-            if end is not None:
-                qs += f"&end={encode_cursor(end)}"
-            url = (
-                f"{target}/v1/internal/tables/{runtime.spec.name}/partitions/{partition}/scan?{qs}"
-            )
+                items = self._scan_local(table, partition, start, end, limit)
+                if items is not None:
+                    return items
+                continue
             try:
-                reply = await self.forwarder.send("GET", url, auth)
-            except ConnectionError:
-                self.router.failed(target)
-                continue
-            if reply.status != 200:
-                log.warning(
-                    "scan refused table=%s partition=%d target=%s status=%d body=%s",
-                    runtime.spec.name,
-                    partition,
-                    target,
-                    reply.status,
-                    reply.body[:200],
-                )
-                continue
-            return [(base64.urlsafe_b64decode(k + "=" * (-len(k) % 4)), _refragment(runtime, v))
-                    for k, v in orjson.loads(reply.body)["items"]]  # fmt: skip
+                return await self.peers.scan(target, table, partition, start, end, limit, auth)
+            except PeerError as exc:
+                log.warning("scan failed table=%s partition=%d error=%s", table, partition, exc)
         log.warning(
             "scan unavailable table=%s partition=%d replicas=%s",
-            runtime.spec.name,
+            table,
             partition,
-            self.node.view.of(runtime.spec.name, partition),
+            self.node.view.of(table, partition),
         )
-        raise Unavailable(
-            f"no replica of {runtime.spec.name}[{partition}] could scan", partition=partition
-        )
+        raise Unavailable(f"no replica of {table}[{partition}] could scan", partition=partition)
 
-    def local_scan(
-        self, runtime: TableRuntime, partition: int, start: bytes | None, end: bytes | None,
-        limit: int,
-    ) -> list[tuple[bytes, Any]]:  # fmt: skip
-        replica = self.node.replica(runtime.spec.name, partition)
+    def _scan_local(
+        self, table: str, partition: int, start: bytes | None, end: bytes | None, limit: int
+    ) -> list[Item] | None:
+        """The local replica's page, or None when it cannot answer."""
+        replica = self.node.replica(table, partition)
         if replica is None or not servable(replica, None):
-            raise NotHere(f"{self.node.node_id} holds no usable replica of partition {partition}")
-        return [(k, value_json(runtime, v)) for k, v, _ in replica.store.scan(start, end, limit)]
+            return None
+        try:
+            return [(k, v) for k, v, _ in replica.store.scan(start, end, limit)]
+        except StoreClosedError:
+            return None
 
-    async def internal_scan(self, table: str, partition: int, params: dict[str, str]) -> bytes:
-        runtime = self._table(table)
-        start = decode_cursor(params["start"]) if params.get("start") else None
-        end = decode_cursor(params["end"]) if params.get("end") else None
-        limit = int_param(params, "limit", 1, MAX_RANGE_LIMIT) or MAX_RANGE_LIMIT
-        items = self.local_scan(runtime, partition, start, end, limit)
-        return orjson.dumps({"items": [[encode_cursor(k), v] for k, v in items]})
-
-
-def _refragment(runtime: TableRuntime, value: Any) -> Any:
-    return value if runtime.spec.format == "raw" else orjson.Fragment(orjson.dumps(value))
-
-
-Handler = Callable[..., Awaitable[bytes]]
+    def internal_scan(self, body: bytes) -> bytes:
+        """Another node's ``Peers.scan``: a page of a local replica, or 421."""
+        try:
+            request = decode_scan(body)
+        except DecodeError as exc:
+            raise BadRequest(f"malformed scan: {exc}") from exc
+        if not 1 <= request.limit <= MAX_RANGE_LIMIT:
+            raise BadRequest(f"limit must be between 1 and {MAX_RANGE_LIMIT}")
+        table, partition = request.table, request.partition
+        items = self._scan_local(table, partition, request.start, request.end, request.limit)
+        if items is None:
+            raise NotHere(f"{self.node.node_id} holds no usable replica of {table}[{partition}]")
+        return encode(ScanResult(items))

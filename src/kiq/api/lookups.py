@@ -2,7 +2,7 @@
 
 A node answers from its own replica when it is the best one, else asks the
 replicas the router orders, falling back on failure. Lookups for another node
-go through the batcher, which sends those of one loop tick together as one
+go through ``Peers.lookup``, which sends those of one loop tick together as one
 POST /v1/internal/lookups (``internal`` answers it); the receiver answers every
 item from its own replica or refuses it with 421, never forwarding it again (as
 for a GET carrying X-Kiq-Forwarded). Local and forwarded answers become a
@@ -28,10 +28,8 @@ from kiq.api.params import bool_param, check_key, int_param, key_from_path
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
 from kiq.replicas import Replica, ReplicaState
-from kiq.routing import LOCAL, Forwarder, LookupBatcher, LookupResult, Router
-from kiq.routing.forwarder import FORWARDED
-from kiq.routing.router import servable
-from kiq.routing.wire import FAILED, DecodeError, decode_lookups, encode
+from kiq.routing import FAILED, FORWARDED, LOCAL, LookupResult, Peers, Router, servable
+from kiq.routing.wire import DecodeError, decode_lookups, encode
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
 
 OCTETS = (b"content-type", b"application/octet-stream")
@@ -44,14 +42,14 @@ Enrich = Callable[[bytes], Awaitable[bytes]]
 
 
 class Lookups:
-    def __init__(self, node: NodeView, router: Router, forwarder: Forwarder) -> None:
+    def __init__(self, node: NodeView, router: Router, peers: Peers) -> None:
         self._node = node
         # The node's live mappings and its partitioner, bound once for the hot path.
         self._tables = node.tables
         self._replicas = node.replicas
         self._partition_of = node.partition_of
         self.router = router
-        self.batcher = LookupBatcher(forwarder, router)
+        self.peers = peers
         self._served_by = node.node_id.encode()
         m = node.metrics
         self._stats = m.route("get")
@@ -171,7 +169,7 @@ class Lookups:
                 except StoreClosedError:
                     last_error = "this node's replica was revoked during the request"
                     continue
-            result = await self.batcher.get(target, table, key, max_lag, min_offset, wait_ms, auth)
+            result = await self.peers.lookup(target, table, key, max_lag, min_offset, wait_ms, auth)
             status = result.status
             if status == 200 or status == 404:
                 self._forward_ok.inc()

@@ -8,8 +8,8 @@
   GET  /metrics                             Prometheus
   GET  /v1/stocks?symbols=, /v1/stocks/{symbol}/bars                   (stocks.py)
   POST /v1/words, GET /v1/words/{word}                                 (words.py)
-  GET  /v1/internal/tables/{t}/partitions/{p}/scan   node-to-node scans
-  POST /v1/internal/lookups                 node-to-node batched point lookups (msgpack)
+  POST /v1/internal/lookups, /v1/internal/multiget, /v1/internal/scan,
+  GET  /v1/internal/metadata                node-to-node calls (msgpack; routing/wire.py)
 
 A route answers its one method; any other request is a 404 ``no_route``, as
 before the router. Handlers raise; the app turns what they raise into the answer.
@@ -28,14 +28,19 @@ from starlette.routing import Match, Route, Router
 from kiq.api import admin
 from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
 from kiq.api.batches import Batches
-from kiq.api.errors import BadRequest, NoRoute
+from kiq.api.errors import NoRoute
 from kiq.api.lookups import Lookups
 from kiq.api.stocks import Stocks
 from kiq.api.words import Words
 from kiq.node import NodeView
-from kiq.routing import Forwarder
-from kiq.routing.forwarder import FORWARDED
-from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK
+from kiq.routing import Peers
+from kiq.routing.wire import (
+    INTERNAL_LOOKUPS,
+    INTERNAL_METADATA,
+    INTERNAL_MULTIGET,
+    INTERNAL_SCAN,
+    MSGPACK,
+)
 
 JSON = "application/json"
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
@@ -85,14 +90,14 @@ class Endpoints:
         batches: Batches,
         stocks: Stocks,
         words: Words,
-        forwarder: Forwarder,
+        peers: Peers,
     ) -> None:
         self._node = node
         self._lookups = lookups
         self._batches = batches
         self._stocks = stocks
         self._words = words
-        self._forwarder = forwarder
+        self._peers = peers
 
     def router(self) -> Router:
         return Router(
@@ -108,8 +113,10 @@ class Endpoints:
                 _Route("GET", "/v1/stocks/{symbol}/bars", self.bars),
                 _Route("POST", "/v1/words", self.post_words),
                 _Route("GET", "/v1/words/{word}", _Raw(self.word_count)),
-                _Route("GET", "/v1/internal/tables/{table}/partitions/{p}/scan", self.scan),
                 _Route("POST", INTERNAL_LOOKUPS, self.internal_lookups),
+                _Route("POST", INTERNAL_MULTIGET, self.internal_multiget),
+                _Route("POST", INTERNAL_SCAN, self.internal_scan),
+                _Route("GET", INTERNAL_METADATA, self.internal_metadata),
             ],
             redirect_slashes=False,
             default=_no_route,
@@ -119,10 +126,9 @@ class Endpoints:
         return _json(admin.tables(self._node))
 
     async def multiget(self, request: Request) -> Response:
-        forwarded = header(request.scope, FORWARDED.encode()) is not None
         body = await read_body(request.receive)
         table = request.path_params["table"]
-        return _json(await self._batches.multiget(table, body, forwarded, _auth(request)))
+        return _json(await self._batches.multiget(table, body, _auth(request)))
 
     async def range(self, request: Request) -> Response:
         table = request.path_params["table"]
@@ -130,7 +136,7 @@ class Endpoints:
 
     async def metadata(self, request: Request) -> Response:
         cluster = query(request.scope).get("cluster", "") in ("1", "true")
-        return _json(await admin.metadata(self._node, self._forwarder, cluster))
+        return _json(await admin.metadata(self._node, self._peers, cluster, _auth(request)))
 
     async def live(self, request: Request) -> Response:
         return _json(b'{"live":true}')
@@ -155,15 +161,17 @@ class Endpoints:
     async def word_count(self, scope: dict[str, Any], send: Any) -> None:
         await self._words.count(scope, send, scope["path_params"]["word"])
 
-    async def scan(self, request: Request) -> Response:
-        try:
-            partition = int(request.path_params["p"])
-        except ValueError as exc:
-            raise BadRequest("partition must be a number") from exc
-        table = request.path_params["table"]
-        body = await self._batches.internal_scan(table, partition, query(request.scope))
-        return _json(body)
-
     async def internal_lookups(self, request: Request) -> Response:
         body = await self._lookups.internal(await read_body(request.receive))
         return Response(body, media_type=MSGPACK)
+
+    async def internal_multiget(self, request: Request) -> Response:
+        body = self._batches.internal_multiget(await read_body(request.receive))
+        return Response(body, media_type=MSGPACK)
+
+    async def internal_scan(self, request: Request) -> Response:
+        body = self._batches.internal_scan(await read_body(request.receive))
+        return Response(body, media_type=MSGPACK)
+
+    async def internal_metadata(self, request: Request) -> Response:
+        return Response(admin.node_status(self._node), media_type=MSGPACK)

@@ -25,7 +25,7 @@ import orjson
 
 from kiq import catalog
 from kiq.api.asgi import Send, header
-from kiq.api.batches import MAX_RANGE_LIMIT, Batches
+from kiq.api.batches import MAX_RANGE_LIMIT, Batches, value_json
 from kiq.api.errors import BadRequest, UnknownTable
 from kiq.api.lookups import Lookups
 from kiq.api.params import encode_cursor, int_param
@@ -98,7 +98,7 @@ class Stocks:
         if len(raw) > MAX_SYMBOLS:
             raise BadRequest(f"at most {MAX_SYMBOLS} symbols", count=len(raw))
         symbols = list(dict.fromkeys(symbol_of(s) for s in raw))
-        found, missing, unavailable = await self.batches.get_many(runtime, symbols, False, auth)
+        found, missing, unavailable = await self.batches.get_many(runtime, symbols, auth)
         quotes = _parsed(found)
         await self._add_days(quotes.values(), auth)
         out: dict[str, Any] = {"quotes": quotes, "missing": missing}
@@ -119,7 +119,7 @@ class Stocks:
         runtime = self._tables.get(DAY_STATS)
         if not wanted or runtime is None:
             return
-        found, _, _ = await self.batches.get_many(runtime, list(wanted), False, auth)
+        found, _, _ = await self.batches.get_many(runtime, list(wanted), auth)
         for key, stats in _parsed(found).items():
             stats.pop("symbol", None)
             for quote in wanted[key]:
@@ -144,13 +144,13 @@ class Stocks:
         return orjson.dumps(
             {
                 "symbol": symbol,
-                "bars": [value for _, value in items],
+                "bars": [value_json(runtime, value) for _, value in items],
                 "next_cursor": encode_cursor(last_key) if last_key is not None else None,
             }
         )
 
 
-def _parsed(found: dict[str, Any]) -> dict[str, Any]:
-    """Values as ``get_many`` gives them (JSON fragments, spliced into a response as they
-    are) → parsed, for the stock routes to add to them."""
-    return orjson.loads(orjson.dumps(found))
+def _parsed(found: dict[str, bytes]) -> dict[str, Any]:
+    """Values as ``get_many`` gives them (the stored JSON) → parsed, for the stock routes to
+    add to them."""
+    return {key: orjson.loads(value) for key, value in found.items()}

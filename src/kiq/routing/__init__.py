@@ -1,8 +1,21 @@
 """Which replica answers a request, and getting the answer from another node."""
 
-from kiq.routing.batcher import LookupBatcher
-from kiq.routing.forwarder import Forwarder, Reply
-from kiq.routing.router import LOCAL, Router
-from kiq.routing.wire import Lookup, LookupResult
+from kiq.routing.errors import PeerError
+from kiq.routing.peers import ExtraHeaders, Peers
+from kiq.routing.router import LOCAL, Router, servable
+from kiq.routing.wire import FAILED, FORWARDED, Item, LookupResult, MultigetResult, NodeStatus
 
-__all__ = ["LOCAL", "Forwarder", "Lookup", "LookupBatcher", "LookupResult", "Reply", "Router"]
+__all__ = [
+    "FAILED",
+    "FORWARDED",
+    "LOCAL",
+    "ExtraHeaders",
+    "Item",
+    "LookupResult",
+    "MultigetResult",
+    "NodeStatus",
+    "PeerError",
+    "Peers",
+    "Router",
+    "servable",
+]

@@ -11,26 +11,18 @@ wait, so a read-your-writes wait never holds plain lookups back. At most
 ``MAX_IN_FLIGHT`` batches per target are out at once; lookups arriving
 meanwhile go in the next, sent when one returns.
 
-When the request fails, every item of it gets a ``FAILED`` result, so each caller
-tries its next replica, and the router hears of the failure once per request.
+The batcher only gathers: ``send`` (``Peers``) makes the request. When it raises
+``PeerError``, every item of the batch gets a ``FAILED`` result, so each caller
+tries its next replica.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
-from kiq.routing.forwarder import Forwarder
-from kiq.routing.router import Router
-from kiq.routing.wire import (
-    FAILED,
-    INTERNAL_LOOKUPS,
-    MSGPACK,
-    DecodeError,
-    Lookup,
-    LookupResult,
-    decode_results,
-    encode,
-)
+from kiq.routing.errors import PeerError
+from kiq.routing.wire import FAILED, Lookup, LookupResult
 
 MAX_BATCH = 256
 # Batches on the wire per (target, authorization, waits) at once. While they
@@ -41,6 +33,8 @@ MAX_IN_FLIGHT = 2
 _CANCELLED = LookupResult(FAILED, reason="the batch was cancelled")
 
 _SlotKey = tuple[str, str | None, bool]
+# (target, authorization, lookups, the longest wait_ms among them) → their results, in order
+SendBatch = Callable[[str, str | None, list[Lookup], int], Awaitable[list[LookupResult]]]
 
 
 class _Batch:
@@ -70,20 +64,24 @@ class _Slot:
 
 class LookupBatcher:
     def __init__(
-        self, forwarder: Forwarder, router: Router, max_items: int = MAX_BATCH,
-        max_in_flight: int = MAX_IN_FLIGHT,
-    ) -> None:  # fmt: skip
-        self._forwarder = forwarder
-        self._router = router
+        self, send: SendBatch, max_items: int = MAX_BATCH, max_in_flight: int = MAX_IN_FLIGHT
+    ) -> None:
+        self._send_batch = send
         self._max_items = max_items
         self._max_in_flight = max_in_flight
         self._slots: dict[_SlotKey, _Slot] = {}
         self._sending: set[asyncio.Task[None]] = set()
 
     async def get(
-        self, target_url: str, table: str, key: bytes, max_lag: int | None,
-        min_offset: int | None, wait_ms: int, authorization: str | None,
-    ) -> LookupResult:  # fmt: skip
+        self,
+        target_url: str,
+        table: str,
+        key: bytes,
+        max_lag: int | None,
+        min_offset: int | None,
+        wait_ms: int,
+        authorization: str | None,
+    ) -> LookupResult:
         """The target's answer for ``key`` from its own replica, or a ``FAILED`` result."""
         loop = asyncio.get_running_loop()
         slot_key = (target_url, authorization, min_offset is not None and wait_ms > 0)
@@ -138,20 +136,9 @@ class LookupBatcher:
     ) -> LookupResult | None:
         """Resolves the batch's futures and returns None, or returns the failure for all."""
         try:
-            reply = await self._forwarder.post_internal(
-                target, INTERNAL_LOOKUPS, encode(batch.items), MSGPACK, authorization,
-                extra_timeout_s=batch.wait_ms / 1000,
-            )  # fmt: skip
-        except ConnectionError as exc:
-            self._router.failed(target)
+            results = await self._send_batch(target, authorization, batch.items, batch.wait_ms)
+        except PeerError as exc:
             return LookupResult(FAILED, reason=str(exc))
-        self._router.succeeded(target)
-        if reply.status != 200:
-            return LookupResult(FAILED, reason=f"{target} answered the batch with {reply.status}")
-        try:
-            results = decode_results(reply.body)
-        except DecodeError as exc:
-            return LookupResult(FAILED, reason=f"{target} sent a malformed batch: {exc}")
         if len(results) != len(batch.futures):
             return LookupResult(
                 FAILED, reason=f"{target} answered {len(results)} of {len(batch.futures)} lookups"

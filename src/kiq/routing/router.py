@@ -24,9 +24,13 @@ class Router:
         self._down_until: dict[str, float] = {}
 
     def targets(
-        self, view: ClusterView, table: str, partition: int, local: Replica | None,
+        self,
+        view: ClusterView,
+        table: str,
+        partition: int,
+        local: Replica | None,
         max_lag: int | None = None,
-    ) -> list[str]:  # fmt: skip
+    ) -> list[str]:
         """``LOCAL`` or member URLs, best first."""
         local_ok = local is not None and servable(local, max_lag)
         order: list[str] = []

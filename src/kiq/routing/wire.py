@@ -1,26 +1,47 @@
-"""The node-to-node lookup batch: ``POST /v1/internal/lookups``, msgpack both ways.
+"""What nodes say to each other: the internal paths, their headers and their msgpack records.
 
-The request body is an array of ``Lookup`` records, the response an array of
-``LookupResult`` records in the same order. Records are msgpack arrays, not maps
-(``array_like``), so a lookup costs a few bytes beyond its key and value:
+Every node-to-node call is one HTTP/1.1 request to an internal path, msgpack both ways,
+decoded into the records below (``routing/peers.py`` sends them, ``api/`` answers them):
+
+    POST /v1/internal/lookups   [Lookup, ...]        → [LookupResult, ...] in the same order
+    POST /v1/internal/multiget  Multiget             → MultigetResult
+    POST /v1/internal/scan      Scan                 → ScanResult
+    GET  /v1/internal/metadata  (no body)            → NodeStatus
+
+Values travel as the bytes the store holds; they are decoded once, where a response
+is rendered. The receiver answers from its own replicas only and never forwards.
+Lookup records are msgpack arrays, not maps (``array_like``), so a lookup costs a
+few bytes beyond its key and value:
 
     Lookup        [table, key(bin), max_lag|nil, min_offset|nil, wait_ms]
     LookupResult  [status, partition, lag, stale, served_by(bin), offset, value(bin), reason]
 
-Per-item statuses: 200 found, 404 not found, 421 no usable replica here, 503
-``min_offset`` not reached within ``wait_ms``, 400 a malformed key. ``FAILED``
-never travels: the batcher gives it to every item of a request that got no answer.
+Per-item lookup statuses: 200 found, 404 not found, 421 no usable replica here, 503
+``min_offset`` not reached within ``wait_ms``, 400 a malformed key. ``FAILED`` never
+travels: the client gives it to every item of a batch that got no answer.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 import msgspec
 
 INTERNAL_LOOKUPS: Final = "/v1/internal/lookups"
+INTERNAL_MULTIGET: Final = "/v1/internal/multiget"
+INTERNAL_SCAN: Final = "/v1/internal/scan"
+INTERNAL_METADATA: Final = "/v1/internal/metadata"
+
 MSGPACK: Final = "application/msgpack"
+# Request headers, spelled once (lower case, as ASGI servers hand them over).
+FORWARDED: Final = "x-kiq-forwarded"  # the sending node's id: answer locally, never forward
+AUTHORIZATION: Final = "authorization"  # the caller's, passed on as it came
+
 FAILED: Final = 0  # the target could not be reached, or did not answer the batch
+
+# (key, value as stored)
+Item = tuple[bytes, bytes]
 
 
 class Lookup(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -46,21 +67,115 @@ class LookupResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     reason: str = ""  # why there is no answer (421, 503, 400, FAILED)
 
 
-_encoder = msgspec.msgpack.Encoder()
-_lookups = msgspec.msgpack.Decoder(list[Lookup])
-_results = msgspec.msgpack.Decoder(list[LookupResult])
+class Multiget(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Keys of one table, from whichever of their partitions the receiver can serve."""
+
+    table: str
+    keys: list[bytes]
+
+
+class MultigetResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The keys found; ``refused`` the partitions the receiver holds no usable replica of.
+
+    A key asked that is neither found nor in a refused partition is absent.
+    """
+
+    found: list[Item] = []
+    refused: list[int] = []
+
+
+class Scan(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Up to ``limit`` keys of one partition in [start, end) in byte order."""
+
+    table: str
+    partition: int
+    start: bytes | None = None
+    end: bytes | None = None
+    limit: int = 1000
+
+
+class ScanResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    items: list[Item] = []
+
+
+class ReplicaStatus(msgspec.Struct, frozen=True):
+    """One local replica as its node describes it (``Replica.describe``), field for field."""
+
+    table: str
+    partition: int
+    role: str
+    state: str
+    applied_offset: int
+    end_offset: int
+    lag: int
+    restored_records: int
+    restore_s: float | None
+    lingering: bool
+
+    @classmethod
+    def of(cls, described: Mapping[str, object]) -> ReplicaStatus:
+        """From ``Replica.describe()``; ``ValidationError`` if the two ever drift apart."""
+        return msgspec.convert(described, cls)
+
+    def as_dict(self) -> dict[str, Any]:
+        """As ``Replica.describe()`` gives it, for a JSON response."""
+        return msgspec.structs.asdict(self)
+
+
+class NodeStatus(msgspec.Struct, frozen=True):
+    """A node's own replicas, for the cluster-wide metadata another node assembles.
+
+    Maps, not arrays: read by operators' tools too, and tolerant of added fields.
+    """
+
+    node_id: str
+    view_version: int
+    replicas: list[ReplicaStatus]
+
 
 DecodeError = msgspec.DecodeError
 
+_encoder = msgspec.msgpack.Encoder()
+_lookups = msgspec.msgpack.Decoder(list[Lookup])
+_results = msgspec.msgpack.Decoder(list[LookupResult])
+_multiget = msgspec.msgpack.Decoder(Multiget)
+_multiget_result = msgspec.msgpack.Decoder(MultigetResult)
+_scan = msgspec.msgpack.Decoder(Scan)
+_scan_result = msgspec.msgpack.Decoder(ScanResult)
+_node_status = msgspec.msgpack.Decoder(NodeStatus)
 
-def encode(records: list[Lookup] | list[LookupResult]) -> bytes:
-    return _encoder.encode(records)
+
+def encode(record: object) -> bytes:
+    """Any record above (or a list of them) as msgpack."""
+    return _encoder.encode(record)
+
+
+# Each raises ``DecodeError`` (or its subclass ``ValidationError``) on a malformed body.
 
 
 def decode_lookups(body: bytes) -> list[Lookup]:
-    """Raises ``DecodeError`` (or its subclass ``ValidationError``) on a malformed body."""
     return _lookups.decode(body)
 
 
 def decode_results(body: bytes) -> list[LookupResult]:
     return _results.decode(body)
+
+
+def decode_multiget(body: bytes) -> Multiget:
+    return _multiget.decode(body)
+
+
+def decode_multiget_result(body: bytes) -> MultigetResult:
+    return _multiget_result.decode(body)
+
+
+def decode_scan(body: bytes) -> Scan:
+    return _scan.decode(body)
+
+
+def decode_scan_result(body: bytes) -> ScanResult:
+    return _scan_result.decode(body)
+
+
+def decode_node_status(body: bytes) -> NodeStatus:
+    return _node_status.decode(body)

@@ -11,6 +11,7 @@ import pytest
 
 from kiq.errors import WriteFailed
 from kiq.replicas import ReplicaState
+from kiq.routing.wire import INTERNAL_SCAN, Scan, decode_scan_result, encode
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
 
 PARTITIONS = 4
@@ -113,10 +114,12 @@ def test_multiget_and_range(one: LocalNode):
     assert [i["key"] for i in rest["items"]] == ["NVDA"] and rest["next_cursor"] is None
 
 
-def test_internal_scan_checks_its_partition(one: LocalNode):
-    r = get(one, "/v1/internal/tables/prices/partitions/x/scan")
+def test_internal_scan_checks_its_request(one: LocalNode):
+    r = post(one, INTERNAL_SCAN, b"not msgpack")
     assert (r.status, r.json()["error"]) == (400, "bad_request")
-    assert get(one, "/v1/internal/tables/prices/partitions/0/scan").status == 200
+    r = post(one, INTERNAL_SCAN, encode(Scan("prices", 0, None, None, 10)))
+    assert r.status == 200
+    assert all(k in PRICES for k, _ in decode_scan_result(r.body).items)
 
 
 def test_unknown_paths_and_methods_are_no_route(one: LocalNode):

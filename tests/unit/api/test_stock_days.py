@@ -14,15 +14,15 @@ DAY = {"symbol": "AAPL", "date": "2026-11-21", "open": 1.0, "high": 2.0, "low": 
 
 
 class FakeBatches:
-    """Holds day-stats values as the node's batches would return them (JSON fragments)."""
+    """Holds day-stats values as the node's batches would return them (the stored JSON)."""
 
     def __init__(self, values: dict[str, dict]) -> None:
         self.values = values
         self.asked: list[list[str]] = []
 
-    async def get_many(self, runtime, keys, forwarded, auth):
+    async def get_many(self, runtime, keys, auth):
         self.asked.append(keys)
-        found = {k: orjson.Fragment(orjson.dumps(self.values[k])) for k in keys if k in self.values}
+        found = {k: orjson.dumps(self.values[k]) for k in keys if k in self.values}
         return found, [k for k in keys if k not in self.values], []
 
 

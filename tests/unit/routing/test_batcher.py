@@ -1,4 +1,4 @@
-"""Coalescing lookups into internal batches, against real local aiohttp servers."""
+"""Coalescing lookups into internal batches (``Peers.lookup``), against real loopback servers."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
-from aiohttp import web
-
-from kiq.routing import Forwarder, LookupBatcher, LookupResult, Router
-from kiq.routing.forwarder import FORWARDED
-from kiq.routing.wire import FAILED, INTERNAL_LOOKUPS, MSGPACK, Lookup, decode_lookups, encode
+from kiq.routing import FAILED, FORWARDED, LookupResult, Peers, Router
+from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, decode_lookups, encode
+from tests.unit.routing.servers import Answer, Request, serving
 
 
 @dataclass(frozen=True)
@@ -23,71 +21,63 @@ class Batch:
     items: list[Lookup]
 
 
-SEEN = web.AppKey("seen", list)
-STATUS = web.AppKey("status", int)
-
-
-async def _answer(request: web.Request) -> web.Response:
+def answering(status: int, batches: list[Batch]) -> Callable[[Request], Awaitable[Answer]]:
     """Echoes each item: found, with the key reversed as the value; 'missing*' keys are 404."""
-    items = decode_lookups(await request.read())
-    request.app[SEEN].append(
-        Batch(request.path, {k.lower(): v for k, v in request.headers.items()}, items)
-    )
-    if any(item.wait_ms for item in items):
-        await asyncio.sleep(max(item.wait_ms for item in items) / 1000)
-    results = [
-        LookupResult(404, 1, 0, False, b"n2")
-        if item.key.startswith(b"missing")
-        else LookupResult(200, 3, 5, True, b"n2", 42, item.key[::-1])
-        for item in items
-    ]
-    return web.Response(status=request.app[STATUS], body=encode(results), content_type=MSGPACK)
+
+    async def handler(request: Request) -> Answer:
+        items = decode_lookups(request.body)
+        batches.append(Batch(request.path, request.headers, items))
+        if any(item.wait_ms for item in items):
+            await asyncio.sleep(max(item.wait_ms for item in items) / 1000)
+        results = [
+            LookupResult(404, 1, 0, False, b"n2")
+            if item.key.startswith(b"missing")
+            else LookupResult(200, 3, 5, True, b"n2", 42, item.key[::-1])
+            for item in items
+        ]
+        return Answer(status, encode(results), [("content-type", MSGPACK)])
+
+    return handler
 
 
 def with_servers(
-    scenario: Callable[[list[str], LookupBatcher], Awaitable[None]],
+    scenario: Callable[[list[str], Peers], Awaitable[None]],
     count: int = 1,
     router: Router | None = None,
     status: int = 200,
     timeout_ms: int = 2000,
+    max_in_flight: int = 2,
 ) -> list[list[Batch]]:
-    """Run ``scenario(urls, batcher)`` against ``count`` fresh servers; their batches seen."""
+    """Run ``scenario(urls, peers)`` against ``count`` fresh servers; their batches seen."""
 
     async def main() -> list[list[Batch]]:
         seen: list[list[Batch]] = []
         urls: list[str] = []
         async with AsyncExitStack() as stack:
             for _ in range(count):
-                app = web.Application()
-                app[SEEN] = []
-                app[STATUS] = status
-                seen.append(app[SEEN])
-                app.router.add_post(INTERNAL_LOOKUPS, _answer)
-                runner = web.AppRunner(app, shutdown_timeout=0.1)
-                await runner.setup()
-                stack.push_async_callback(runner.cleanup)
-                site = web.TCPSite(runner, "127.0.0.1", 0)
-                await site.start()
-                host, port = runner.addresses[0][:2]
-                urls.append(f"http://{host}:{port}")
-            forwarder = Forwarder("node-7", timeout_ms=timeout_ms)
-            await forwarder.start()
-            stack.push_async_callback(forwarder.close)
-            await scenario(urls, LookupBatcher(forwarder, router or Router("node-7")))
+                batches: list[Batch] = []
+                seen.append(batches)
+                server = await stack.enter_async_context(serving(answering(status, batches)))
+                urls.append(server.url)
+            peers = Peers(
+                "node-7", router or Router("node-7"), timeout_ms, max_in_flight=max_in_flight
+            )
+            stack.callback(peers.close)
+            await scenario(urls, peers)
         return seen
 
     return asyncio.run(main())
 
 
-def _get(batcher: LookupBatcher, url: str, key: str, auth: str | None = None, wait_ms: int = 0):
-    return batcher.get(url, "users", key.encode(), None, None, wait_ms, auth)
+def _get(peers: Peers, url: str, key: str, auth: str | None = None, wait_ms: int = 0):
+    return peers.lookup(url, "users", key.encode(), None, None, wait_ms, auth)
 
 
 def test_concurrent_lookups_to_one_node_share_one_request():
     got: list[LookupResult] = []
 
-    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
-        got.extend(await asyncio.gather(*(_get(batcher, urls[0], f"k{i}") for i in range(100))))
+    async def scenario(urls: list[str], peers: Peers) -> None:
+        got.extend(await asyncio.gather(*(_get(peers, urls[0], f"k{i}") for i in range(100))))
 
     ((batch,),) = with_servers(scenario)
     assert batch.path == INTERNAL_LOOKUPS
@@ -104,9 +94,9 @@ def test_concurrent_lookups_to_one_node_share_one_request():
 def test_lookups_to_two_nodes_go_in_two_requests():
     got: list[LookupResult] = []
 
-    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
-        calls = [_get(batcher, urls[i % 2], f"k{i}") for i in range(10)]
-        calls.append(_get(batcher, urls[1], "missing1"))
+    async def scenario(urls: list[str], peers: Peers) -> None:
+        calls = [_get(peers, urls[i % 2], f"k{i}") for i in range(10)]
+        calls.append(_get(peers, urls[1], "missing1"))
         got.extend(await asyncio.gather(*calls))
 
     first, second = with_servers(scenario, count=2)
@@ -117,11 +107,11 @@ def test_lookups_to_two_nodes_go_in_two_requests():
 
 
 def test_authorization_is_carried_and_keeps_batches_apart():
-    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
+    async def scenario(urls: list[str], peers: Peers) -> None:
         await asyncio.gather(
-            _get(batcher, urls[0], "a1", "Bearer alice"),
-            _get(batcher, urls[0], "b1", "Bearer bob"),
-            _get(batcher, urls[0], "a2", "Bearer alice"),
+            _get(peers, urls[0], "a1", "Bearer alice"),
+            _get(peers, urls[0], "b1", "Bearer bob"),
+            _get(peers, urls[0], "a2", "Bearer alice"),
         )
 
     ((*batches,),) = with_servers(scenario)
@@ -131,8 +121,8 @@ def test_authorization_is_carried_and_keeps_batches_apart():
 
 
 def test_a_full_batch_goes_out_and_the_rest_follow_in_more_requests():
-    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
-        results = await asyncio.gather(*(_get(batcher, urls[0], f"k{i}") for i in range(600)))
+    async def scenario(urls: list[str], peers: Peers) -> None:
+        results = await asyncio.gather(*(_get(peers, urls[0], f"k{i}") for i in range(600)))
         assert [r.value for r in results] == [f"k{i}".encode()[::-1] for i in range(600)]
 
     (batches,) = with_servers(scenario)
@@ -142,9 +132,9 @@ def test_a_full_batch_goes_out_and_the_rest_follow_in_more_requests():
 
 
 def test_lookups_in_different_ticks_are_not_held_back():
-    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
+    async def scenario(urls: list[str], peers: Peers) -> None:
         for i in range(3):
-            assert (await _get(batcher, urls[0], f"k{i}")).status == 200
+            assert (await _get(peers, urls[0], f"k{i}")).status == 200
 
     (batches,) = with_servers(scenario)
     assert [[i.key for i in b.items] for b in batches] == [[b"k0"], [b"k1"], [b"k2"]]
@@ -153,16 +143,18 @@ def test_lookups_in_different_ticks_are_not_held_back():
 def test_waiting_lookups_travel_apart_and_stretch_the_timeout():
     got: dict[str, tuple[int, float]] = {}
 
-    async def one(batcher: LookupBatcher, url: str, key: bytes, *args: object) -> None:
+    async def one(
+        peers: Peers, url: str, key: bytes, max_lag: int | None, min_offset: int | None, wait: int
+    ) -> None:
         start = time.monotonic()
-        result = await batcher.get(url, "users", key, *args, None)
+        result = await peers.lookup(url, "users", key, max_lag, min_offset, wait, None)
         got[key.decode()] = (result.status, time.monotonic() - start)
 
-    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
+    async def scenario(urls: list[str], peers: Peers) -> None:
         await asyncio.gather(
-            one(batcher, urls[0], b"k1", 10, 1234, 300),
-            one(batcher, urls[0], b"k2", None, None, 0),
-            one(batcher, urls[0], b"k3", None, 99, 0),  # min_offset, but no wait: no wait
+            one(peers, urls[0], b"k1", 10, 1234, 300),
+            one(peers, urls[0], b"k2", None, None, 0),
+            one(peers, urls[0], b"k3", None, 99, 0),  # min_offset, but no wait: no wait
         )
 
     # The server waits for the largest wait_ms (300 ms), longer than the 100 ms timeout.
@@ -203,9 +195,9 @@ def test_a_dead_node_fails_every_item_quickly_and_the_router_hears_once():
     got: list[LookupResult] = []
     elapsed: list[float] = []
 
-    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
+    async def scenario(urls: list[str], peers: Peers) -> None:
         start = time.monotonic()
-        got.extend(await asyncio.gather(*(_get(batcher, dead, f"k{i}") for i in range(50))))
+        got.extend(await asyncio.gather(*(_get(peers, dead, f"k{i}") for i in range(50))))
         elapsed.append(time.monotonic() - start)
 
     with_servers(scenario, count=0, router=router)
@@ -221,12 +213,12 @@ def test_a_refused_batch_fails_every_item_but_the_node_is_not_down():
     router = CountingRouter()
     got: list[LookupResult] = []
 
-    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
-        got.extend(await asyncio.gather(*(_get(batcher, urls[0], f"k{i}") for i in range(5))))
+    async def scenario(urls: list[str], peers: Peers) -> None:
+        got.extend(await asyncio.gather(*(_get(peers, urls[0], f"k{i}") for i in range(5))))
 
     with_servers(scenario, router=router, status=404)
     assert [r.status for r in got] == [FAILED] * 5
-    assert "404" in got[0].reason
+    assert "answered 404" in got[0].reason
     assert router.failures == []
     assert len(router.successes) == 1
 
@@ -234,8 +226,8 @@ def test_a_refused_batch_fails_every_item_but_the_node_is_not_down():
 def test_a_caller_that_goes_away_does_not_disturb_the_others():
     got: list[LookupResult] = []
 
-    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
-        tasks = [asyncio.ensure_future(_get(batcher, urls[0], f"k{i}")) for i in range(3)]
+    async def scenario(urls: list[str], peers: Peers) -> None:
+        tasks = [asyncio.ensure_future(_get(peers, urls[0], f"k{i}")) for i in range(3)]
         await asyncio.sleep(0)
         tasks[1].cancel()
         done = await asyncio.gather(*tasks, return_exceptions=True)
@@ -250,21 +242,20 @@ def test_a_caller_that_goes_away_does_not_disturb_the_others():
 def test_lookups_gather_while_a_batch_is_in_flight():
     sizes: list[int] = []
 
-    async def scenario(urls: list[str], batcher: LookupBatcher) -> None:
-        batcher._max_in_flight = 1
+    async def scenario(urls: list[str], peers: Peers) -> None:
         # min_offset + wait_ms: the test server holds each batch for wait_ms.
-        first = asyncio.ensure_future(batcher.get(urls[0], "users", b"k0", None, 1, 200, None))
+        first = asyncio.ensure_future(peers.lookup(urls[0], "users", b"k0", None, 1, 200, None))
         await asyncio.sleep(0.05)  # k0's batch is out
         later = []
         for i in range(1, 6):  # each in a tick of its own: alone, each would be a batch
             key = f"k{i}".encode()
-            call = batcher.get(urls[0], "users", key, None, 1, 200, None)
+            call = peers.lookup(urls[0], "users", key, None, 1, 200, None)
             later.append(asyncio.ensure_future(call))
             await asyncio.sleep(0.005)
         results = await asyncio.gather(first, *later)
         assert [r.value for r in results] == [f"k{i}".encode()[::-1] for i in range(6)]
-        assert batcher._slots == {}  # idle again: nothing kept per slot
+        assert peers._batcher._slots == {}  # idle again: nothing kept per slot
 
-    (batches,) = with_servers(scenario)
+    (batches,) = with_servers(scenario, max_in_flight=1)
     sizes = [len(b.items) for b in batches]
     assert sizes == [1, 5]

@@ -1,160 +1,188 @@
-"""The lean node-to-node client, against real local servers on loopback."""
+"""``Peers``: each node-to-node call's request, answer and failures, against loopback servers."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable
 
 import pytest
-import uvloop
 
-from kiq.routing.peers import PeerClient, _parse_head
+from kiq.routing import (
+    FORWARDED,
+    ExtraHeaders,
+    MultigetResult,
+    NodeStatus,
+    PeerError,
+    Peers,
+    Router,
+)
+from kiq.routing.wire import (
+    INTERNAL_METADATA,
+    INTERNAL_MULTIGET,
+    INTERNAL_SCAN,
+    MSGPACK,
+    Multiget,
+    ReplicaStatus,
+    Scan,
+    ScanResult,
+    decode_multiget,
+    decode_scan,
+    encode,
+)
+from tests.unit.routing.servers import Answer, Request, Server, serving
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-def run_against(handler: Handler, scenario: Callable[[str, PeerClient], Awaitable[None]]) -> None:
-    """``scenario(base_url, client)`` with a raw TCP server answering through ``handler``."""
-
-    async def main() -> None:
-        server = await asyncio.start_server(handler, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client = PeerClient()
-        try:
-            await scenario(f"http://127.0.0.1:{port}", client)
-        finally:
-            client.close()
-            server.close()
-
-    uvloop.run(main())  # the loop kiq serve runs on
-
-
-async def _read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":")[1]) for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )  # fmt: skip
-    return head, await reader.readexactly(length)
+STATUS = ReplicaStatus("t", 3, "active", "active", 41, 42, 0, 42, 0.5, False)
 
 
-def echo(chunked_writes: bool = False) -> Handler:
-    """Answers each request with its body reversed, over one keep-alive connection."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                _head, body = await _read_request(reader)
-                answer = body[::-1]
-                data = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(answer), answer)
-                if chunked_writes:  # the response arrives in pieces
-                    for i in range(0, len(data), 7):
-                        writer.write(data[i : i + 7])
-                        await writer.drain()
-                        await asyncio.sleep(0)
-                else:
-                    writer.write(data)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-
-    return handler
+async def kiq_node(request: Request) -> Answer:
+    """Answers the internal paths as a node holding partition 3 of table ``t`` would."""
+    if request.path == INTERNAL_MULTIGET:
+        ask = decode_multiget(request.body)
+        found = [(k, b'{"v":"' + k + b'"}') for k in ask.keys if not k.startswith(b"no")]
+        return Answer(200, encode(MultigetResult(found, refused=[5])))
+    if request.path == INTERNAL_SCAN:
+        scan = decode_scan(request.body)
+        if scan.partition != 3:
+            return Answer(421, b'{"error":"not_here"}')
+        return Answer(200, encode(ScanResult([(b"a", b"1"), (b"b", b"2")][: scan.limit])))
+    if request.path == INTERNAL_METADATA:
+        return Answer(200, encode(NodeStatus("n2", 7, [STATUS])))
+    return Answer(404, b"{}")
 
 
-@pytest.mark.parametrize("chunked_writes", [False, True])
-def test_requests_reuse_one_connection_and_read_split_responses(chunked_writes: bool):
-    connections = 0
-    inner = echo(chunked_writes)
+class CountingRouter(Router):
+    def __init__(self) -> None:
+        super().__init__("n1")
+        self.failures: list[str] = []
+        self.successes: list[str] = []
 
-    async def counting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        await inner(reader, writer)
+    def failed(self, url: str) -> None:
+        self.failures.append(url)
+        super().failed(url)
 
-    async def scenario(url: str, client: PeerClient) -> None:
-        for i in range(20):
-            body = f"body-{i}".encode() * 50
-            status, got = await client.post(url, "/x", body, "application/msgpack", {}, 2.0)
-            assert (status, got) == (200, body[::-1])
-
-    run_against(counting, scenario)
-    assert connections == 1
+    def succeeded(self, url: str) -> None:
+        self.successes.append(url)
+        super().succeeded(url)
 
 
-def test_headers_are_sent_and_line_breaks_refused():
-    seen: list[bytes] = []
+def run(
+    scenario: Callable[[Server, Peers], Awaitable[None]],
+    handler: Callable[[Request], Awaitable[Answer]] = kiq_node,
+    router: Router | None = None,
+    extra_headers: ExtraHeaders | None = None,
+) -> Server:
+    async def main() -> Server:
+        async with serving(handler) as server:
+            peers = Peers("n1", router or Router("n1"), 1000, extra_headers)
+            try:
+                await scenario(server, peers)
+            finally:
+                peers.close()
+        return server
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head, _ = await _read_request(reader)
-        seen.append(head)
-        writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
-        await writer.drain()
-
-    async def scenario(url: str, client: PeerClient) -> None:
-        headers = {"x-kiq-forwarded": "n9", "authorization": "Bearer t"}
-        assert await client.post(url, "/v1/p", b"{}", "application/json", headers, 2.0) == (
-            204, b"",
-        )  # fmt: skip
-        with pytest.raises(ConnectionError, match="line break"):
-            await client.post(url, "/v1/p", b"", "a/b", {"authorization": "x\r\nevil: 1"}, 2.0)
-
-    run_against(handler, scenario)
-    (head,) = seen
-    assert head.startswith(b"POST /v1/p HTTP/1.1\r\n")
-    for line in (b"x-kiq-forwarded: n9", b"authorization: Bearer t", b"content-length: 2",
-                 b"content-type: application/json"):  # fmt: skip
-        assert line in head.split(b"\r\n")
+    return asyncio.run(main())
 
 
-def test_a_silent_peer_times_out_and_a_closed_one_fails():
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
+def test_multiget_sends_the_keys_and_returns_stored_values_and_refused_partitions():
+    async def scenario(server: Server, peers: Peers) -> None:
+        got = await peers.multiget(server.url, "t", [b"k1", b"nope", b"k\xc3\xa9"], "Bearer a")
+        assert got.found == [(b"k1", b'{"v":"k1"}'), (b"k\xc3\xa9", b'{"v":"k\xc3\xa9"}')]
+        assert got.refused == [5]
+
+    (request,) = run(scenario).seen
+    assert (request.method, request.path) == ("POST", INTERNAL_MULTIGET)
+    assert decode_multiget(request.body) == Multiget("t", [b"k1", b"nope", b"k\xc3\xa9"])
+    assert request.headers["content-type"] == MSGPACK
+    assert request.headers[FORWARDED] == "n1"
+    assert request.headers["authorization"] == "Bearer a"
+
+
+def test_scan_sends_its_bounds_and_a_refusal_is_a_peer_error_with_the_status():
+    async def scenario(server: Server, peers: Peers) -> None:
+        assert await peers.scan(server.url, "t", 3, b"a", None, 1, None) == [(b"a", b"1")]
+        with pytest.raises(PeerError) as refused:
+            await peers.scan(server.url, "t", 4, None, b"z", 10, None)
+        assert refused.value.status == 421
+        assert refused.value.target == server.url
+        assert "421" in str(refused.value)
+
+    first, second = run(scenario).seen
+    assert decode_scan(first.body) == Scan("t", 3, b"a", None, 1)
+    assert decode_scan(second.body) == Scan("t", 4, None, b"z", 10)
+    assert "authorization" not in first.headers
+
+
+def test_metadata_is_a_get_and_comes_back_typed():
+    async def scenario(server: Server, peers: Peers) -> None:
+        status = await peers.metadata(server.url)
+        assert status == NodeStatus("n2", 7, [STATUS])
+        assert status.replicas[0].as_dict()["restore_s"] == 0.5
+
+    (request,) = run(scenario).seen
+    assert (request.method, request.path, request.body) == ("GET", INTERNAL_METADATA, b"")
+    assert "content-type" not in request.headers and request.headers[FORWARDED] == "n1"
+
+
+def test_extra_headers_are_asked_for_on_every_request():
+    calls = 0
+
+    def credentials() -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        return {"x-kiq-cluster-token": f"t{calls}"}
+
+    async def scenario(server: Server, peers: Peers) -> None:
+        await peers.metadata(server.url)
+        await peers.multiget(server.url, "t", [b"k"], "Bearer a")
+        await peers.lookup(server.url, "t", b"k", None, None, 0, None)  # 404 here: FAILED
+
+    seen = run(scenario, extra_headers=credentials).seen
+    assert [r.headers["x-kiq-cluster-token"] for r in seen] == ["t1", "t2", "t3"]
+    assert seen[1].headers["authorization"] == "Bearer a"
+    assert all(r.headers[FORWARDED] == "n1" for r in seen)
+
+
+def test_a_malformed_answer_is_a_peer_error_but_the_peer_is_up():
+    router = CountingRouter()
+
+    async def garbage(request: Request) -> Answer:
+        return Answer(200, b"\xc1")
+
+    async def scenario(server: Server, peers: Peers) -> None:
+        with pytest.raises(PeerError, match="malformed answer"):
+            await peers.multiget(server.url, "t", [b"k"], None)
+        with pytest.raises(PeerError, match="malformed answer"):
+            await peers.metadata(server.url)
+
+    server = run(scenario, garbage, router=router)
+    assert router.failures == [] and router.successes == [server.url] * 2
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_or_silent_peer_is_a_peer_error_and_the_router_hears_of_it():
+    router = CountingRouter()
+    dead = f"http://127.0.0.1:{_closed_port()}"
+
+    async def silent(request: Request) -> Answer:
         await asyncio.sleep(5)
+        return Answer()
 
-    async def scenario(url: str, client: PeerClient) -> None:
+    async def scenario(server: Server, peers: Peers) -> None:
+        with pytest.raises(PeerError, match="cannot connect") as unreachable:
+            await peers.scan(dead, "t", 0, None, None, 10, None)
+        assert unreachable.value.status == 0
         loop = asyncio.get_running_loop()
         started = loop.time()
-        with pytest.raises(ConnectionError, match="no answer within"):
-            await client.post(url, "/x", b"1", "a/b", {}, 0.2)
-        assert loop.time() - started < 1.0
-        with pytest.raises(ConnectionError, match="cannot connect"):
-            await client.post("http://127.0.0.1:1", "/x", b"1", "a/b", {}, 0.2)
+        with pytest.raises(PeerError, match=r"no answer within 1\.000s"):  # the node's timeout
+            await peers.metadata(server.url)
+        assert loop.time() - started < 2.0
 
-    run_against(silent, scenario)
-
-
-def test_a_peer_that_hangs_up_mid_response_fails_the_request():
-    async def rude(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly-part")
-        await writer.drain()
-        writer.close()
-
-    async def scenario(url: str, client: PeerClient) -> None:
-        with pytest.raises(ConnectionError, match="connection lost"):
-            await client.post(url, "/x", b"1", "a/b", {}, 2.0)
-
-    run_against(rude, scenario)
-
-
-@pytest.mark.parametrize(
-    ("head", "expected"),
-    [
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 12", (200, 12, True)),
-        (b"HTTP/1.1 421 Misdirected\r\ncontent-length: 0\r\nConnection: close", (421, 0, False)),
-    ],
-)
-def test_response_heads(head: bytes, expected: tuple[int, int, bool]):
-    assert _parse_head(head) == expected
-
-
-@pytest.mark.parametrize(
-    "head",
-    [
-        b"SPDY/3 200 OK\r\ncontent-length: 1",
-        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked",
-        b"HTTP/1.1 200 OK",  # no length: the body could not be delimited
-    ],
-)
-def test_unreadable_heads_are_refused(head: bytes):
-    with pytest.raises(ValueError):
-        _parse_head(head)
+    server = run(scenario, silent, router=router)
+    assert router.failures == [dead, server.url]
+    assert router.successes == []

@@ -1,11 +1,30 @@
-"""The internal lookup batch encoding: msgpack arrays, compact and round-tripping."""
+"""The node-to-node records: msgpack, compact, round-tripping, and strict about their types."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from kiq.routing.wire import Lookup, LookupResult, decode_lookups, decode_results, encode
+from kiq.replicas import Replica, Role
+from kiq.routing.wire import (
+    Lookup,
+    LookupResult,
+    Multiget,
+    MultigetResult,
+    NodeStatus,
+    ReplicaStatus,
+    Scan,
+    ScanResult,
+    decode_lookups,
+    decode_multiget,
+    decode_multiget_result,
+    decode_node_status,
+    decode_results,
+    decode_scan,
+    decode_scan_result,
+    encode,
+)
+from kiq.stores import MemoryPartitionStore
 
 
 def test_lookups_round_trip_as_arrays():
@@ -13,8 +32,8 @@ def test_lookups_round_trip_as_arrays():
     body = encode(items)
     assert decode_lookups(body) == items
     # records are arrays, not maps: no field names travel
-    assert msgspec.msgpack.decode(body) == [["users", b"k\xc3\xa9", 5, 1234, 300],
-                                            ["users", b"k2", None, None, 0]]  # fmt: skip
+    arrays = [["users", b"k\xc3\xa9", 5, 1234, 300], ["users", b"k2", None, None, 0]]
+    assert msgspec.msgpack.decode(body) == arrays
     assert b"table" not in body and b"wait_ms" not in body
 
 
@@ -33,3 +52,28 @@ def test_a_short_record_takes_the_defaults_and_garbage_is_refused():
         decode_lookups(b"\x91\xc1")
     with pytest.raises(msgspec.ValidationError):
         decode_lookups(msgspec.msgpack.encode([["users", "not-bytes", None, None, 0]]))
+
+
+def test_multiget_and_scan_records_round_trip_with_values_as_stored_bytes():
+    ask = Multiget("t", [b"a", b"\xc3\xa9"])
+    assert decode_multiget(encode(ask)) == ask
+    answer = MultigetResult([(b"a", b'{"x":1}'), (b"b", b"\x00\xff")], refused=[2, 5])
+    assert decode_multiget_result(encode(answer)) == answer
+    assert decode_multiget_result(encode(MultigetResult())) == MultigetResult([], [])
+    scan = Scan("t", 3, None, b"\xff", 10)
+    assert decode_scan(encode(scan)) == scan
+    page = ScanResult([(b"k1", b"v1"), (b"k2", b"")])
+    assert decode_scan_result(encode(page)) == page
+    with pytest.raises(msgspec.ValidationError):
+        decode_scan(encode(["t", "three"]))
+
+
+def test_a_node_status_carries_what_a_replica_says_of_itself():
+    replica = Replica("t", "topic-t", 4, MemoryPartitionStore(), Role.STANDBY)
+    described = replica.describe()
+    status = NodeStatus("n2", 9, [ReplicaStatus.of(described)])
+    decoded = decode_node_status(encode(status))
+    assert decoded == status
+    assert decoded.replicas[0].as_dict() == described  # field for field, nothing lost
+    with pytest.raises(msgspec.ValidationError):  # the two drifting apart shows at once
+        ReplicaStatus.of({**described, "lag": "a lot"})
