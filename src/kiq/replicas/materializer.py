@@ -161,9 +161,10 @@ class Materializer:
 
     def _expire_lingering(self, now: float) -> None:
         expired = [
-            key for key, r in self._replicas.items()
+            key
+            for key, r in self._replicas.items()
             if r.lingering_since is not None and now - r.lingering_since > self._linger_s
-        ]  # fmt: skip
+        ]
         if not expired:
             return
         self._reader.unassign([(self._replicas[k].topic, k[1]) for k in expired])
@@ -278,9 +279,13 @@ class Materializer:
         rate = replica.restored / max(now - replica.opened_at, 1e-3)
         log.info(
             "replica restoring table=%s partition=%d applied=%d end=%d lag=%d records_per_s=%.0f",
-            replica.table, replica.partition, replica.applied_offset, replica.end_offset,
-            replica.lag, rate,
-        )  # fmt: skip
+            replica.table,
+            replica.partition,
+            replica.applied_offset,
+            replica.end_offset,
+            replica.lag,
+            rate,
+        )
 
     def _caught_up(self, replica: Replica) -> None:
         if replica.state is ReplicaState.RESTORING:
@@ -288,5 +293,9 @@ class Materializer:
             took = (replica.caught_up_at or 0) - replica.opened_at
             log.info(
                 "replica ready table=%s partition=%d state=%s restored=%d seconds=%.2f",
-                replica.table, replica.partition, replica.state.value, replica.restored, took,
-            )  # fmt: skip
+                replica.table,
+                replica.partition,
+                replica.state.value,
+                replica.restored,
+                took,
+            )
