@@ -53,7 +53,11 @@ def run_broker_restart(cfg: BrokerRestartConfig) -> dict[str, object]:
         wait_settled(nodes)
         wait_applied(nodes, TABLE, last)
         outages: list[dict[str, object]] = []
-        with ReaderLoad(lambda: [n.url for n in nodes if n.running], TABLE, keys, cfg.rate) as load:
+        live = lambda: [n.url for n in nodes if n.running]  # noqa: E731
+        reading_s = cfg.restarts * (
+            cfg.outage_s + 180
+        )  # a bound, not a duration: stopped at the end
+        with ReaderLoad(live, TABLE, keys, cfg.rate, max_s=reading_s) as load:
             for i in range(cfg.restarts):
                 marks = {n.node_id: _lines(n.log_file) for n in nodes}
                 stopped_at = time.monotonic()
