@@ -21,9 +21,17 @@ class ProduceFailed(KiqError):
     """The broker did not acknowledge a record; nothing was written."""
 
 
+# An API write waits for the broker this long, then fails: librdkafka's default (5 minutes)
+# would hold the HTTP request through a whole broker outage.
+DELIVERY_TIMEOUT_MS = 10_000
+
+
 class AsyncProducer:
-    def __init__(self, bootstrap: str) -> None:
-        self._producer = Producer(producer_config(bootstrap, **{"linger.ms": 1}))
+    def __init__(self, bootstrap: str, delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS) -> None:
+        conf = producer_config(
+            bootstrap, **{"linger.ms": 1, "message.timeout.ms": delivery_timeout_ms}
+        )
+        self._producer = Producer(conf)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="kiq-producer", daemon=True)
         self._thread.start()
