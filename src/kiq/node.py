@@ -138,6 +138,8 @@ class Node:
             replica = self.replica(table, partition)
             if replica is None or not replica.state.serving:
                 return False, f"{table}[{partition}] is restoring"
+            if replica.fault is not None:
+                return False, f"{table}[{partition}]: {replica.fault}"
             if replica.lag > self.settings.ready_max_lag:
                 return False, f"{table}[{partition}] lags {replica.lag} records"
         return True, "ok"

@@ -3,6 +3,12 @@
 It owns the partition reader (a Kafka consumer is used from one thread only);
 other threads change the set of replicas through ``reconcile``, which queues the
 wanted roles for the thread to apply between fetches.
+
+A store that refuses a write (a full disk, an I/O error) must not lose records:
+the reader has already moved past them. So the replica keeps its applied offset,
+stops being read, carries the reason in ``fault`` (the node is not ready while
+one of its own partitions has one), and every ``retry_s`` is read again from its
+own applied offset, until a write succeeds. The other replicas go on meanwhile.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
-from kiq.errors import BadRecord
+from kiq.errors import BadRecord, StoreClosedError
 from kiq.kafka.dlq import DeadLetters
 from kiq.kafka.reader import Fetched, PartitionReader, Record
 from kiq.metrics import NodeMetrics
@@ -38,6 +44,7 @@ class Materializer:
         metrics: NodeMetrics,
         linger_s: float = 30.0,
         watermark_interval_s: float = 0.5,
+        retry_s: float = 5.0,
     ) -> None:
         self._reader = reader
         self._tables = tables
@@ -47,6 +54,8 @@ class Materializer:
         self._metrics = metrics
         self._linger_s = linger_s
         self._watermark_interval_s = watermark_interval_s
+        self._retry_s = retry_s
+        self._faulted: dict[tuple[str, int], float] = {}  # replica -> when to read it again
         self._replicas: dict[tuple[str, int], Replica] = {}
         self._progress_logged: dict[tuple[str, int], float] = {}
         self._wanted: queue.Queue[dict[tuple[str, int], Role]] = queue.Queue()
@@ -95,6 +104,7 @@ class Materializer:
                 if now >= next_watermarks:
                     self._refresh_watermarks()
                     self._expire_lingering(now)
+                    self._retry_faulted(now)
                     next_watermarks = now + self._watermark_interval_s
             except Exception:  # keep serving; an operator sees the stack in the log
                 log.exception("materializer loop error; retrying")
@@ -167,7 +177,9 @@ class Materializer:
         ]
         if not expired:
             return
-        self._reader.unassign([(self._replicas[k].topic, k[1]) for k in expired])
+        # A faulted replica is not being read: nothing to unassign.
+        reading = [k for k in expired if self._faulted.pop(k, None) is None]
+        self._reader.unassign([(self._replicas[k].topic, k[1]) for k in reading])
         for key in expired:
             replica = self._replicas.pop(key)
             replica.move_to(ReplicaState.REVOKED)
@@ -183,7 +195,8 @@ class Materializer:
             if last < replica.position:  # already applied (a re-assign can re-deliver)
                 continue
             batch = self._decode(runtime, messages, replica.position)
-            replica.store.apply(batch, last)
+            if not self._store(replica, batch, last):
+                continue
             replica.position = last + 1
             replica.restored += len(batch)
             replica.end_offset = max(replica.end_offset, replica.position)
@@ -193,10 +206,52 @@ class Materializer:
             if replica is None:
                 continue
             if end > replica.position:  # skipped offsets (compaction, control records)
-                replica.store.apply([], end - 1)
+                if not self._store(replica, [], end - 1):
+                    continue
                 replica.position = end
             replica.end_offset = max(end, replica.position)
             self._caught_up(replica)
+
+    def _store(self, replica: Replica, batch: list[Change], last: int) -> bool:
+        """Applies ``batch`` up to ``last``; False when the store refused it (see the docstring)."""
+        try:
+            replica.store.apply(batch, last)
+        except StoreClosedError:
+            return False  # revoked meanwhile: nothing more to do for it
+        except Exception as exc:
+            key = (replica.table, replica.partition)
+            if replica.fault is None:
+                log.error(
+                    "replica store write failed table=%s partition=%d applied=%d error=%s; "
+                    "reading it again in %.0fs",
+                    replica.table,
+                    replica.partition,
+                    replica.applied_offset,
+                    exc,
+                    self._retry_s,
+                )
+            replica.fault = f"its store refused a write: {exc}"
+            self._reader.unassign([(replica.topic, replica.partition)])
+            self._faulted[key] = time.monotonic() + self._retry_s
+            return False
+        if replica.fault is not None:
+            log.warning(
+                "replica store writes again table=%s partition=%d applied=%d",
+                replica.table,
+                replica.partition,
+                last,
+            )
+            replica.fault = None
+        return True
+
+    def _retry_faulted(self, now: float) -> None:
+        for key, due in list(self._faulted.items()):
+            if now < due:
+                continue
+            del self._faulted[key]
+            replica = self._replicas.get(key)
+            if replica is not None:
+                self._reader.assign([(replica.topic, replica.partition, replica.position)])
 
     def _replica_of(self, topic: str, partition: int) -> tuple[TableRuntime | None, Replica | None]:
         runtime = self._by_topic.get(topic)

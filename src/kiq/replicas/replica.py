@@ -12,12 +12,15 @@ class Replica:
     """Written by the materializer thread; read (get, lag) by request handlers.
 
     ``position`` is the next offset to read; ``end_offset`` the log end last seen.
+    ``fault`` says why the store last refused a write (a full disk, an I/O error)
+    until a retry succeeds: the replica still answers what it has, with its lag.
     Plain attribute writes are atomic under the GIL, so readers need no lock.
     """
 
     __slots__ = (
         "caught_up_at",
         "end_offset",
+        "fault",
         "lingering_since",
         "opened_at",
         "partition",
@@ -45,6 +48,7 @@ class Replica:
         self.opened_at = time.monotonic()
         self.caught_up_at: float | None = None
         self.lingering_since: float | None = None
+        self.fault: str | None = None
 
     @property
     def applied_offset(self) -> int:
@@ -85,4 +89,5 @@ class Replica:
             if self.caught_up_at is None
             else round(self.caught_up_at - self.opened_at, 3),
             "lingering": self.lingering_since is not None,
+            "fault": self.fault,
         }

@@ -111,6 +111,7 @@ class ReplicaStatus(msgspec.Struct, frozen=True):
     restored_records: int
     restore_s: float | None
     lingering: bool
+    fault: str | None = None
 
     @classmethod
     def of(cls, described: Mapping[str, object]) -> ReplicaStatus:

@@ -118,3 +118,63 @@ def test_records_are_decoded_and_applied_and_bad_ones_become_dead_letters():
     ]
     assert "no key" in letters.sent[0][3] and "UTF-8" in letters.sent[1][3]
     assert store.applied_offset() == 6
+
+
+class FullDiskStore(MemoryPartitionStore):
+    """A store whose writes fail while ``full`` is set, as RocksDB's do on a full disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.full = False
+
+    def apply(self, batch, applied_offset: int) -> None:  # type: ignore[no-untyped-def]
+        if self.full:
+            raise OSError("IO error: No space left on device")
+        super().apply(batch, applied_offset)
+
+
+class TrackingReader(StandInReader):
+    def __init__(self) -> None:
+        super().__init__()
+        self.unassigned: list[tuple[str, int]] = []
+
+    def unassign(self, partitions: list[tuple[str, int]]) -> None:
+        self.unassigned.extend(partitions)
+
+
+def test_a_refused_write_loses_nothing_and_is_retried_from_the_applied_offset():
+    stores = {0: FullDiskStore(), 1: FullDiskStore()}
+    reader = TrackingReader()
+    spec = TableSpec(name="t", topic="topic-t")
+    m = Materializer(
+        reader,
+        {"t": TableRuntime(spec, JsonCodec(), 2)},
+        lambda table, partition: stores[partition],
+        StandInDeadLetters(),  # type: ignore[arg-type]
+        NodeMetrics(),
+        retry_s=0.0,
+    )
+    m.reconcile({("t", 0): Role.ACTIVE, ("t", 1): Role.ACTIVE})
+    m._apply_wanted()
+    m._apply(Fetched({("topic-t", 0): [StandInRecord(b"a", b"1", 0)]}))
+    stores[0].full = True
+    fetched: dict[tuple[str, int], list[Record]] = {
+        ("topic-t", 0): [StandInRecord(b"b", b"2", 1), StandInRecord(b"c", b"3", 2)],
+        ("topic-t", 1): [StandInRecord(b"x", b"9", 0)],
+    }
+    m._apply(Fetched(fetched))
+    failed = m.replicas[("t", 0)]
+    assert failed.fault is not None and "No space left" in failed.fault
+    assert failed.applied_offset == 0 and stores[0].get(b"b") is None
+    assert reader.unassigned == [("topic-t", 0)]  # no longer read past what it holds
+    assert stores[1].get(b"x") == (b"9", 0)  # the other partition went on
+    assert m.replicas[("t", 1)].fault is None
+
+    stores[0].full = False
+    reader.assigned.clear()
+    m._retry_faulted(now=float("inf"))
+    assert reader.assigned == [("topic-t", 0, 1)]  # read again from its own applied offset
+    m._apply(Fetched({("topic-t", 0): fetched[("topic-t", 0)]}))
+    assert failed.fault is None
+    assert stores[0].get(b"b") == (b"2", 1) and stores[0].get(b"c") == (b"3", 2)
+    assert failed.applied_offset == 2

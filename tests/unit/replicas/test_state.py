@@ -189,4 +189,5 @@ def test_describe():
         "lag": 5,
         "restored_records": 0,
         "lingering": False,
+        "fault": None,
     }
