@@ -245,13 +245,29 @@ class Materializer:
         return True
 
     def _retry_faulted(self, now: float) -> None:
+        """Reopens each faulted replica's store and reads it again from its applied offset.
+
+        Reopened, because RocksDB refuses every write after a failed one until it is
+        opened again; the reopened store holds exactly the writes that succeeded.
+        """
         for key, due in list(self._faulted.items()):
             if now < due:
                 continue
-            del self._faulted[key]
             replica = self._replicas.get(key)
-            if replica is not None:
-                self._reader.assign([(replica.topic, replica.partition, replica.position)])
+            if replica is None:
+                del self._faulted[key]
+                continue
+            replica.store.close()  # a reader of it meanwhile moves on to the next replica
+            try:
+                store = self._open_store(*key)
+            except Exception as exc:
+                log.warning("replica store reopen failed table=%s partition=%d error=%s", *key, exc)
+                self._faulted[key] = now + self._retry_s
+                continue
+            del self._faulted[key]
+            replica.store = store
+            replica.position = store.applied_offset() + 1
+            self._reader.assign([(replica.topic, replica.partition, replica.position)])
 
     def _replica_of(self, topic: str, partition: int) -> tuple[TableRuntime | None, Replica | None]:
         runtime = self._by_topic.get(topic)

@@ -219,7 +219,10 @@ class RocksDBPartitionStore(PartitionStore):
                 del meta  # a family handle keeps the DB open
             except Exception as exc:  # the WAL still has every write: only slower to reopen
                 log.warning("store flush at close failed path=%s error=%s", self._path, exc)
-            self._db.close()
+            try:
+                self._db.close()
+            except Exception as exc:  # after a failed write (a full disk) RocksDB refuses
+                log.warning("store close failed path=%s error=%s", self._path, exc)
 
     def _int_property(self, name: str) -> int:
         try:

@@ -121,7 +121,10 @@ def test_records_are_decoded_and_applied_and_bad_ones_become_dead_letters():
 
 
 class FullDiskStore(MemoryPartitionStore):
-    """A store whose writes fail while ``full`` is set, as RocksDB's do on a full disk."""
+    """A store whose writes fail while ``full`` is set, as RocksDB's do on a full disk.
+
+    Its data outlives ``close``, as a store on disk does: opening it again finds it.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -131,6 +134,9 @@ class FullDiskStore(MemoryPartitionStore):
         if self.full:
             raise OSError("IO error: No space left on device")
         super().apply(batch, applied_offset)
+
+    def close(self) -> None:
+        self.closes = getattr(self, "closes", 0) + 1
 
 
 class TrackingReader(StandInReader):
@@ -174,6 +180,7 @@ def test_a_refused_write_loses_nothing_and_is_retried_from_the_applied_offset():
     reader.assigned.clear()
     m._retry_faulted(now=float("inf"))
     assert reader.assigned == [("topic-t", 0, 1)]  # read again from its own applied offset
+    assert stores[0].closes == 1  # reopened: RocksDB refuses writes until it is
     m._apply(Fetched({("topic-t", 0): fetched[("topic-t", 0)]}))
     assert failed.fault is None
     assert stores[0].get(b"b") == (b"2", 1) and stores[0].get(b"c") == (b"3", 2)
