@@ -54,8 +54,10 @@ class Reader:
         time.sleep(0.002)
         return Fetched()
 
-    def end_offset(self, topic: str, partition: int, timeout_s: float = 2.0) -> int:
-        return 0
+    def end_offset(
+        self, topic: str, partition: int, timeout_s: float = 2.0, fresh: bool = False
+    ) -> int:
+        return max(self.assigned.get((topic, partition), 0), 0)
 
     def close(self) -> None: ...
 

@@ -103,3 +103,20 @@ def create_topics(
             if time.monotonic() > deadline:
                 raise KiqError(f"topic {name!r} has no leaders after {timeout_s:.0f}s")
             time.sleep(0.1)
+
+
+def delete_topics(bootstrap: str, names: Iterable[str], timeout_s: float = 30.0) -> None:
+    """Delete topics and wait until the broker no longer lists them."""
+    wanted = list(names)
+    admin = _admin(bootstrap)
+    for name, fut in admin.delete_topics(wanted, operation_timeout=timeout_s).items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise KiqError(f"could not delete topic {name!r}: {exc.args[0].str()}") from exc
+    deadline = time.monotonic() + timeout_s
+    while any(topic_partitions(bootstrap, name) is not None for name in wanted):
+        if time.monotonic() > deadline:
+            raise KiqError(f"topics {wanted} still listed {timeout_s:.0f}s after deletion")
+        time.sleep(0.1)

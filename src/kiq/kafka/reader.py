@@ -115,7 +115,9 @@ class PartitionReader:
             cast("dict[Partition, list[Record]]", records), cast("dict[Partition, int]", ends)
         )
 
-    def end_offset(self, topic: str, partition: int, timeout_s: float = 2.0) -> int:
+    def end_offset(
+        self, topic: str, partition: int, timeout_s: float = 2.0, fresh: bool = False
+    ) -> int:
         """The log end offset (high watermark) of one partition.
 
         Every fetch response carries it, so for a partition being read the
@@ -124,7 +126,9 @@ class PartitionReader:
         request per replica twice a second, on the broker's cores too.
         """
         tp = TopicPartition(topic, partition)
-        _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+        _low, high = -1, -1
+        if not fresh:
+            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
         if high < 0:
             _low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
         return high

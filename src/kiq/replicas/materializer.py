@@ -9,6 +9,11 @@ the reader has already moved past them. So the replica keeps its applied offset,
 stops being read, carries the reason in ``fault`` (the node is not ready while
 one of its own partitions has one), and every ``retry_s`` is read again from its
 own applied offset, until a write succeeds. The other replicas go on meanwhile.
+
+A log that ends below what a replica applied was deleted and made again (or
+truncated): the replica's data describes records that are gone, and its offsets
+would make it skip the new ones as already applied. Its store is wiped and the
+partition restored from the start of the new log.
 """
 
 from __future__ import annotations
@@ -205,12 +210,35 @@ class Materializer:
             _, replica = self._replica_of(topic, partition)
             if replica is None:
                 continue
+            if end < replica.position:
+                self._restore_from_start(replica, end)
+                continue
             if end > replica.position:  # skipped offsets (compaction, control records)
                 if not self._store(replica, [], end - 1):
                     continue
                 replica.position = end
             replica.end_offset = max(end, replica.position)
             self._caught_up(replica)
+
+    def _restore_from_start(self, replica: Replica, end: int) -> None:
+        """The log now ends at ``end``, below what ``replica`` applied: see the docstring."""
+        log.warning(
+            "table log ends below its replica table=%s partition=%d applied=%d log_end=%d: "
+            "the topic was recreated or truncated; restoring from its start",
+            replica.table,
+            replica.partition,
+            replica.applied_offset,
+            end,
+        )
+        self._reader.unassign([(replica.topic, replica.partition)])
+        replica.move_to(ReplicaState.REVOKED)
+        replica.store.wipe()
+        fresh = Replica(
+            replica.table, replica.topic, replica.partition, replica.store, replica.role
+        )
+        fresh.lingering_since = replica.lingering_since
+        self._replicas[(replica.table, replica.partition)] = fresh
+        self._reader.assign([(fresh.topic, fresh.partition, fresh.position)])
 
     def _store(self, replica: Replica, batch: list[Change], last: int) -> bool:
         """Applies ``batch`` up to ``last``; False when the store refused it (see the docstring)."""
@@ -327,6 +355,8 @@ class Materializer:
         for replica in list(self._replicas.values()):
             try:
                 end = self._reader.end_offset(replica.topic, replica.partition)
+                if 0 <= end < replica.position:  # a cached figure is not enough to wipe a store
+                    end = self._reader.end_offset(replica.topic, replica.partition, fresh=True)
             except Exception as exc:  # the broker may be briefly unreachable
                 log.debug(
                     "watermark failed table=%s partition=%d error=%s",
@@ -334,6 +364,11 @@ class Materializer:
                     replica.partition,
                     exc,
                 )
+                continue
+            if 0 <= end < replica.position and (replica.table, replica.partition) not in (
+                self._faulted
+            ):
+                self._restore_from_start(replica, end)
                 continue
             replica.end_offset = max(end, replica.position) if end >= 0 else replica.end_offset
             if replica.state is ReplicaState.RESTORING:

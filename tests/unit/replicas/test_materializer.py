@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from kiq.kafka.reader import Fetched, Record
 from kiq.metrics import NodeMetrics
 from kiq.replicas.materializer import Materializer
-from kiq.replicas.state import Role
+from kiq.replicas.state import ReplicaState, Role
 from kiq.stores import MemoryPartitionStore, PartitionStore
 from kiq.tables import TableRuntime, TableSpec
 from kiq.tables.codecs import JsonCodec
@@ -185,3 +185,33 @@ def test_a_refused_write_loses_nothing_and_is_retried_from_the_applied_offset():
     assert failed.fault is None
     assert stores[0].get(b"b") == (b"2", 1) and stores[0].get(b"c") == (b"3", 2)
     assert failed.applied_offset == 2
+
+
+def test_a_log_that_ends_below_the_replica_is_restored_from_its_start():
+    store = MemoryPartitionStore()
+    reader = TrackingReader()
+    spec = TableSpec(name="t", topic="topic-t")
+    m = Materializer(
+        reader,
+        {"t": TableRuntime(spec, JsonCodec(), 1)},
+        lambda table, partition: store,
+        StandInDeadLetters(),  # type: ignore[arg-type]
+        NodeMetrics(),
+    )
+    m.reconcile({("t", 0): Role.ACTIVE})
+    m._apply_wanted()
+    old: list[Record] = [StandInRecord(f"k{i}".encode(), b"1", i) for i in range(6)]
+    m._apply(Fetched({("topic-t", 0): old}, {("topic-t", 0): 6}))
+    before = m.replicas[("t", 0)]
+    assert before.state is ReplicaState.ACTIVE and store.applied_offset() == 5
+    reader.assigned.clear()
+
+    m._apply(Fetched({}, {("topic-t", 0): 2}))  # the topic was made again: 2 records so far
+    after = m.replicas[("t", 0)]
+    assert after is not before and before.state is ReplicaState.REVOKED
+    assert after.state is ReplicaState.RESTORING and after.position == 0
+    assert store.applied_offset() == -1 and store.get(b"k0") is None
+    assert reader.unassigned == [("topic-t", 0)] and reader.assigned == [("topic-t", 0, 0)]
+    new: list[Record] = [StandInRecord(b"n0", b"2", 0), StandInRecord(b"n1", b"2", 1)]
+    m._apply(Fetched({("topic-t", 0): new}, {("topic-t", 0): 2}))
+    assert store.get(b"n1") == (b"2", 1) and after.state is ReplicaState.ACTIVE
