@@ -176,3 +176,16 @@ def test_read_cache_stays_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert store.get(f"k{i}".encode()) == (b"v", i)
     assert len(store._hot) == 10
     store.close()
+
+
+def test_read_cache_keeps_no_large_values(tmp_path: Path):
+    import kiq.stores.rocksdb as rocksdb
+
+    big = b"x" * (rocksdb.READ_CACHE_MAX_VALUE + 1)
+    store = RocksDBPartitionStore(tmp_path / "p0")
+    store.apply([(b"small", b"v", 0), (b"big", big, 1)], 1)
+    assert store.get(b"small") == (b"v", 0) and store.get(b"big") == (big, 1)
+    assert set(store._hot) == {b"small"}
+    store.apply([(b"small", big, 2)], 2)  # a cached key that grows leaves the cache
+    assert store.get(b"small") == (big, 2) and b"small" not in store._hot
+    store.close()
