@@ -122,6 +122,29 @@ def chaos(
 
 
 @app.command()
+def soak(
+    duration: Annotated[float, typer.Option(help="seconds of mixed load")] = 1800,
+    restart_every: Annotated[float, typer.Option(help="seconds between node restarts")] = 300,
+    rate: Annotated[int, typer.Option(help="reader requests per second")] = 300,
+    feed_rate: Annotated[float, typer.Option(help="ticks per second")] = 2000,
+    sample_every: Annotated[float, typer.Option(help="seconds between samples")] = 30,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """The stock application under mixed load, a node restarted now and then: memory, files,
+    errors and freshness over time."""
+    from kiq.bench.soak import SoakConfig, run_soak
+
+    cfg = SoakConfig(
+        duration_s=duration,
+        restart_every_s=restart_every,
+        rate=rate,
+        feed_rate=feed_rate,
+        sample_every_s=sample_every,
+    )
+    _measure("soak", f"{duration:g} s, {rate:,} reads/s", lambda: run_soak(cfg), json_out)
+
+
+@app.command()
 def ingest(
     duration: Annotated[float, typer.Option(help="seconds at each rate")] = 15,
     rates: Annotated[
