@@ -4,6 +4,11 @@ Pure logic, rebuilt from each group description. Actives come from the group's
 assignment; standbys are the top-ranked other members by rendezvous hashing of
 (node, table, partition), so a node joining or leaving moves as few standbys as
 possible, and a surviving standby stays standby when its active dies.
+
+When a partition's replicas move, the nodes that held it before are kept as
+``former`` holders: their copies linger, warm, for a while (the materializer's
+``linger_s``), while the new holders may still be restoring. Routing asks them
+after the active and the standbys, so a rebalance is not a window of 503s.
 """
 
 from __future__ import annotations
@@ -23,14 +28,24 @@ class Role(StrEnum):
     STANDBY = "standby"
 
 
+# Former holders kept per partition: the latest ones first.
+MAX_FORMER = 3
+
+
 @dataclass(frozen=True)
 class PartitionReplicas:
     active: str | None
     standbys: tuple[str, ...]
+    former: tuple[str, ...] = ()
 
     @property
     def all(self) -> tuple[str, ...]:
         return ((self.active,) if self.active else ()) + self.standbys
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """Every node that may answer, best first: active, standbys, former holders."""
+        return self.all + self.former
 
 
 @dataclass(frozen=True)
@@ -110,5 +125,11 @@ def build_view(
                 (n for n in by_id if n != active), key=lambda n: rank(n, t.name, p), reverse=True
             )
             wanted = t.standby_replicas + (0 if active else 1)
-            replicas[key] = PartitionReplicas(active=active, standbys=tuple(others[:wanted]))
+            standbys = tuple(others[:wanted])
+            before = previous.of(t.name, p) if previous is not None else _NOBODY
+            now = ((active,) if active else ()) + standbys
+            former = tuple(
+                n for n in dict.fromkeys(before.all + before.former) if n in by_id and n not in now
+            )[:MAX_FORMER]
+            replicas[key] = PartitionReplicas(active, standbys, former)
     return ClusterView(version=version, members=by_id, replicas=replicas)

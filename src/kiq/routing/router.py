@@ -1,7 +1,8 @@
 """Ordering the replicas that may answer for a partition.
 
-The active replica first (freshest), then the standbys, then a lingering local
-copy as a last resort. A node that failed a moment ago goes to the back of the
+The active replica first (freshest), then the standbys, then the nodes that
+held the partition before the last rebalance (their copies linger, warm), then
+a lingering local copy as a last resort. A node that failed a moment ago goes to the back of the
 line for a short while, so a dead node costs one failed attempt, not one per
 request. Only members of the cluster view are ever targets.
 """
@@ -36,7 +37,7 @@ class Router:
         order: list[str] = []
         later: list[str] = []
         now = time.monotonic()
-        for node_id in view.of(table, partition).all:
+        for node_id in view.of(table, partition).candidates:
             if node_id == self.node_id:
                 if local_ok:
                     order.append(LOCAL)

@@ -267,3 +267,23 @@ def test_standbys_spread_roughly_evenly():
     assert sum(counts.values()) == 30
     for node, n in counts.items():
         assert 5 <= n <= 15, (node, counts)
+
+
+def test_former_holders_are_kept_after_the_replicas_move():
+    nodes = members(4)
+    before = view_of(nodes, round_robin(nodes))
+    after = view_of(nodes[:3], round_robin(nodes[:3]), previous=before, version=2)
+    moved = 0
+    for p in range(TABLE.partitions):
+        old, new = before.of("users", p), after.of("users", p)
+        assert set(new.former) == {n for n in old.all if n not in new.all and n != "n3"}
+        assert "n3" not in new.candidates  # no longer a member: never asked
+        assert new.candidates[: len(new.all)] == new.all  # asked after active and standbys
+        moved += bool(new.former)
+    assert moved > 0
+    # Unchanged replicas keep what they had; a former holder back in the replicas leaves.
+    again = view_of(nodes[:3], round_robin(nodes[:3]), previous=after, version=3)
+    assert again.replicas == after.replicas
+    back = view_of(nodes, round_robin(nodes), previous=after, version=4)
+    for p in range(TABLE.partitions):
+        assert not set(back.of("users", p).former) & set(back.of("users", p).all)

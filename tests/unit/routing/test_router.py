@@ -172,3 +172,12 @@ def test_nodes_that_are_not_members_are_never_targets():
 
 def test_members_without_a_replica_are_never_targets():
     assert Router("me").targets(view("a", "b"), "t", 0, None) == [URL["a"], URL["b"]]
+
+
+def test_former_holders_come_after_the_standbys():
+    v = ClusterView(
+        version=1,
+        members={n: Member(n, URL[n]) for n in URL},
+        replicas={("t", 0): PartitionReplicas("a", ("b",), ("d", "c"))},
+    )
+    assert Router("me").targets(v, "t", 0, None) == [URL["a"], URL["b"], URL["d"], URL["c"]]
