@@ -126,10 +126,10 @@ def build_view(
             )
             wanted = t.standby_replicas + (0 if active else 1)
             standbys = tuple(others[:wanted])
-            before = previous.of(t.name, p) if previous is not None else _NOBODY
+            held = previous.of(t.name, p) if previous is not None else _NOBODY
             now = ((active,) if active else ()) + standbys
             former = tuple(
-                n for n in dict.fromkeys(before.all + before.former) if n in by_id and n not in now
+                n for n in dict.fromkeys(held.all + held.former) if n in by_id and n not in now
             )[:MAX_FORMER]
             replicas[key] = PartitionReplicas(active, standbys, former)
     return ClusterView(version=version, members=by_id, replicas=replicas)
