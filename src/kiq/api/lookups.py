@@ -161,15 +161,21 @@ class Lookups:
         wait_ms = (int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0) if params else 0
         auth = header(scope, b"authorization")
         last_error = "no replica of this partition is known"
-        for target in targets:
+        i = 0
+        while i < len(targets):
+            target = targets[i]
             if target == LOCAL:
+                i += 1
                 assert local is not None
                 try:
                     return await self._serve(send, runtime, local, key, params, enrich)
                 except StoreClosedError:
                     last_error = "this node's replica was revoked during the request"
                     continue
-            result = await self.peers.lookup(target, table, key, max_lag, min_offset, wait_ms, auth)
+            # Hedged over the remote targets from i on (routing/hedging.py).
+            race = self.peers.forward(targets, i, table, key, max_lag, min_offset, wait_ms, auth)
+            result = await race
+            i = race.end
             status = result.status
             if status == 200 or status == 404:
                 self._forward_ok.inc()

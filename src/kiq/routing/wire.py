@@ -32,6 +32,7 @@ INTERNAL_LOOKUPS: Final = "/v1/internal/lookups"
 INTERNAL_MULTIGET: Final = "/v1/internal/multiget"
 INTERNAL_SCAN: Final = "/v1/internal/scan"
 INTERNAL_METADATA: Final = "/v1/internal/metadata"
+HEALTH_LIVE: Final = "/v1/health/live"  # a node's liveness: the probe of a peer gone quiet
 
 MSGPACK: Final = "application/msgpack"
 # Request headers, spelled once (lower case, as ASGI servers hand them over).

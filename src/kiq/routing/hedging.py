@@ -1,0 +1,235 @@
+"""Hedged forwarding: a lookup the first replica is slow to answer goes to the next one too.
+
+A node that stalls (stopped, paused, swapping) accepts connections and answers
+nothing, so a forwarded lookup to it used to wait the whole forward timeout
+before its next replica was asked. Now, when the first target has not answered
+within the *hedge delay*, the same lookup goes to the next target and the first
+usable answer (200 or 404) wins; the other is left to finish unread. A target
+that answers ``FAILED`` or refuses (421, 503) hands over at once, as before.
+When the next target is this node's own replica, the race ends and the caller
+answers from it.
+
+The delay is a high percentile (``forward_hedge_percentile``) of the latencies
+the first targets of recent lookups had, between a floor and a cap: so hedges
+stay about ``100 - percentile`` % of forwarded lookups whatever the load, and a
+stalled node costs at most the cap. Lookups that may wait for ``min_offset``
+are never hedged (their slowness is asked for). A target that loses races
+without answering at all is reported to the router, which avoids it until it
+answers again (``Router.unanswered``; ``Peers`` probes it meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kiq.metrics import HedgeStats
+from kiq.routing.router import LOCAL
+from kiq.routing.wire import FAILED, Lookup, LookupResult
+
+if TYPE_CHECKING:
+    from kiq.routing.batcher import LookupBatcher
+    from kiq.settings import ServeSettings
+
+WINDOW = 1024  # latencies kept
+RECOMPUTE_EVERY = 128  # samples between two computations of the delay
+
+
+@dataclass(frozen=True)
+class HedgePolicy:
+    """When to hedge: the percentile of recent first-target latencies, floored and capped."""
+
+    percentile: float = 99.0
+    floor_ms: int = 10
+    cap_ms: int = 100  # 0: never hedge
+
+    @classmethod
+    def of(cls, settings: ServeSettings) -> HedgePolicy:
+        return cls(
+            settings.forward_hedge_percentile,
+            settings.forward_hedge_floor_ms,
+            settings.forward_hedge_cap_ms,
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.cap_ms > 0
+
+
+class HedgeDelay:
+    """The current hedge delay, from a sliding window of first-target latencies.
+
+    Recorded per answer, recomputed every ``RECOMPUTE_EVERY`` answers (a sort of
+    ``WINDOW`` floats), so a lookup only reads ``seconds``. With no samples yet
+    the delay is the cap: no hedge before kiq knows what slow means.
+    """
+
+    __slots__ = ("_cap", "_floor", "_index", "_rank", "_samples", "_since", "seconds")
+
+    def __init__(self, policy: HedgePolicy) -> None:
+        self._floor = policy.floor_ms / 1000
+        self._cap = max(policy.cap_ms / 1000, self._floor)
+        self._rank = min(max(policy.percentile, 0.0), 100.0) / 100
+        self._samples: list[float] = []
+        self._index = 0
+        self._since = 0
+        self.seconds = self._cap
+
+    def record(self, seconds: float) -> None:
+        samples = self._samples
+        if len(samples) < WINDOW:
+            samples.append(seconds)
+        else:
+            samples[self._index] = seconds
+            self._index = (self._index + 1) % WINDOW
+        self._since += 1
+        if self._since >= RECOMPUTE_EVERY or len(samples) == 32:
+            self._since = 0
+            ordered = sorted(samples)
+            value = ordered[min(int(self._rank * len(ordered)), len(ordered) - 1)]
+            self.seconds = min(max(value, self._floor), self._cap)
+
+
+class Hedger:
+    """Starts hedged lookups over a batcher; one per ``Peers``."""
+
+    def __init__(
+        self,
+        batcher: LookupBatcher,
+        policy: HedgePolicy,
+        stats: HedgeStats,
+        unanswered: Callable[[str], None],  # a target lost a race without answering
+    ) -> None:
+        self.batcher = batcher
+        self.enabled = policy.enabled
+        self.delay = HedgeDelay(policy)
+        self.stats = stats
+        self.unanswered = unanswered
+        stats.delay = self.delay
+
+    def race(
+        self, targets: list[str], start: int, lookup: Lookup, authorization: str | None
+    ) -> LookupRace:
+        """The lookup sent to ``targets[start]``, hedged over the remote targets that follow."""
+        return LookupRace(self, targets, start, lookup, authorization)
+
+
+class LookupRace:
+    """One forwarded lookup over consecutive remote targets; ``await`` it for the answer.
+
+    Its result is the first 200/404, else the last refusal or failure; ``end`` is
+    the index of the first target it did not cover (``LOCAL`` or the end of the
+    list), where the caller goes on. A race that found the next target to be
+    ``LOCAL`` when its delay ran out ends with a ``FAILED`` result saying so.
+    """
+
+    __slots__ = (
+        "_future",
+        "_hedged",
+        "_hedger",
+        "_last",
+        "_pending",
+        "_sent",
+        "_timer",
+        "authorization",
+        "end",
+        "lookup",
+        "next",
+        "primary",
+        "targets",
+    )
+
+    def __init__(
+        self,
+        hedger: Hedger,
+        targets: list[str],
+        start: int,
+        lookup: Lookup,
+        authorization: str | None,
+    ) -> None:
+        self._hedger = hedger
+        self.targets = targets
+        self.lookup = lookup
+        self.authorization = authorization
+        end = start + 1
+        n = len(targets)
+        while end < n and targets[end] != LOCAL:
+            end += 1
+        self.end = end
+        self.next = start
+        self.primary = targets[start]
+        self._pending: list[str] = []
+        self._last: LookupResult | None = None
+        self._hedged = False
+        self._timer: asyncio.TimerHandle | None = None
+        loop = asyncio.get_running_loop()
+        self._future: asyncio.Future[LookupResult] = loop.create_future()
+        self._sent = time.perf_counter()
+        hedger.stats.lookups += 1
+        self._send()
+        waits = lookup.min_offset is not None and lookup.wait_ms > 0
+        if hedger.enabled and (end - start > 1 or end < n) and not waits:
+            self._timer = loop.call_later(hedger.delay.seconds, self._due)
+
+    def __await__(self) -> Generator[Any, None, LookupResult]:
+        return self._future.__await__()
+
+    def _send(self) -> None:
+        target = self.targets[self.next]
+        self.next += 1
+        self._pending.append(target)
+        self._hedger.batcher.submit(target, self.lookup, self.authorization, self)
+
+    def deliver(self, target: str, result: LookupResult) -> None:
+        if target not in self._pending:
+            return  # told twice (a batch that failed while being answered)
+        self._pending.remove(target)
+        status = result.status
+        if target is self.primary and status != FAILED:
+            self._hedger.delay.record(time.perf_counter() - self._sent)
+        if self._future.done():
+            return  # a hedge answered first, or the caller went away
+        if status == 200 or status == 404:
+            self._finish(result, target)
+            return
+        self._last = result  # refused or failed: the next target, unless one is out already
+        if not self._pending:
+            if self.next < self.end:
+                self._send()
+            else:
+                self._finish(result, None)
+
+    def _due(self) -> None:
+        """The hedge delay ran out with no usable answer: one more target, or the local one."""
+        self._timer = None
+        if self._future.done():
+            return
+        stats = self._hedger.stats
+        if self.next < self.end:
+            stats.hedged += 1
+            self._hedged = True
+            self._send()
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self._hedger.delay.seconds, self._due)
+        elif self.end < len(self.targets):
+            stats.hedged += 1
+            stats.to_local += 1
+            self._hedged = True
+            ms = round(self._hedger.delay.seconds * 1000)
+            self._finish(LookupResult(FAILED, reason=f"no answer within {ms} ms"), LOCAL)
+
+    def _finish(self, result: LookupResult, winner: str | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if winner is not None and winner != self.primary:
+            if self._hedged:
+                self._hedger.stats.won += 1
+            if self.primary in self._pending:  # it never answered: maybe it never will
+                self._hedger.unanswered(self.primary)
+        elif winner is not None and self._hedged:
+            self._hedger.stats.lost += 1
+        self._future.set_result(result)
