@@ -45,6 +45,9 @@ from kiq.runtime import LocalNode
 TOPIC = "bench-chaos-nodes"
 NODE_SCENARIOS = ("sigstop", "kill", "rolling-restart", "add-remove")
 VICTIM = "n2"
+# sigstop, kill: reads sent to the victim itself finish before it stops (none can answer
+# those once it has: a client's retry would); every read counted went through another node.
+IN_FLIGHT_GRACE_S = 0.5
 MARKED_KEYS = 24  # two a partition on average: every partition gets a fresh value
 
 
@@ -106,7 +109,7 @@ def run_node_chaos(cfg: NodeChaosConfig) -> dict[str, object]:
         "rate": cfg.rate,
         "readers": cfg.readers,
         "fault_s": cfg.fault_s,
-        **_reads(load.stats),
+        **_reads(load.stats, run.fault_at),
         "records_lost": lost,
         **figures,
         "hedging_before_fault": normal,
@@ -131,6 +134,7 @@ class _Run:
         self.cfg = cfg
         self.env = env
         self.marker = ""
+        self.fault_at = 0.0  # monotonic time the fault was done
 
     def victim(self) -> LocalNode:
         return next(n for n in self.nodes if n.node_id == VICTIM)
@@ -152,9 +156,11 @@ def _settled_after(nodes: list[LocalNode], since: float) -> float:
 
 def _sigstop(run: _Run) -> dict[str, object]:
     victim = run.victim()
-    run.rotation.without(victim)  # readers go through the others only
+    run.rotation.without(victim)  # readers go through the others only: kiq's to answer
+    time.sleep(IN_FLIGHT_GRACE_S)  # what was sent to it directly is answered first
     pid = victim.proc.pid if victim.proc is not None else None
     assert pid is not None
+    run.fault_at = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(run.cfg.fault_s / 2)
@@ -170,8 +176,9 @@ def _sigstop(run: _Run) -> dict[str, object]:
 
 def _kill(run: _Run) -> dict[str, object]:
     victim = run.victim()
-    run.rotation.without(victim)  # as it dies
-    killed = time.monotonic()
+    run.rotation.without(victim)  # readers go through the others only: kiq's to answer
+    time.sleep(IN_FLIGHT_GRACE_S)  # what was sent to it directly is answered first
+    killed = run.fault_at = time.monotonic()
     victim.kill()
     run.write("kill")
     survivors = [n for n in run.nodes if n is not victim]
@@ -186,6 +193,7 @@ def _kill(run: _Run) -> dict[str, object]:
 
 def _rolling_restart(run: _Run) -> dict[str, object]:
     per_node: dict[str, dict[str, float]] = {}
+    run.fault_at = time.monotonic()
     for node in run.nodes:
         run.rotation.without(node)
         stopped = time.monotonic()
@@ -214,7 +222,7 @@ def _add_remove(run: _Run) -> dict[str, object]:
     )
     stack.nodes.append(node)
     run.nodes.append(node)
-    started = time.monotonic()
+    started = run.fault_at = time.monotonic()
     node.start()
     join = _settled_after(run.nodes, started)
     run.rotation.adding(node)
@@ -236,8 +244,9 @@ _SCENARIOS: dict[str, Callable[[_Run], dict[str, object]]] = {
 }
 
 
-def _reads(stats: LoadStats) -> dict[str, object]:
+def _reads(stats: LoadStats, fault_at: float) -> dict[str, object]:
     latencies = [done - sent for sent, done, _, _ in stats.answered]
+    slowest = sorted(stats.answered, key=lambda a: a[0] - a[1])[:5]
     return {
         "reads": stats.sent,
         "failed_reads": len(stats.failures),
@@ -245,6 +254,11 @@ def _reads(stats: LoadStats) -> dict[str, object]:
         "stale_reads": stats.stale,
         "p99_read_ms": round(1000 * percentile(latencies, 99), 1) if latencies else 0.0,
         "worst_read_ms": round(1000 * max(latencies, default=0.0), 1),
+        # (seconds from the fault to the read, its ms, its partition)
+        "slowest_reads": [
+            (round(sent - fault_at, 2), round(1000 * (done - sent), 1), partition)
+            for sent, done, partition, _ in slowest
+        ],
     }
 
 
