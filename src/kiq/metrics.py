@@ -91,11 +91,22 @@ class HedgeStats:
     first anyway. ``hedged / lookups`` is the extra load hedging costs.
     """
 
-    __slots__ = ("delay", "hedged", "lookups", "lost", "probes", "suspected", "to_local", "won")
+    __slots__ = (
+        "delay",
+        "hedged",
+        "lookups",
+        "lost",
+        "probes",
+        "skipped",
+        "suspected",
+        "to_local",
+        "won",
+    )
 
     def __init__(self) -> None:
         self.lookups = 0
         self.hedged = 0
+        self.skipped = 0  # hedges due but over the budget, not sent
         self.to_local = 0
         self.won = 0
         self.lost = 0
@@ -172,6 +183,11 @@ class _HedgeCollector(Collector):
         hedges.add_metric(["peer"], s.hedged - s.to_local)
         hedges.add_metric(["local"], s.to_local)
         yield hedges
+        yield CounterMetricFamily(
+            "kiq_forward_hedges_skipped",
+            "hedges due but not sent: over the budget of hedges per forwarded lookup",
+            value=s.skipped,
+        )
         outcomes = CounterMetricFamily(
             "kiq_forward_hedge_outcomes",
             "hedged lookups: won (a hedge answered first) or lost (the first target did)",

@@ -14,7 +14,8 @@ every node: ``records_lost`` counts those that never are.
 - ``kill``: n2 is killed (-9). Recovery: the kill → the two survivors settled;
   then it is started again (``rejoin_s``: start → three settled).
 - ``rolling-restart``: each node in turn leaves the rotation, gets SIGTERM, is
-  started again, waited for (ready, then settled) and rejoins the rotation.
+  started again, waited for (ready, then settled with its standbys serving too:
+  readiness covers only what a node owns) and rejoins the rotation.
   Recovery: the longest stop → settled of the three.
 - ``add-remove``: a fourth node joins (start → four settled), takes reads for
   ``fault_s``, then leaves (SIGTERM → three settled). Recovery: the longer of the two.
@@ -39,7 +40,7 @@ from kiq.bench.dataset import TABLE, key_of, load_quotes
 from kiq.bench.reader import LoadStats, ReaderLoad
 from kiq.bench.stack import CLUSTER, Stack, local_stack
 from kiq.bench.stats import percentile
-from kiq.errors import ConfigError
+from kiq.errors import ConfigError, KiqError
 from kiq.runtime import LocalNode
 
 TOPIC = "bench-chaos-nodes"
@@ -93,7 +94,7 @@ def run_node_chaos(cfg: NodeChaosConfig) -> dict[str, object]:
         keys = [key_of(i) for i in range(cfg.keys)]
         last = load_quotes(stack.bootstrap, TOPIC, keys)
         nodes = start_nodes(stack, 3, [f"{TABLE}={TOPIC}"], env)
-        wait_settled(nodes)
+        _settled_after(nodes, time.monotonic())
         wait_applied(nodes, TABLE, last)
         rotation = _Rotation(nodes)
         run = _Run(stack, nodes, rotation, cfg, env)
@@ -149,9 +150,33 @@ class _Run:
         write_markers(self.stack.bootstrap, TOPIC, keys, marker, self.cfg.visible_within_s)
 
 
-def _settled_after(nodes: list[LocalNode], since: float) -> float:
-    wait_settled(nodes)
-    return round(time.monotonic() - since, 2)
+def _settled_after(nodes: list[LocalNode], since: float, timeout_s: float = 120) -> float:
+    """Seconds from ``since`` until the nodes agree and every replica they hold serves.
+
+    Readiness (``/v1/health/ready``) covers the partitions a node owns, not its
+    standbys: a standby still restoring is no fallback, so a rolling restart that
+    moved on at readiness alone could stop a partition's only serving replica.
+    """
+    wait_settled(nodes, timeout_s)
+    deadline = time.monotonic() + timeout_s
+    restoring = ["?"]
+    while time.monotonic() < deadline:
+        restoring = [r for n in nodes for r in _restoring(n)]
+        if not restoring:
+            return round(time.monotonic() - since, 2)
+        time.sleep(0.1)
+    raise KiqError(f"replicas still restoring after {timeout_s:.0f}s: {restoring[:5]}")
+
+
+def _restoring(node: LocalNode) -> list[str]:
+    """The replicas ``node``'s view gives it that do not serve yet."""
+    out = []
+    for p in node.metadata()["tables"][TABLE]["partitions"]:
+        if node.node_id in (p["active"], *p["standbys"]):
+            local = p["local"]
+            if local is None or local["state"] not in ("active", "standby"):
+                out.append(f"{node.node_id}:{TABLE}[{p['partition']}]")
+    return out
 
 
 def _sigstop(run: _Run) -> dict[str, object]:
@@ -202,7 +227,7 @@ def _rolling_restart(run: _Run) -> dict[str, object]:
             run.write("rolling-restart")  # while the first node is down
         node.start()
         node.wait_ready()
-        ready = round(time.monotonic() - stopped, 2)
+        ready = round(time.monotonic() - stopped, 2)  # then its standbys too, before the next
         per_node[node.node_id] = {"ready_s": ready, "settled_s": _settled_after(run.nodes, stopped)}
         run.rotation.adding(node)
     worst = max(n["settled_s"] for n in per_node.values())

@@ -13,9 +13,12 @@ The delay is a high percentile (``forward_hedge_percentile``) of the latencies
 the first targets of recent lookups had, between a floor and a cap: so hedges
 stay about ``100 - percentile`` % of forwarded lookups whatever the load, and a
 stalled node costs at most the cap. Lookups that may wait for ``min_offset``
-are never hedged (their slowness is asked for). A target that loses races
-without answering at all is reported to the router, which avoids it until it
-answers again (``Router.unanswered``; ``Peers`` probes it meanwhile).
+are never hedged (their slowness is asked for). Stalls on a loaded machine are
+correlated (every lookup in flight waits at once), so hedges are also held to a
+budget: at most ``BUDGET`` of the forwarded lookups, with a burst of ``BURST``
+so that the first lookups to a node that just stalled are hedged. A target that
+loses races without answering at all is reported to the router, which avoids it
+until it answers again (``Router.unanswered``; ``Peers`` probes it meanwhile).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
     from kiq.settings import ServeSettings
 
 WINDOW = 1024  # latencies kept
+BUDGET = 0.1  # hedges per forwarded lookup, at most, over time
+BURST = 20.0  # hedges that may go at once when the budget has been saved up
 RECOMPUTE_EVERY = 128  # samples between two computations of the delay
 
 
@@ -108,6 +113,7 @@ class Hedger:
         self.delay = HedgeDelay(policy)
         self.stats = stats
         self.unanswered = unanswered
+        self.tokens = BURST  # hedges allowed now; each forwarded lookup adds BUDGET
         stats.delay = self.delay
 
     def race(
@@ -169,6 +175,8 @@ class LookupRace:
         self._future: asyncio.Future[LookupResult] = loop.create_future()
         self._sent = time.perf_counter()
         hedger.stats.lookups += 1
+        if hedger.tokens < BURST:
+            hedger.tokens += BUDGET
         self._send()
         waits = lookup.min_offset is not None and lookup.wait_ms > 0
         if hedger.enabled and (end - start > 1 or end < n) and not waits:
@@ -207,13 +215,19 @@ class LookupRace:
         self._timer = None
         if self._future.done():
             return
-        stats = self._hedger.stats
+        hedger = self._hedger
+        stats = hedger.stats
+        loop = asyncio.get_running_loop()
+        if hedger.tokens < 1:
+            stats.skipped += 1  # over budget: asks again after another delay
+            self._timer = loop.call_later(hedger.delay.seconds, self._due)
+            return
+        hedger.tokens -= 1
         if self.next < self.end:
             stats.hedged += 1
             self._hedged = True
             self._send()
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self._hedger.delay.seconds, self._due)
+            self._timer = loop.call_later(hedger.delay.seconds, self._due)
         elif self.end < len(self.targets):
             stats.hedged += 1
             stats.to_local += 1

@@ -125,6 +125,19 @@ def test_the_first_replica_still_wins_when_it_answers_before_the_hedge() -> None
     assert (stats.hedged, stats.won, stats.lost) == (1, 0, 1)
 
 
+def test_hedges_over_the_budget_are_not_sent() -> None:
+    async def scenario(urls: list[str], peers: Peers, replicas: list[Replica]) -> None:
+        peers._hedger.tokens = 0.0  # the budget spent
+        result, _, took = await forward(peers, urls)
+        assert result.served_by == b"a"
+        assert took >= 0.3
+        assert replicas[1].lookups == 0
+
+    stats = run(scenario, lambda: [Replica(b"a", delay_s=0.3), Replica(b"b")])
+    assert stats.hedged == 0
+    assert stats.skipped >= 2  # asked again after each delay
+
+
 def test_a_failing_first_replica_hands_over_at_once_without_a_hedge() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
