@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kiq.metrics import HedgeStats
 from kiq.routing.router import LOCAL
-from kiq.routing.wire import FAILED, Lookup, LookupResult
+from kiq.routing.wire import FAILED, HEDGED, Lookup, LookupResult
 
 if TYPE_CHECKING:
     from kiq.routing.batcher import LookupBatcher
@@ -115,12 +116,40 @@ class Hedger:
         self.unanswered = unanswered
         self.tokens = BURST  # hedges allowed now; each forwarded lookup adds BUDGET
         stats.delay = self.delay
+        # Races waiting for their hedge delay, about in deadline order (the delay
+        # moves slowly), and one timer for the earliest: a timer per lookup
+        # would cost more than the rest of the race together.
+        self._waiting: deque[LookupRace] = deque()
+        self._timer: asyncio.TimerHandle | None = None
 
     def race(
         self, targets: list[str], start: int, lookup: Lookup, authorization: str | None
     ) -> LookupRace:
         """The lookup sent to ``targets[start]``, hedged over the remote targets that follow."""
         return LookupRace(self, targets, start, lookup, authorization)
+
+    def arm(self, race: LookupRace, now: float) -> None:
+        """``race._due()`` once the hedge delay from ``now`` has passed, unless done by then."""
+        race.deadline = now + self.delay.seconds
+        self._waiting.append(race)
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self.delay.seconds, self._sweep)
+
+    def _sweep(self) -> None:
+        self._timer = None
+        now = time.perf_counter()
+        waiting = self._waiting
+        while waiting:
+            race = waiting[0]
+            if race.deadline > now and not race.done():
+                break
+            waiting.popleft()
+            if not race.done():
+                race._due(now)
+        if waiting:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(waiting[0].deadline - now, self._sweep)
 
 
 class LookupRace:
@@ -129,7 +158,7 @@ class LookupRace:
     Its result is the first 200/404, else the last refusal or failure; ``end`` is
     the index of the first target it did not cover (``LOCAL`` or the end of the
     list), where the caller goes on. A race that found the next target to be
-    ``LOCAL`` when its delay ran out ends with a ``FAILED`` result saying so.
+    ``LOCAL`` when its delay ran out ends with a ``HEDGED`` result saying so.
     """
 
     __slots__ = (
@@ -139,8 +168,8 @@ class LookupRace:
         "_last",
         "_pending",
         "_sent",
-        "_timer",
         "authorization",
+        "deadline",
         "end",
         "lookup",
         "next",
@@ -170,20 +199,22 @@ class LookupRace:
         self._pending: list[str] = []
         self._last: LookupResult | None = None
         self._hedged = False
-        self._timer: asyncio.TimerHandle | None = None
-        loop = asyncio.get_running_loop()
-        self._future: asyncio.Future[LookupResult] = loop.create_future()
-        self._sent = time.perf_counter()
+        self.deadline = 0.0
+        self._future: asyncio.Future[LookupResult] = asyncio.get_running_loop().create_future()
+        self._sent = sent = time.perf_counter()
         hedger.stats.lookups += 1
         if hedger.tokens < BURST:
             hedger.tokens += BUDGET
         self._send()
         waits = lookup.min_offset is not None and lookup.wait_ms > 0
         if hedger.enabled and (end - start > 1 or end < n) and not waits:
-            self._timer = loop.call_later(hedger.delay.seconds, self._due)
+            hedger.arm(self, sent)
 
     def __await__(self) -> Generator[Any, None, LookupResult]:
         return self._future.__await__()
+
+    def done(self) -> bool:
+        return self._future.done()
 
     def _send(self) -> None:
         target = self.targets[self.next]
@@ -210,35 +241,28 @@ class LookupRace:
             else:
                 self._finish(result, None)
 
-    def _due(self) -> None:
+    def _due(self, now: float) -> None:
         """The hedge delay ran out with no usable answer: one more target, or the local one."""
-        self._timer = None
-        if self._future.done():
-            return
         hedger = self._hedger
         stats = hedger.stats
-        loop = asyncio.get_running_loop()
         if hedger.tokens < 1:
             stats.skipped += 1  # over budget: asks again after another delay
-            self._timer = loop.call_later(hedger.delay.seconds, self._due)
+            hedger.arm(self, now)
             return
         hedger.tokens -= 1
         if self.next < self.end:
             stats.hedged += 1
             self._hedged = True
             self._send()
-            self._timer = loop.call_later(hedger.delay.seconds, self._due)
+            hedger.arm(self, now)
         elif self.end < len(self.targets):
             stats.hedged += 1
             stats.to_local += 1
             self._hedged = True
             ms = round(self._hedger.delay.seconds * 1000)
-            self._finish(LookupResult(FAILED, reason=f"no answer within {ms} ms"), LOCAL)
+            self._finish(LookupResult(HEDGED, reason=f"no answer within {ms} ms"), LOCAL)
 
     def _finish(self, result: LookupResult, winner: str | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if winner is not None and winner != self.primary:
             if self._hedged:
                 self._hedger.stats.won += 1

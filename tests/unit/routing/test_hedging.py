@@ -17,11 +17,11 @@ import pytest
 
 from kiq.cluster import ClusterView, Member, PartitionReplicas
 from kiq.metrics import HedgeStats
-from kiq.routing import FAILED, LOCAL, LookupResult, Peers, Router
+from kiq.routing import LOCAL, LookupResult, Peers, Router
 from kiq.routing import peers as peers_module
 from kiq.routing.hedging import HedgeDelay, HedgePolicy
 from kiq.routing.router import SUSPECT_AFTER
-from kiq.routing.wire import HEALTH_LIVE, MSGPACK, decode_lookups, encode
+from kiq.routing.wire import HEALTH_LIVE, HEDGED, MSGPACK, decode_lookups, encode
 from tests.unit.routing.servers import Answer, Request, serving
 
 POLICY = HedgePolicy(percentile=99, floor_ms=20, cap_ms=60)  # no samples yet: 60 ms
@@ -155,7 +155,7 @@ def test_a_failing_first_replica_hands_over_at_once_without_a_hedge() -> None:
 def test_when_the_next_target_is_local_the_race_ends_for_the_caller_to_answer() -> None:
     async def scenario(urls: list[str], peers: Peers, replicas: list[Replica]) -> None:
         result, end, took = await forward(peers, [urls[0], LOCAL, urls[1]])
-        assert (result.status, end) == (FAILED, 1)
+        assert (result.status, end) == (HEDGED, 1)
         assert "no answer within 60 ms" in result.reason
         assert took < 0.5
 
