@@ -38,10 +38,10 @@ if TYPE_CHECKING:
     from kiq.routing.batcher import LookupBatcher
     from kiq.settings import ServeSettings
 
-WINDOW = 1024  # latencies kept
+WINDOW = 512  # latencies kept
 BUDGET = 0.1  # hedges per forwarded lookup, at most, over time
 BURST = 20.0  # hedges that may go at once when the budget has been saved up
-RECOMPUTE_EVERY = 128  # samples between two computations of the delay
+RECOMPUTE_EVERY = 256  # samples between two computations of the delay (a sort)
 
 
 @dataclass(frozen=True)
@@ -161,12 +161,14 @@ class LookupRace:
     ``LOCAL`` when its delay ran out ends with a ``HEDGED`` result saying so.
     """
 
+    deadline: float  # when the hedge delay runs out, once armed
+
     __slots__ = (
         "_future",
         "_hedged",
         "_hedger",
-        "_last",
-        "_pending",
+        "_out",
+        "_primary_out",
         "_sent",
         "authorization",
         "deadline",
@@ -196,10 +198,9 @@ class LookupRace:
         self.end = end
         self.next = start
         self.primary = targets[start]
-        self._pending: list[str] = []
-        self._last: LookupResult | None = None
+        self._out = 0  # lookups of this race out, unanswered
+        self._primary_out = True
         self._hedged = False
-        self.deadline = 0.0
         self._future: asyncio.Future[LookupResult] = asyncio.get_running_loop().create_future()
         self._sent = sent = time.perf_counter()
         hedger.stats.lookups += 1
@@ -219,23 +220,23 @@ class LookupRace:
     def _send(self) -> None:
         target = self.targets[self.next]
         self.next += 1
-        self._pending.append(target)
+        self._out += 1
         self._hedger.batcher.submit(target, self.lookup, self.authorization, self)
 
     def deliver(self, target: str, result: LookupResult) -> None:
-        if target not in self._pending:
-            return  # told twice (a batch that failed while being answered)
-        self._pending.remove(target)
+        self._out -= 1
         status = result.status
-        if target is self.primary and status != FAILED:
-            self._hedger.delay.record(time.perf_counter() - self._sent)
+        if target == self.primary:
+            self._primary_out = False
+            if status != FAILED:
+                self._hedger.delay.record(time.perf_counter() - self._sent)
         if self._future.done():
             return  # a hedge answered first, or the caller went away
         if status == 200 or status == 404:
             self._finish(result, target)
             return
-        self._last = result  # refused or failed: the next target, unless one is out already
-        if not self._pending:
+        # Refused or failed: the next target, unless one is out already.
+        if not self._out:
             if self.next < self.end:
                 self._send()
             else:
@@ -266,7 +267,7 @@ class LookupRace:
         if winner is not None and winner != self.primary:
             if self._hedged:
                 self._hedger.stats.won += 1
-            if self.primary in self._pending:  # it never answered: maybe it never will
+            if self._primary_out:  # it never answered: maybe it never will
                 self._hedger.unanswered(self.primary)
         elif winner is not None and self._hedged:
             self._hedger.stats.lost += 1
