@@ -1,8 +1,9 @@
 """Point lookups: GET /v1/tables/{table}/keys/{key}. The hot path: keep it lean.
 
 A node answers from its own replica when it is the best one, else asks the
-replicas the router orders, falling back on failure. Lookups for another node
-go through ``Peers.lookup``, which sends those of one loop tick together as one
+replicas the router orders, falling back on failure; a remote replica slow to
+answer is hedged with the next (routing/hedging.py). Lookups for another node
+go through ``Peers.forward``, which sends those of one loop tick together as one
 POST /v1/internal/lookups (``internal`` answers it); the receiver answers every
 item from its own replica or refuses it with 421, never forwarding it again (as
 for a GET carrying X-Kiq-Forwarded). Local and forwarded answers become a
