@@ -137,16 +137,16 @@ class Hedger:
             self._timer = loop.call_later(self.delay.seconds, self._sweep)
 
     def _sweep(self) -> None:
-        self._timer = None
         now = time.perf_counter()
         waiting = self._waiting
-        while waiting:
+        while waiting:  # races hedged here arm again: no timer of their own, as one is set
             race = waiting[0]
             if race.deadline > now and not race.done():
                 break
             waiting.popleft()
             if not race.done():
                 race._due(now)
+        self._timer = None
         if waiting:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(waiting[0].deadline - now, self._sweep)
