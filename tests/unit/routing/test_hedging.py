@@ -116,6 +116,20 @@ def test_a_slow_first_replica_is_hedged_after_the_delay_and_the_hedge_wins() -> 
     assert (stats.hedged, stats.won, stats.lost) == (1, 1, 0)
 
 
+def test_each_delay_that_runs_out_brings_in_one_more_replica() -> None:
+    async def scenario(urls: list[str], peers: Peers, replicas: list[Replica]) -> None:
+        results = await asyncio.gather(*(forward(peers, urls, f"k{i}".encode()) for i in range(5)))
+        for result, _, took in results:
+            assert result.served_by == b"c"
+            assert 0.115 <= took < 0.6  # two delays of 60 ms
+        assert [r.lookups for r in replicas] == [5, 5, 5]
+
+    stats = run(
+        scenario, lambda: [Replica(b"a", delay_s=1.0), Replica(b"b", delay_s=1.0), Replica(b"c")]
+    )
+    assert (stats.lookups, stats.hedged, stats.won) == (5, 10, 5)
+
+
 def test_the_first_replica_still_wins_when_it_answers_before_the_hedge() -> None:
     async def scenario(urls: list[str], peers: Peers, replicas: list[Replica]) -> None:
         result, _, _ = await forward(peers, urls)
