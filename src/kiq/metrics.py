@@ -77,12 +77,52 @@ class RouteStats:
         self.sum += seconds
 
 
+class _Seconds(Protocol):
+    @property
+    def seconds(self) -> float: ...
+
+
+class HedgeStats:
+    """Hedged forwarding (``routing/hedging.py``) in plain ints, as ``RouteStats``.
+
+    ``lookups`` forwarded; ``hedged`` extra lookups sent because the first target
+    was slower than the delay (``to_local`` of them answered from this node's own
+    replica); ``won`` hedges answered first, ``lost`` the first target answered
+    first anyway. ``hedged / lookups`` is the extra load hedging costs.
+    """
+
+    __slots__ = (
+        "delay",
+        "hedged",
+        "lookups",
+        "lost",
+        "probes",
+        "skipped",
+        "suspected",
+        "to_local",
+        "won",
+    )
+
+    def __init__(self) -> None:
+        self.lookups = 0
+        self.hedged = 0
+        self.skipped = 0  # hedges due but over the budget, not sent
+        self.to_local = 0
+        self.won = 0
+        self.lost = 0
+        self.suspected = 0  # peers put last for losing races without answering
+        self.probes = 0  # requests sent to such peers to see them answer again
+        self.delay: _Seconds | None = None
+
+
 class NodeMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.routes: dict[str, RouteStats] = {}
         r.register(_RouteCollector(self.routes))
+        self.hedges = HedgeStats()
+        r.register(_HedgeCollector(self.hedges))
         self.forwards = Counter(
             "kiq_forwards", "requests forwarded to another node", ["outcome"], registry=r
         )
@@ -124,6 +164,50 @@ class _RouteCollector(Collector):
             latency.add_metric([name], buckets, stats.sum)
         yield requests
         yield latency
+
+
+class _HedgeCollector(Collector):
+    def __init__(self, stats: HedgeStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
+        s = self._stats
+        yield CounterMetricFamily(
+            "kiq_forward_lookups", "point lookups forwarded to another node", value=s.lookups
+        )
+        hedges = CounterMetricFamily(
+            "kiq_forward_hedges",
+            "extra lookups sent because the first target was slow, by target",
+            labels=["to"],
+        )
+        hedges.add_metric(["peer"], s.hedged - s.to_local)
+        hedges.add_metric(["local"], s.to_local)
+        yield hedges
+        yield CounterMetricFamily(
+            "kiq_forward_hedges_skipped",
+            "hedges due but not sent: over the budget of hedges per forwarded lookup",
+            value=s.skipped,
+        )
+        outcomes = CounterMetricFamily(
+            "kiq_forward_hedge_outcomes",
+            "hedged lookups: won (a hedge answered first) or lost (the first target did)",
+            labels=["outcome"],
+        )
+        outcomes.add_metric(["won"], s.won)
+        outcomes.add_metric(["lost"], s.lost)
+        yield outcomes
+        yield CounterMetricFamily(
+            "kiq_peer_suspected", "peers avoided for losing races without answering", s.suspected
+        )
+        yield CounterMetricFamily(
+            "kiq_peer_probes", "probes sent to avoided peers until they answer", value=s.probes
+        )
+        if s.delay is not None:
+            yield GaugeMetricFamily(
+                "kiq_forward_hedge_delay_seconds",
+                "how long a forwarded lookup waits before it is hedged",
+                value=s.delay.seconds,
+            )
 
 
 class _ReplicaCollector(Collector):

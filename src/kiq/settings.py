@@ -176,6 +176,12 @@ class ServeSettings(_Section):
     ready_max_lag: int = Field(1000, ge=0)
     linger_s: float = Field(30.0, ge=0)
     forward_timeout_ms: int = Field(2000, gt=0)
+    # Hedged forwarding (routing/hedging.py): a forwarded lookup the first replica has
+    # not answered within this percentile of recent forward latencies, kept between
+    # the floor and the cap, goes to the next replica too. A cap of 0 turns it off.
+    forward_hedge_percentile: float = Field(99.0, gt=0, le=100)
+    forward_hedge_floor_ms: int = Field(10, ge=0)
+    forward_hedge_cap_ms: int = Field(100, ge=0, description="0: never hedge")
     view_refresh_ms: int = Field(500, ge=50)
 
     @property

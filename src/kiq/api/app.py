@@ -22,7 +22,7 @@ from kiq.api.routes import Endpoints
 from kiq.api.stocks import Stocks
 from kiq.api.words import RecordWriter, Words
 from kiq.node import Node, NodeView
-from kiq.routing import Peers, Router
+from kiq.routing import HedgePolicy, Peers, Router
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,13 @@ class KiqApp:
         self._start_node = start_node
         self.router = Router(view.node_id)
         if peers is None:
-            peers = Peers(view.node_id, self.router, view.forward_timeout_ms)
+            peers = Peers(
+                view.node_id,
+                self.router,
+                view.forward_timeout_ms,
+                hedging=HedgePolicy.of(node.settings),
+                hedge_stats=view.metrics.hedges,
+            )
         self.peers = peers
         self.lookups = Lookups(view, self.router, peers)
         self.batches = Batches(view, self.router, peers)

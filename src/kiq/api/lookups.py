@@ -1,8 +1,9 @@
 """Point lookups: GET /v1/tables/{table}/keys/{key}. The hot path: keep it lean.
 
 A node answers from its own replica when it is the best one, else asks the
-replicas the router orders, falling back on failure. Lookups for another node
-go through ``Peers.lookup``, which sends those of one loop tick together as one
+replicas the router orders, falling back on failure; a remote replica slow to
+answer is hedged with the next (routing/hedging.py). Lookups for another node
+go through ``Peers.forward``, which sends those of one loop tick together as one
 POST /v1/internal/lookups (``internal`` answers it); the receiver answers every
 item from its own replica or refuses it with 421, never forwarding it again (as
 for a GET carrying X-Kiq-Forwarded). Local and forwarded answers become a
@@ -161,15 +162,21 @@ class Lookups:
         wait_ms = (int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0) if params else 0
         auth = header(scope, b"authorization")
         last_error = "no replica of this partition is known"
-        for target in targets:
+        i = 0
+        while i < len(targets):
+            target = targets[i]
             if target == LOCAL:
+                i += 1
                 assert local is not None
                 try:
                     return await self._serve(send, runtime, local, key, params, enrich)
                 except StoreClosedError:
                     last_error = "this node's replica was revoked during the request"
                     continue
-            result = await self.peers.lookup(target, table, key, max_lag, min_offset, wait_ms, auth)
+            # Hedged over the remote targets from i on (routing/hedging.py).
+            race = self.peers.forward(targets, i, table, key, max_lag, min_offset, wait_ms, auth)
+            result = await race
+            i = race.end
             status = result.status
             if status == 200 or status == 404:
                 self._forward_ok.inc()

@@ -3,6 +3,10 @@
 Each scenario reports, as JSON: the reads sent and failed, the worst read's latency,
 the records lost (0, or the scenario failed) and how long recovery took.
 
+Node failures (SIGSTOP, kill -9, rolling restart, a node added and removed)
+are in ``chaos_nodes.py``; this module has the broker's, and the fresh writes
+both check records by (``write_markers``, ``wait_markers``).
+
 ``broker-restart``: three nodes serve a table; the reader goes through all of them;
 the broker is stopped (SIGTERM), left down for ``outage_s`` and started again,
 ``restarts`` times. After each start a fresh value is written and timed until
@@ -30,7 +34,6 @@ from kiq.kafka.records import JsonProducer
 from kiq.runtime import LocalNode
 
 TOPIC = "bench-chaos"
-SCENARIOS = ("broker-restart",)
 
 
 @dataclass(frozen=True)
@@ -106,20 +109,32 @@ def _write_and_wait(
     bootstrap: str, nodes: list[LocalNode], marker: str, cfg: BrokerRestartConfig
 ) -> float | None:
     """Write a new value for one key; seconds until every live node serves it (None: never)."""
-    key = key_of(0)
-    value = {**quote(key), "marker": marker}
-    producer = JsonProducer(bootstrap, TOPIC, key_field="symbol", linger_ms=0)
     written_at = time.monotonic()
-    producer.produce(value)
-    if producer.flush(cfg.visible_within_s) or producer.failed:
-        raise KiqError(f"the broker did not take a write after its restart: {producer.last_error}")
-    waiting = [n for n in nodes if n.running]
-    deadline = written_at + cfg.visible_within_s
+    write_markers(bootstrap, TOPIC, [key_of(0)], marker, cfg.visible_within_s)
+    lost = wait_markers([n for n in nodes if n.running], [key_of(0)], marker, cfg.visible_within_s)
+    return None if lost else round(time.monotonic() - written_at, 3)
+
+
+def write_markers(
+    bootstrap: str, topic: str, keys: list[str], marker: str, timeout_s: float
+) -> None:
+    """A fresh value for each key: its quote with ``"marker": marker``; raises if not written."""
+    producer = JsonProducer(bootstrap, topic, key_field="symbol", linger_ms=0)
+    for key in keys:
+        producer.produce({**quote(key), "marker": marker})
+    if producer.flush(timeout_s) or producer.failed:
+        raise KiqError(f"the broker did not take the writes: {producer.last_error}")
+
+
+def wait_markers(nodes: list[LocalNode], keys: list[str], marker: str, timeout_s: float) -> int:
+    """Polls every node for every key until all serve ``marker``; the keys some never did."""
+    deadline = time.monotonic() + timeout_s
+    waiting = [(n, k) for n in nodes for k in keys]
     while waiting and time.monotonic() < deadline:
-        waiting = [n for n in waiting if _served(n, key) != marker]
+        waiting = [(n, k) for n, k in waiting if _served(n, k) != marker]
         if waiting:
             time.sleep(0.05)
-    return None if waiting else round(time.monotonic() - written_at, 3)
+    return len({k for _, k in waiting})
 
 
 def _served(node: LocalNode, key: str) -> str | None:

@@ -105,20 +105,38 @@ def failover(
 
 @app.command()
 def chaos(
-    scenario: Annotated[str, typer.Argument(help="broker-restart")],
-    restarts: Annotated[int, typer.Option(help="how many times to do it")] = 1,
-    outage: Annotated[float, typer.Option(help="seconds the broker stays down")] = 30,
-    rate: Annotated[int, typer.Option(help="reader GETs per second over the nodes")] = 500,
+    scenario: Annotated[
+        str, typer.Argument(help="broker-restart, sigstop, kill, rolling-restart or add-remove")
+    ],
+    restarts: Annotated[int, typer.Option(help="broker-restart: how many times")] = 1,
+    outage: Annotated[float, typer.Option(help="broker-restart: seconds the broker is down")] = 30,
+    duration: Annotated[
+        float,
+        typer.Option(
+            help="sigstop: seconds stopped; kill: reads after the kill; add-remove: seconds joined"
+        ),
+    ] = 10,
+    rate: Annotated[
+        int | None, typer.Option(help="reader GETs per second [500 broker-restart, else 800]")
+    ] = None,
+    readers: Annotated[int, typer.Option(help="node scenarios: concurrent readers")] = 8,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
-    """A failure under a reader load: failed and worst reads, records lost, recovery, log lines."""
-    from kiq.bench.chaos import SCENARIOS, BrokerRestartConfig, run_broker_restart
+    """A failure under a reader load: failed and worst reads, records lost, recovery."""
+    from kiq.bench.chaos import BrokerRestartConfig, run_broker_restart
+    from kiq.bench.chaos_nodes import NODE_SCENARIOS, NodeChaosConfig, run_node_chaos
 
-    if scenario not in SCENARIOS:
-        raise typer.BadParameter(f"{scenario!r}: choose one of {', '.join(SCENARIOS)}")
-    cfg = BrokerRestartConfig(restarts=restarts, outage_s=outage, rate=rate)
-    what = f"{restarts} x {outage:g} s, {rate:,} reads/s"
-    _measure(scenario, what, lambda: run_broker_restart(cfg), json_out)
+    if scenario == "broker-restart":
+        cfg = BrokerRestartConfig(restarts=restarts, outage_s=outage, rate=rate or 500)
+        what = f"{restarts} x {outage:g} s, {cfg.rate:,} reads/s"
+        _measure(scenario, what, lambda: run_broker_restart(cfg), json_out)
+        return
+    if scenario not in NODE_SCENARIOS:
+        choices = ", ".join(("broker-restart", *NODE_SCENARIOS))
+        raise typer.BadParameter(f"{scenario!r}: choose one of {choices}")
+    node_cfg = NodeChaosConfig(scenario, fault_s=duration, rate=rate or 800, readers=readers)
+    what = f"{node_cfg.rate:,} reads/s, {readers} readers"
+    _measure(scenario, what, lambda: run_node_chaos(node_cfg), json_out)
 
 
 @app.command()

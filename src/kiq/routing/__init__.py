@@ -1,6 +1,7 @@
 """Which replica answers a request, and getting the answer from another node."""
 
 from kiq.routing.errors import PeerError
+from kiq.routing.hedging import HedgePolicy
 from kiq.routing.peers import ExtraHeaders, Peers
 from kiq.routing.router import LOCAL, Router, servable
 from kiq.routing.wire import FAILED, FORWARDED, Item, LookupResult, MultigetResult, NodeStatus
@@ -10,6 +11,7 @@ __all__ = [
     "FORWARDED",
     "LOCAL",
     "ExtraHeaders",
+    "HedgePolicy",
     "Item",
     "LookupResult",
     "MultigetResult",

@@ -13,13 +13,16 @@ meanwhile go in the next, sent when one returns.
 
 The batcher only gathers: ``send`` (``Peers``) makes the request. When it raises
 ``PeerError``, every item of the batch gets a ``FAILED`` result, so each caller
-tries its next replica.
+tries its next replica. Each item is handed to a ``Waiter``, told its target's
+answer exactly once: a future for ``get``, a hedged race (``hedging.py``) that
+may have sent the same lookup to two targets for ``submit``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from kiq.routing.errors import PeerError
 from kiq.routing.wire import FAILED, Lookup, LookupResult
@@ -37,18 +40,35 @@ _SlotKey = tuple[str, str | None, bool]
 SendBatch = Callable[[str, str | None, list[Lookup], int], Awaitable[list[LookupResult]]]
 
 
+class Waiter(Protocol):
+    def deliver(self, target: str, result: LookupResult) -> None:
+        """The answer (or ``FAILED``) for one submitted lookup; called once, maybe late."""
+
+
+class _Future:
+    """The waiter of a plain ``get``: its future, set unless the caller went away."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[LookupResult]) -> None:
+        self.future = future
+
+    def deliver(self, target: str, result: LookupResult) -> None:
+        if not self.future.done():
+            self.future.set_result(result)
+
+
 class _Batch:
-    __slots__ = ("futures", "items", "wait_ms")
+    __slots__ = ("items", "wait_ms", "waiters")
 
     def __init__(self) -> None:
         self.items: list[Lookup] = []
-        self.futures: list[asyncio.Future[LookupResult]] = []
+        self.waiters: list[Waiter] = []
         self.wait_ms = 0
 
-    def fail(self, result: LookupResult) -> None:
-        for future in self.futures:
-            if not future.done():
-                future.set_result(result)
+    def fail(self, target: str, result: LookupResult) -> None:
+        for waiter in self.waiters:
+            waiter.deliver(target, result)
 
 
 class _Slot:
@@ -83,25 +103,32 @@ class LookupBatcher:
         authorization: str | None,
     ) -> LookupResult:
         """The target's answer for ``key`` from its own replica, or a ``FAILED`` result."""
-        loop = asyncio.get_running_loop()
-        slot_key = (target_url, authorization, min_offset is not None and wait_ms > 0)
+        future: asyncio.Future[LookupResult] = asyncio.get_running_loop().create_future()
+        lookup = Lookup(table, key, max_lag, min_offset, wait_ms)
+        self.submit(target_url, lookup, authorization, _Future(future))
+        return await future
+
+    def submit(
+        self, target_url: str, lookup: Lookup, authorization: str | None, waiter: Waiter
+    ) -> None:
+        """Queues ``lookup`` for the target; ``waiter`` hears the answer."""
+        wait_ms = lookup.wait_ms
+        slot_key = (target_url, authorization, lookup.min_offset is not None and wait_ms > 0)
         slot = self._slots.get(slot_key)
         if slot is None:
             slot = self._slots[slot_key] = _Slot()
         batch = slot.next
         if batch is None:
             batch = slot.next = _Batch()
-        future: asyncio.Future[LookupResult] = loop.create_future()
-        batch.items.append(Lookup(table, key, max_lag, min_offset, wait_ms))
-        batch.futures.append(future)
+        batch.items.append(lookup)
+        batch.waiters.append(waiter)
         if wait_ms > batch.wait_ms:
             batch.wait_ms = wait_ms
         if len(batch.items) >= self._max_items:
             self._start(slot_key, slot)  # full: goes now, whatever is in flight
         elif not slot.scheduled and slot.in_flight < self._max_in_flight:
             slot.scheduled = True  # sent once the loop has run what is ready now
-            loop.call_soon(self._flush, slot_key, slot)
-        return await future
+            asyncio.get_running_loop().call_soon(self._flush, slot_key, slot)
 
     def _flush(self, slot_key: _SlotKey, slot: _Slot) -> None:
         slot.scheduled = False
@@ -122,7 +149,7 @@ class LookupBatcher:
             failure = await self._exchange(slot_key[0], slot_key[1], batch)
         finally:
             if failure is not None:
-                batch.fail(failure)
+                batch.fail(slot_key[0], failure)
             slot.in_flight -= 1
             if slot.next is not None:
                 if not slot.scheduled:  # what gathered meanwhile goes next
@@ -139,11 +166,10 @@ class LookupBatcher:
             results = await self._send_batch(target, authorization, batch.items, batch.wait_ms)
         except PeerError as exc:
             return LookupResult(FAILED, reason=str(exc))
-        if len(results) != len(batch.futures):
+        if len(results) != len(batch.waiters):
             return LookupResult(
-                FAILED, reason=f"{target} answered {len(results)} of {len(batch.futures)} lookups"
+                FAILED, reason=f"{target} answered {len(results)} of {len(batch.waiters)} lookups"
             )
-        for future, result in zip(batch.futures, results, strict=True):
-            if not future.done():  # the caller may have gone away meanwhile
-                future.set_result(result)
+        for waiter, result in zip(batch.waiters, results, strict=True):
+            waiter.deliver(target, result)  # the caller may have gone away meanwhile
         return None

@@ -9,21 +9,27 @@ the caller's Authorization when it sent one, and what ``extra_headers`` returns
 peer that could not be reached, and of every one that answered.
 
 A peer that gives no usable answer raises ``PeerError`` (lookups: a ``FAILED``
-result), so the caller asks the next replica.
+result), so the caller asks the next replica. ``forward`` hedges a lookup over
+a partition's replicas (``hedging.py``); a peer the router comes to avoid for
+not answering is probed (``GET /v1/health/live``) until it answers again.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
+from kiq.metrics import HedgeStats
 from kiq.routing.batcher import MAX_BATCH, MAX_IN_FLIGHT, LookupBatcher
 from kiq.routing.errors import PeerError
+from kiq.routing.hedging import HedgePolicy, Hedger, LookupRace
 from kiq.routing.pool import ConnectionPool
 from kiq.routing.router import Router
 from kiq.routing.wire import (
     AUTHORIZATION,
     FORWARDED,
+    HEALTH_LIVE,
     INTERNAL_LOOKUPS,
     INTERNAL_METADATA,
     INTERNAL_MULTIGET,
@@ -48,6 +54,10 @@ T = TypeVar("T")
 
 # Headers to add to every request to a peer, asked for each request (credentials may rotate).
 ExtraHeaders = Callable[[], Mapping[str, str]]
+
+# A peer avoided for not answering is asked every PROBE_INTERVAL_S whether it is back.
+PROBE_INTERVAL_S = 0.25
+PROBE_TIMEOUT_S = 0.5
 
 
 class Transport(Protocol):
@@ -82,6 +92,8 @@ class Peers:
         max_batch: int = MAX_BATCH,
         max_in_flight: int = MAX_IN_FLIGHT,
         transport: Transport | None = None,
+        hedging: HedgePolicy | None = None,
+        hedge_stats: HedgeStats | None = None,
     ) -> None:
         self._router = router
         self._timeout_s = timeout_ms / 1000
@@ -90,6 +102,11 @@ class Peers:
         self._with_body = {FORWARDED: node_id, "content-type": MSGPACK}
         self._without_body = {FORWARDED: node_id}
         self._batcher = LookupBatcher(self._send_lookups, max_batch, max_in_flight)
+        self.hedge_stats = hedge_stats or HedgeStats()
+        self._hedger = Hedger(
+            self._batcher, hedging or HedgePolicy(), self.hedge_stats, self._unanswered
+        )
+        self._probes: dict[str, asyncio.Task[None]] = {}
 
     def lookup(
         self,
@@ -107,6 +124,25 @@ class Peers:
         Not ``async`` itself: the forwarded lookup path pays for no extra coroutine.
         """
         return self._batcher.get(target, table, key, max_lag, min_offset, wait_ms, authorization)
+
+    def forward(
+        self,
+        targets: list[str],
+        start: int,
+        table: str,
+        key: bytes,
+        max_lag: int | None,
+        min_offset: int | None,
+        wait_ms: int,
+        authorization: str | None,
+    ) -> LookupRace:
+        """``key`` looked up at ``targets[start]``, hedged over the remote targets after it.
+
+        Await the race for the first usable answer (or the last failure); its
+        ``end`` is the index where the caller goes on (``LOCAL``, or no more).
+        """
+        lookup = Lookup(table, key, max_lag, min_offset, wait_ms)
+        return self._hedger.race(targets, start, lookup, authorization)
 
     async def multiget(
         self, target: str, table: str, keys: list[bytes], authorization: str | None
@@ -141,7 +177,31 @@ class Peers:
 
     def close(self) -> None:
         """Closes the idle connections; requests still out finish on theirs."""
+        for probe in list(self._probes.values()):
+            probe.cancel()
         self._pool.close()
+
+    # -- peers that stopped answering -------------------------------------------------
+
+    def _unanswered(self, target: str) -> None:
+        if not self._router.unanswered(target) or target in self._probes:
+            return
+        self.hedge_stats.suspected += 1
+        probe = asyncio.get_running_loop().create_task(self._probe(target))
+        self._probes[target] = probe
+        probe.add_done_callback(lambda _: self._probes.pop(target, None))
+
+    async def _probe(self, target: str) -> None:
+        """Until the avoided ``target`` answers (anything: it is alive), or others hear it."""
+        headers = self._headers(None, b"")
+        while self._router.suspect(target):
+            await asyncio.sleep(PROBE_INTERVAL_S)
+            self.hedge_stats.probes += 1
+            try:
+                await self._pool.request(target, "GET", HEALTH_LIVE, b"", headers, PROBE_TIMEOUT_S)
+            except ConnectionError:
+                continue
+            self._router.succeeded(target)
 
     # -- one request ----------------------------------------------------------------
 

@@ -4,11 +4,16 @@ The active replica first (freshest), then the standbys, then the nodes that
 held the partition before the last rebalance (their copies linger, warm), then
 a lingering local copy as a last resort. A node that failed a moment ago goes to the back of the
 line for a short while, so a dead node costs one failed attempt, not one per
-request. Only members of the cluster view are ever targets.
+request. A node that stalls instead (stopped, paused) fails nothing for a
+while: it loses hedged races without answering (``hedging.py``), and after
+``SUSPECT_AFTER`` such losses in a row it goes to the back of the line until it
+answers anything again (``Peers`` probes it so that it can). Only members of
+the cluster view are ever targets.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Final
 
@@ -16,6 +21,8 @@ from kiq.cluster import ClusterView
 from kiq.replicas import Replica
 
 LOCAL: Final = "local"
+SUSPECT_AFTER = 3  # races lost in a row without an answer before a node is avoided
+_UNTIL_IT_ANSWERS = math.inf
 
 
 class Router:
@@ -23,6 +30,7 @@ class Router:
         self.node_id = node_id
         self._penalty_s = penalty_s
         self._down_until: dict[str, float] = {}
+        self._unanswered: dict[str, int] = {}
 
     def targets(
         self,
@@ -52,10 +60,27 @@ class Router:
         return order
 
     def failed(self, url: str) -> None:
-        self._down_until[url] = time.monotonic() + self._penalty_s
+        if self._down_until.get(url) != _UNTIL_IT_ANSWERS:
+            self._down_until[url] = time.monotonic() + self._penalty_s
 
     def succeeded(self, url: str) -> None:
         self._down_until.pop(url, None)
+        if self._unanswered:
+            self._unanswered.pop(url, None)
+
+    def unanswered(self, url: str) -> bool:
+        """``url`` lost a hedged race without answering; True when it is now avoided."""
+        count = self._unanswered.get(url, 0) + 1
+        if count < SUSPECT_AFTER or self.suspect(url):
+            self._unanswered[url] = count
+            return False
+        self._unanswered.pop(url, None)
+        self._down_until[url] = _UNTIL_IT_ANSWERS
+        return True
+
+    def suspect(self, url: str) -> bool:
+        """Avoided until it answers."""
+        return self._down_until.get(url) == _UNTIL_IT_ANSWERS
 
 
 def servable(replica: Replica, max_lag: int | None) -> bool:

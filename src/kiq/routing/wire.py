@@ -18,7 +18,8 @@ few bytes beyond its key and value:
 
 Per-item lookup statuses: 200 found, 404 not found, 421 no usable replica here, 503
 ``min_offset`` not reached within ``wait_ms``, 400 a malformed key. ``FAILED`` never
-travels: the client gives it to every item of a batch that got no answer.
+travels: the client gives it to every item of a batch that got no answer; nor
+does ``HEDGED``, a race given up for the caller's own replica.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ INTERNAL_LOOKUPS: Final = "/v1/internal/lookups"
 INTERNAL_MULTIGET: Final = "/v1/internal/multiget"
 INTERNAL_SCAN: Final = "/v1/internal/scan"
 INTERNAL_METADATA: Final = "/v1/internal/metadata"
+HEALTH_LIVE: Final = "/v1/health/live"  # a node's liveness: the probe of a peer gone quiet
 
 MSGPACK: Final = "application/msgpack"
 # Request headers, spelled once (lower case, as ASGI servers hand them over).
@@ -39,6 +41,9 @@ FORWARDED: Final = "x-kiq-forwarded"  # the sending node's id: answer locally, n
 AUTHORIZATION: Final = "authorization"  # the caller's, passed on as it came
 
 FAILED: Final = 0  # the target could not be reached, or did not answer the batch
+# A hedged race that ended for the caller's own replica to answer (routing/hedging.py):
+# not a failure of the target, which is merely slow so far. Never travels either.
+HEDGED: Final = -1
 
 # (key, value as stored)
 Item = tuple[bytes, bytes]

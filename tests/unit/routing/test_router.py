@@ -10,6 +10,7 @@ from kiq.cluster import ClusterView, Member, PartitionReplicas
 from kiq.replicas import Replica, ReplicaState, Role
 from kiq.routing import LOCAL, Router
 from kiq.routing import router as router_module
+from kiq.routing.router import SUSPECT_AFTER
 from kiq.stores import MemoryPartitionStore
 
 URL = {n: f"http://{n}:8080" for n in ("a", "b", "c", "d")}
@@ -181,3 +182,27 @@ def test_former_holders_come_after_the_standbys():
         replicas={("t", 0): PartitionReplicas("a", ("b",), ("d", "c"))},
     )
     assert Router("me").targets(v, "t", 0, None) == [URL["a"], URL["b"], URL["d"], URL["c"]]
+
+
+def test_a_node_that_keeps_losing_races_unanswered_goes_last_until_it_answers(clock):
+    r = Router("me")
+    v = view("b", "c")
+    for _ in range(SUSPECT_AFTER - 1):
+        assert not r.unanswered(URL["b"])
+    assert r.targets(v, "t", 0, None) == [URL["b"], URL["c"]]
+    assert r.unanswered(URL["b"])  # now avoided
+    assert r.targets(v, "t", 0, None) == [URL["c"], URL["b"]]
+    r.failed(URL["b"])  # a failure's short penalty does not lift it
+    clock.now += 3600
+    assert r.targets(v, "t", 0, None) == [URL["c"], URL["b"]]
+    r.succeeded(URL["b"])
+    assert r.targets(v, "t", 0, None) == [URL["b"], URL["c"]]
+
+
+def test_an_answer_in_between_resets_the_count_of_races_lost():
+    r = Router("me")
+    for _ in range(SUSPECT_AFTER - 1):
+        r.unanswered(URL["b"])
+    r.succeeded(URL["b"])
+    assert not r.unanswered(URL["b"])
+    assert not r.suspect(URL["b"])
