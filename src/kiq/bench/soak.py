@@ -182,14 +182,15 @@ async def _one(
 ) -> None:
     reads.sent += 1
     began = time.monotonic()
+    at = time.strftime("%H:%M:%S")
     try:
         method = "GET" if body is None else "POST"
         async with session.request(method, url, json=body) as resp:
             answer = await resp.read()
             if resp.status >= 500:
-                reads.errors.append(f"{resp.status} {resp.url} {answer[:200]!r}")
+                reads.errors.append(f"{at} {resp.status} {resp.url} {answer[:200]!r}")
     except (aiohttp.ClientError, TimeoutError) as exc:
-        reads.errors.append(f"{type(exc).__name__}: {exc}")
+        reads.errors.append(f"{at} {type(exc).__name__}: {exc}")
     finally:
         reads.latencies_ms.append((time.monotonic() - began) * 1000)
         sem.release()
