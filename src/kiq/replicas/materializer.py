@@ -210,9 +210,8 @@ class Materializer:
             _, replica = self._replica_of(topic, partition)
             if replica is None:
                 continue
-            if end < replica.position:
-                self._restore_from_start(replica, end)
-                continue
+            # An end below the position is no sign of a shorter log here: one fetch can
+            # hold an end-of-partition event older than records it also brought.
             if end > replica.position:  # skipped offsets (compaction, control records)
                 if not self._store(replica, [], end - 1):
                     continue
@@ -221,7 +220,10 @@ class Materializer:
             self._caught_up(replica)
 
     def _restore_from_start(self, replica: Replica, end: int) -> None:
-        """The log now ends at ``end``, below what ``replica`` applied: see the docstring."""
+        """The log now ends at ``end``, below what ``replica`` applied: see the docstring.
+
+        Only the broker's own answer counts as that (``_refresh_watermarks``).
+        """
         log.warning(
             "table log ends below its replica table=%s partition=%d applied=%d log_end=%d: "
             "the topic was recreated or truncated; restoring from its start",

@@ -143,6 +143,12 @@ class TrackingReader(StandInReader):
     def __init__(self) -> None:
         super().__init__()
         self.unassigned: list[tuple[str, int]] = []
+        self.end = -1
+
+    def end_offset(
+        self, topic: str, partition: int, timeout_s: float = 2.0, fresh: bool = False
+    ) -> int:
+        return self.end
 
     def unassign(self, partitions: list[tuple[str, int]]) -> None:
         self.unassigned.extend(partitions)
@@ -206,7 +212,10 @@ def test_a_log_that_ends_below_the_replica_is_restored_from_its_start():
     assert before.state is ReplicaState.ACTIVE and store.applied_offset() == 5
     reader.assigned.clear()
 
-    m._apply(Fetched({}, {("topic-t", 0): 2}))  # the topic was made again: 2 records so far
+    m._apply(Fetched({}, {("topic-t", 0): 2}))  # an older end-of-partition: no evidence
+    assert m.replicas[("t", 0)] is before and store.applied_offset() == 5
+    reader.end = 2  # the broker says the log ends at 2: the topic was made again
+    m._refresh_watermarks()
     after = m.replicas[("t", 0)]
     assert after is not before and before.state is ReplicaState.REVOKED
     assert after.state is ReplicaState.RESTORING and after.position == 0
