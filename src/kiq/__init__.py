@@ -18,7 +18,7 @@ _EXPORTS = {
     "Context": "kiq.pipelines.context",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["Context"]
 
 
 def __getattr__(name: str) -> Any:
