@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -68,8 +69,8 @@ def run(
     from kiq.tables import parse_table
 
     state: CliState = ctx.obj
-    wanted = targets or run_or_exit(lambda: _app_pipelines(state.config))
-    chosen = [run_or_exit(lambda t=t: resolve(t)) for t in dict.fromkeys(wanted)]
+    wanted: list[str] = targets or run_or_exit(lambda: _app_pipelines(state.config))
+    chosen = [run_or_exit(partial(resolve, t)) for t in dict.fromkeys(wanted)]
     conf = run_or_exit(
         lambda: settings.load(
             settings.PipelineSettings,

@@ -121,18 +121,12 @@ def table_records(
     else:
         which = F.col(f"`{table_column}`")
         table_name = which.cast("string")
-        key = reason = value = topic = None  # type: ignore[assignment]
+        parts = [(t, *key_of(df, t), value_of(df, t, exclude=(table_column,))) for t in tables]
+        key = _switch(which, [(t.name, k) for t, k, _, _ in parts])
+        value = _switch(which, [(t.name, v) for t, _, _, v in parts])
+        topic = _switch(which, [(t.name, F.lit(t.topic)) for t, *_ in parts])
         unknown = F.concat(F.lit("no table named "), F.coalesce(table_name, F.lit("null")))
-        for t in tables:
-            k, r, v = *key_of(df, t), value_of(df, t, exclude=(table_column,))
-            hit = which == F.lit(t.name)
-            key = F.when(hit, k) if key is None else key.when(hit, k)
-            value = F.when(hit, v) if value is None else value.when(hit, v)
-            topic = (
-                F.when(hit, F.lit(t.topic)) if topic is None else topic.when(hit, F.lit(t.topic))
-            )
-            reason = F.when(hit, r) if reason is None else reason.when(hit, r)
-        reason = reason.otherwise(unknown)
+        reason = _switch(which, [(t.name, r) for t, _, r, _ in parts]).otherwise(unknown)
     staged = df.select(
         key.alias(_KEY),
         value.alias(_VALUE),
@@ -158,6 +152,17 @@ def table_records(
             ~ok, F.array(header("kiq.reason", _REASON), header("kiq.table", "__out_table"))
         ).alias("headers"),
     )
+
+
+def _switch(which: Column, cases: Sequence[tuple[str, Column]]) -> Column:
+    """CASE which WHEN name THEN column ... END (null for another name)."""
+    from pyspark.sql import functions as F
+
+    (first_name, first), *rest = cases
+    out = F.when(which == F.lit(first_name), first)
+    for name, column in rest:
+        out = out.when(which == F.lit(name), column)
+    return out
 
 
 def letters_records(letters: DataFrame, topic: str) -> DataFrame:

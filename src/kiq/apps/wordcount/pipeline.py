@@ -17,6 +17,6 @@ def build(ctx: Context) -> None:
     words = ctx.read(WORDS).where("__key IS NOT NULL")
     # Grouped by partition too: a word's records share one, and so the state's shape stays
     # what it has been (a restart resumes older checkpoints).
-    counts = words.groupBy(words["__key"].alias("word"), words["__partition"].alias("partition"))
-    counts = counts.count()
+    by_word = words.groupBy(words["__key"].alias("word"), words["__partition"].alias("partition"))
+    counts = by_word.count()
     ctx.write_table(WORD_COUNTS, counts.select("word", "count"), key="word")
