@@ -37,8 +37,9 @@ def _nodes(plan: Any) -> Iterator[Any]:
 
 def source_ids(df: DataFrame) -> frozenset[str]:
     """One id per streaming read the DataFrame comes from: its source's output attributes,
-    whose expression ids are unique to one ``readStream...load()``."""
-    plan = df._jdf.queryExecution().logical()
+    whose expression ids are unique to one ``readStream...load()``. The analyzed plan: a
+    fresh read's logical plan is an unresolved source, resolved once, when first used."""
+    plan = df._jdf.queryExecution().analyzed()
     return frozenset(
         n.output().mkString(",")
         for n in _nodes(plan)
