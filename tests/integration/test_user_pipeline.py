@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 README = Path(__file__).resolve().parents[2] / "README.md"
 PARTITIONS = 6
 CUSTOMERS = [f"cust-{i:02d}" for i in range(20)] + ["zoë"]
-START_MS = 1795341600000  # 2026-11-21T10:00:00Z
+START_MS = 1795341600000  # 2026-11-22T10:00:00Z
 
 
 def readme_example() -> str:
@@ -75,7 +75,7 @@ def served(url: str) -> tuple[dict, list]:
     for c in CUSTOMERS:
         resp = httpx.get(f"{url}/v1/tables/customer-totals/keys/{c}", timeout=10)
         totals[c] = resp.json() if resp.status_code == 200 else None
-    params = {"from": "cust-07|2026-11-21T10:05", "to": "cust-07|2026-11-21T10:20"}
+    params = {"from": "cust-07|2026-11-22T10:05", "to": "cust-07|2026-11-22T10:20"}
     resp = httpx.get(f"{url}/v1/tables/orders-by-time/range", params=params, timeout=10)
     assert resp.status_code == 200, resp.text
     return totals, resp.json()["items"]
@@ -95,7 +95,7 @@ def test_the_readme_example_computes_serves_and_answers_exactly(bootstrap: str, 
         mine = [o for o in orders if o["customer"] == c]
         spent = round(sum(o["amount"] for o in mine), 2)
         expected_totals[c] = {"customer": c, "orders": len(mine), "spent": spent}
-    low, high = "cust-07|2026-11-21T10:05", "cust-07|2026-11-21T10:20"
+    low, high = "cust-07|2026-11-22T10:05", "cust-07|2026-11-22T10:20"
     expected_range = sorted(
         (
             key,
@@ -107,7 +107,7 @@ def test_the_readme_example_computes_serves_and_answers_exactly(bootstrap: str, 
             },
         )
         for o in orders
-        if low <= (key := f"cust-07|{iso(o['ts'])}|{o['order_id']}") < high
+        if low <= (key := f"{o['customer']}|{iso(o['ts'])}|{o['order_id']}") < high
     )
     assert len(expected_range) > 10
 
