@@ -86,6 +86,8 @@ class Context:
         ``schema``), or ``__value`` as text, beside the ``__`` metadata columns. Records
         that fail the schema or a ``reject`` condition go to ``dead_letters``
         (``TOPIC-dlq``) with the reason."""
+        if schema is not None:
+            records.as_struct(schema)  # a bad schema fails before any topic is created
         partitions = topic_partitions(self.opts.bootstrap, topic)
         if partitions is None:
             create_topics(self.opts.bootstrap, {topic: self.partitions})
@@ -95,7 +97,7 @@ class Context:
         checked = schema is not None or bool(reject)
         letters = (dead_letters or f"{topic}-dlq") if checked else None
         if letters:
-            create_topics(self.opts.bootstrap, {letters: 1})
+            self._letters_topic(letters)
         self._reads.append(
             _Read(topic, partitions, source_ids(raw), parsed, letters, (schema, tuple(reject)))
         )
@@ -178,7 +180,7 @@ class Context:
         options = self._partitioner([out])
         letters = f"{topic}-dlq"
         self._create({topic: partitions or _partitions(reads, self.partitions)}, {})
-        self._create({letters: 1}, {})
+        self._letters_topic(letters)
         frame = table_records(df, [out], letters)
         return self._start(self._carry(frame, df, reads), df, name, options)
 
@@ -208,7 +210,7 @@ class Context:
             )
         options = {} if partition is not None else self._partitioner(outputs)
         self._create({o.topic: count for o in outputs}, COMPACTED)
-        self._create({letters: 1}, {})
+        self._letters_topic(letters)
         frame = table_records(df, outputs, letters, table_column, partition)
         return self._start(self._carry(frame, df, reads), df, name, options)
 
@@ -242,6 +244,11 @@ class Context:
     def _create(self, topics: Mapping[str, int], config: Mapping[str, str]) -> None:
         if topics:
             create_topics(self.opts.bootstrap, dict(topics), config=config)
+
+    def _letters_topic(self, topic: str) -> None:
+        """A dead-letter topic: one partition when kiq creates it, any count when it exists."""
+        if topic_partitions(self.opts.bootstrap, topic) is None:
+            create_topics(self.opts.bootstrap, {topic: 1})
 
     def _carry(self, frame: DataFrame, df: DataFrame, reads: list[_Read]) -> DataFrame:
         """Add the dead letters of the reads ``df`` comes from that no query carries yet."""
