@@ -1,5 +1,6 @@
 # kiq: one command each for setup, tests and the demo. Every target is idempotent.
-#   make setup   venv + kiq package + Maven jars (Kafka broker, Spark Kafka connector)
+#   make setup   venv + kiq package + Maven jars (Kafka broker, Spark Kafka connector,
+#                kiq's composite-key partitioner, built from jvm/kiq-partitioner)
 #   make test    setup, then the test suite (starts its own broker and Spark)
 #   make lint       setup, then ruff: lint rules and the formatter's layout
 #   make typecheck  setup, then mypy over src/ ([tool.mypy] in pyproject.toml)
@@ -31,7 +32,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@
 
-jars: $(JARS)/kafka/.stamp $(JARS)/spark/.stamp
+jars: $(JARS)/kafka/.stamp $(JARS)/spark/.stamp $(JARS)/kiq/.stamp
 
 $(JARS)/kafka/.stamp: jvm/kafka-broker/pom.xml
 	@echo "fetching the Kafka broker jars from Maven Central into $(JARS)/kafka"
@@ -46,6 +47,14 @@ $(JARS)/spark/.stamp: jvm/spark-connector/pom.xml $(BIN)/.installed
 	$(MVN) -f jvm/spark-connector/pom.xml dependency:copy-dependencies \
 		-Dspark.version=$$($(BIN)/python -c 'import pyspark; print(pyspark.__version__)') \
 		-DoutputDirectory=$(CURDIR)/$(JARS)/spark
+	@touch $@
+
+# The partitioner Spark's Kafka sink uses for composite keys: compiled here (javac), against
+# kafka-clients from Maven Central.
+$(JARS)/kiq/.stamp: jvm/kiq-partitioner/pom.xml $(shell find jvm/kiq-partitioner/src -name '*.java')
+	@echo "building kiq's Kafka partitioner into $(JARS)/kiq"
+	@rm -rf $(JARS)/kiq
+	$(MVN) -f jvm/kiq-partitioner/pom.xml package -Dkiq.jars=$(CURDIR)/$(JARS)/kiq
 	@touch $@
 
 test: setup
@@ -72,5 +81,5 @@ stop:
 	@if [ -x $(BIN)/kiq ]; then $(BIN)/kiq broker stop; fi
 
 clean: stop
-	rm -rf $(VENV) .cache .kiq build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache \
+	rm -rf $(VENV) .cache .kiq build jvm/*/target src/*.egg-info .pytest_cache .ruff_cache .mypy_cache \
 		.import_linter_cache

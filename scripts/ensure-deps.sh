@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure the tools kiq builds with are here: Java 17+, Maven, Python 3.11+ with venv,
+# Make sure the tools kiq builds with are here: a JDK 17+ (javac: `make jars` compiles kiq's
+# Kafka partitioner), Maven, Python 3.11+ with venv,
 # and wrk (the HTTP load generator `kiq bench lookups` drives).
 # On Debian/Ubuntu as root, missing ones are installed with apt-get; elsewhere this
 # says what to install and fails, except for wrk: only the benchmarks need it, so
@@ -12,7 +13,9 @@ java_ok() {
   command -v java >/dev/null 2>&1 || return 1
   local v
   v=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
-  [ -n "$v" ] && [ "$v" -ge 17 ]
+  [ -n "$v" ] && [ "$v" -ge 17 ] || return 1
+  # A JRE runs the broker and Spark but cannot compile jvm/kiq-partitioner.
+  command -v javac >/dev/null 2>&1
 }
 python_ok() {
   "${PYTHON:-python3}" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null

@@ -7,6 +7,8 @@ both ways to 12-partition topics and compares partition by partition.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from confluent_kafka import Producer
 
@@ -60,3 +62,48 @@ def test_librdkafka_default_partitioner_would_disagree(bootstrap, make_topic):
     assert producer.flush(30) == 0
     mismatched = [k for k in keys if placed[k] != partition_for(k, PARTITIONS)]
     assert len(mismatched) > len(keys) // 2
+
+
+ENTITIES = [f"cust-{i}" for i in range(300)] + ["AAPL", "BRK.B", "zürich", "東京", "x" * 300]
+
+
+def test_composite_keys_land_in_their_first_parts_partition(
+    spark, spark_settings, bootstrap, make_topic, checkpoint
+):
+    """``ctx.write_table`` with a composite key: every ``A|B`` in the partition Python
+    computes for ``A`` (the JVM partitioner, no Python per record); a part holding the
+    separator is a dead letter, and the query goes on; a non-string part is cast."""
+    from pyspark.sql import functions as F
+
+    from kiq.pipelines.context import Context
+    from kiq.pipelines.kafka_io import StreamOptions
+    from kiq.runtime.jars import partitioner_jar
+    from kiq.tables import TableSpec
+
+    source = make_topic("orders", partitions=PARTITIONS)
+    table = f"{source}-by-time"
+    rows = [(e, n) for e in ENTITIES for n in (1, 20)] + [("bad|entity", 7)]
+    produce(bootstrap, source, [(e, json.dumps({"who": e, "n": n})) for e, n in rows])
+
+    opts = StreamOptions(bootstrap=bootstrap, checkpoint_root=checkpoint)
+    jar = partitioner_jar(spark_settings.jars_dir)
+    assert jar is not None, "make jars builds jvm/kiq-partitioner"
+    ctx = Context(spark, opts, "agreement", partitioner_jar=jar)
+    orders = ctx.read(source, "who STRING NOT NULL, n INT NOT NULL")
+    query = ctx.write_table(table, orders.withColumn("n", F.col("n") * 10), key=("who", "n"))
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+    written = drain(bootstrap, table, 2 * len(ENTITIES))
+    spec = TableSpec(table, table, key_separator="|")
+    placed = {r.key.decode(): r.partition for r in written}
+    assert sorted(placed) == sorted(f"{e}|{n * 10}" for e, n in rows if "|" not in e)
+    assert placed == {k: partition_for(spec.partition_key(k), PARTITIONS) for k in placed}
+    assert len(set(placed.values())) == PARTITIONS
+    letters = drain(bootstrap, f"{table}-dlq", 1)
+    assert [r.headers["kiq.reason"].decode() for r in letters] == [
+        "key column who contains the separator '|'"
+    ]
+    assert json.loads(letters[0].value) == {"who": "bad|entity", "n": 70}

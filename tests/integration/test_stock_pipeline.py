@@ -17,8 +17,8 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
+from kiq.apps.stocks.pipeline import StockTopics
 from kiq.kafka import create_topics, producer_config
-from kiq.pipelines.stocks import StockTopics
 from kiq.runtime import LocalPipeline
 from tests.integration import stock_reference as ref
 from tests.integration.kafka_io import drain

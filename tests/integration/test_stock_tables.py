@@ -1,4 +1,8 @@
-"""The one aggregation behind the three stock tables, on rows shaped like the Kafka source's."""
+"""The one aggregation behind the three stock tables, on rows shaped like the Kafka source's.
+
+The frames are what the stock pipeline's ``ctx.read`` and ``ctx.write_tables`` build
+(``kiq.pipelines.records`` and ``kiq.pipelines.tables``), on a static input.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,41 @@ import json
 
 import pytest
 
-from kiq.pipelines.stocks import StockTopics, stock_outputs, stock_tables
+from kiq.apps.stocks.pipeline import KEY_SEP, StockTopics, stock_rows
+from kiq.apps.stocks.ticks import TICK_SCHEMA, tick_rules
+from kiq.pipelines.records import dead_letters, good_records, parse_records
+from kiq.pipelines.tables import TableOutput, letters_records, table_records
 
 pytestmark = pytest.mark.spark
 
 T = StockTopics()
 MIDNIGHT = 1795305600000  # 2026-11-22T00:00:00Z
+
+
+def _tables(parsed, topics: StockTopics):
+    composite = ("symbol", "bucket")
+    outputs = [
+        TableOutput(topics.quotes, topics.quotes, ("symbol",), KEY_SEP, "value"),
+        TableOutput(topics.day_stats, topics.day_stats, composite, KEY_SEP, "value"),
+        TableOutput(topics.bars, topics.bars, composite, KEY_SEP, "value"),
+    ]
+    rows = stock_rows(good_records(parsed), topics)
+    return table_records(rows, outputs, "stock-tables-dlq", "table", "partition")
+
+
+def stock_outputs(raw, topics: StockTopics):
+    """What the pipeline's one query writes: the tables' records and the dead letters."""
+    parsed = parse_records(raw, TICK_SCHEMA, tick_rules(topics.exchanges))
+    letters = letters_records(dead_letters(parsed), topics.dead_letters)
+    return _tables(parsed, topics).unionByName(letters)
+
+
+def stock_tables(raw, topics: StockTopics):
+    """The tables' records alone, key and value as text."""
+    out = _tables(parse_records(raw, TICK_SCHEMA, tick_rules(topics.exchanges)), topics)
+    return out.selectExpr(
+        "topic", "CAST(key AS STRING) key", "CAST(value AS STRING) value", "partition"
+    )
 
 
 def tick(exchange: str, ts: int, bid: float, ask: float, size: int = 100, last=None) -> bytes:

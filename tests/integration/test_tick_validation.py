@@ -1,4 +1,8 @@
-"""The tick contract as Spark checks it: every reason a tick goes to the dead-letter topic."""
+"""The tick contract as Spark checks it: every reason a tick goes to the dead-letter topic.
+
+The stock application declares the contract (a schema and its rules); ``ctx.read``
+applies it through ``kiq.pipelines.records``, exercised here on a static frame.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,9 @@ import json
 
 import pytest
 
-from kiq.pipelines.stocks import DEFAULT_EXCHANGES
-from kiq.pipelines.ticks import dead_letters, parse_ticks, valid_ticks
+from kiq.apps.stocks.pipeline import DEFAULT_EXCHANGES
+from kiq.apps.stocks.ticks import TICK_SCHEMA, tick_rules
+from kiq.pipelines.records import dead_letters, good_records, parse_records
 
 pytestmark = pytest.mark.spark
 
@@ -42,6 +47,15 @@ CASES = [
 ]
 
 
+def parse_ticks(raw, exchanges):
+    parsed = parse_records(raw, TICK_SCHEMA, tick_rules(exchanges))
+    return parsed.withColumnsRenamed({"__offset": "offset", "__reason": "reason"})
+
+
+def valid_ticks(parsed):
+    return good_records(parsed.withColumnsRenamed({"offset": "__offset", "reason": "__reason"}))
+
+
 def test_every_reason(spark):
     rows = [
         (k.encode() if k else None, v, "stock-ticks", 0, i) for i, (k, v, _) in enumerate(CASES)
@@ -55,7 +69,8 @@ def test_every_reason(spark):
 
     valid = valid_ticks(parsed).collect()
     assert len(valid) == 3 and "_corrupt" not in valid[0].asDict()
-    letters = dead_letters(parsed).collect()
+    renamed = parsed.withColumnsRenamed({"offset": "__offset", "reason": "__reason"})
+    letters = dead_letters(renamed).collect()
     assert len(letters) == len(CASES) - 3
     first = {h["key"]: bytes(h["value"]).decode() for h in letters[0]["headers"]}
     assert first["kiq.reason"] == CASES[3][2]

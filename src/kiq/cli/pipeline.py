@@ -1,22 +1,38 @@
-"""`kiq pipeline run stocks|wordcount`: a PySpark Structured Streaming pipeline."""
+"""`kiq pipeline run TARGET [TARGET ...]`: PySpark Structured Streaming pipelines, in one driver."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kiq import catalog, settings
+from kiq import settings
 from kiq.cli.context import CliState, run_or_exit
 
 app = typer.Typer(help="Run the Spark pipelines that derive kiq's tables.", no_args_is_help=True)
 
+_TARGETS = (
+    "FILE.py:FUNCTION or package.module:FUNCTION (FUNCTION(ctx) starts the queries), "
+    "or a shipped pipeline: stocks, wordcount; several run in one Spark driver "
+    "[the config file's [app] pipelines]"
+)
 
-class Name(StrEnum):
-    stocks = catalog.STOCKS_PIPELINE
-    wordcount = catalog.WORDCOUNT_PIPELINE
+
+def _app_pipelines(config: Path | None) -> list[str]:
+    """The targets of the application file's ``[app] pipelines``."""
+    from kiq.errors import ConfigError
+
+    app_table = settings.load_toml(settings.config_path(config)).get("app", {})
+    found = app_table.get("pipelines") if isinstance(app_table, dict) else None
+    if not found or not isinstance(found, list) or not all(isinstance(t, str) for t in found):
+        raise ConfigError(
+            "name the pipelines to run: kiq pipeline run TARGET..., or list them as "
+            '[app] pipelines = ["file.py:build"] in the config file (--config)'
+        )
+    return found
 
 
 class TriggerMode(StrEnum):
@@ -27,7 +43,9 @@ class TriggerMode(StrEnum):
 @app.command()
 def run(
     ctx: typer.Context,
-    names: Annotated[list[Name], typer.Argument(help="which pipelines (one Spark driver)")],
+    targets: Annotated[
+        list[str] | None, typer.Argument(help=_TARGETS, metavar="[TARGET]...", show_default=False)
+    ] = None,
     bootstrap: Annotated[
         str | None, typer.Option(help="Kafka bootstrap servers [127.0.0.1:9092]")
     ] = None,
@@ -46,11 +64,13 @@ def run(
 ) -> None:
     """Run pipelines until Ctrl-C; a restart resumes from their checkpoints."""
     from kiq.pipelines.kafka_io import StreamOptions
-    from kiq.pipelines.runner import Pipeline, PipelineTopics, run_pipelines
-    from kiq.pipelines.stocks import StockTopics, start_stock_pipeline
-    from kiq.pipelines.wordcount import start_wordcount_pipeline
+    from kiq.pipelines.runner import run_targets
+    from kiq.pipelines.targets import resolve
+    from kiq.tables import parse_table
 
     state: CliState = ctx.obj
+    wanted: list[str] = targets or run_or_exit(lambda: _app_pipelines(state.config))
+    chosen = [run_or_exit(partial(resolve, t)) for t in dict.fromkeys(wanted)]
     conf = run_or_exit(
         lambda: settings.load(
             settings.PipelineSettings,
@@ -72,14 +92,8 @@ def run(
         trigger=conf.trigger,
         interval=conf.interval,
     )
-    t = StockTopics()
-    stocks = PipelineTopics(
-        t.ticks, conf.partitions, (t.quotes, t.day_stats, t.bars), (t.dead_letters,)
-    )
-    words = PipelineTopics(catalog.WORDS, conf.partitions, (catalog.WORD_COUNTS,))
-    known = {
-        Name.stocks: Pipeline(catalog.STOCKS_PIPELINE, start_stock_pipeline, stocks),
-        Name.wordcount: Pipeline(catalog.WORDCOUNT_PIPELINE, start_wordcount_pipeline, words),
-    }
-    chosen = [known[n] for n in dict.fromkeys(names)]
-    run_or_exit(lambda: run_pipelines(chosen, spark, opts))
+    # ctx.write_table(name, ...) writes the topic the config's [serve] tables give `name`.
+    serve = run_or_exit(lambda: settings.load(settings.ServeSettings, state.config))
+    tables = run_or_exit(lambda: [parse_table(t) for t in serve.tables])
+    topics = {t.name: t.topic for t in tables}
+    run_or_exit(lambda: run_targets(chosen, spark, opts, conf.partitions, topics))

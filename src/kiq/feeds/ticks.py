@@ -8,7 +8,7 @@ Key: the symbol as UTF-8. Value: a JSON object with exactly :data:`FIELDS`::
 
 ``ts`` is epoch milliseconds from 2000 up to 2050 (:data:`TS_RANGE_MS`; the
 pipeline packs a tick's time and offset into one 64-bit order, see
-``kiq.pipelines.stocks``). ``last`` and ``last_size`` are both null when the
+``kiq.apps.stocks.pipeline``). ``last`` and ``last_size`` are both null when the
 tick carries no trade. Prices are positive numbers, sizes positive integers, and
 ``bid <= ask``. :func:`validate` is the one place these rules are written.
 """

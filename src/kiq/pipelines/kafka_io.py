@@ -8,6 +8,8 @@ double-counting anything.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -16,6 +18,8 @@ from kiq.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
 
 Trigger = Literal["microbatch", "realtime"]
 
@@ -69,22 +73,32 @@ def write_topic(
     topic: str | None,
     name: str,
     stateful: bool,
+    mode: Literal["update", "append"] = "update",
+    options: Mapping[str, str] | None = None,
 ) -> StreamingQuery:
     """Start one query writing ``frame`` (key, value[, partition][, headers]) to ``topic``,
     or, with ``topic`` None, each row to the topic of its ``topic`` column.
 
     Real-Time Mode runs stateless queries only on this Spark; a stateful one asked
-    to run in real time falls back to micro-batches (its name says so in the log).
+    to run in real time falls back to micro-batches, and the log says so.
     """
     writer = (
         frame.writeStream.format("kafka")
         .queryName(name)
         .option("kafka.bootstrap.servers", opts.bootstrap)
         .option("checkpointLocation", f"{opts.checkpoint_root}/{name}")
-        .outputMode("update")
+        .outputMode(mode)
+        .options(**dict(options or {}))
     )
     if topic is not None:
         writer = writer.option("topic", topic)
+    if opts.trigger == "realtime" and stateful:
+        log.warning(
+            "query %s keeps state (an aggregation, deduplication or stream-stream join): "
+            "Spark 4.2 runs only stateless queries in Real-Time Mode, so it runs in "
+            "micro-batches",
+            name,
+        )
     if opts.trigger == "realtime" and not stateful:
         # pyspark 4.2's overloads of trigger() leave out realTime; the method takes it.
         writer = writer.trigger(realTime=opts.realtime_batch)  # type: ignore[call-overload]

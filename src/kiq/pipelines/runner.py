@@ -1,8 +1,7 @@
-"""Running a pipeline: topics in place, queries started, stopped cleanly on a signal.
+"""Running pipelines: targets built on one Spark session, stopped cleanly on a signal.
 
-A pipeline is a function that starts streaming queries on a session. The
-runner creates the topics it writes (compacted, with the input's partition
-count, so composite keys can stay in their entity's partition), then waits.
+Each target is a function given a ``Context`` (``kiq.pipelines.context``); the
+queries it starts through ``ctx`` run until a signal or the first failure.
 """
 
 from __future__ import annotations
@@ -11,47 +10,25 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kiq.errors import KiqError
-from kiq.kafka import create_topics, topic_partitions
+from kiq.errors import ConfigError, KiqError
+from kiq.pipelines.context import COMPACTED, Context
 from kiq.pipelines.kafka_io import StreamOptions
 from kiq.pipelines.session import build_session
+from kiq.pipelines.targets import Target
+from kiq.runtime.jars import partitioner_jar
 from kiq.settings import SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+__all__ = ["COMPACTED", "ProgressLog", "run_targets", "stale_state_hint"]
+
 log = logging.getLogger(__name__)
-
-COMPACTED = {
-    "cleanup.policy": "compact",
-    "segment.ms": "600000",
-    "min.cleanable.dirty.ratio": "0.1",
-}
-
-
-@dataclass(frozen=True)
-class PipelineTopics:
-    source: str
-    source_partitions: int
-    tables: tuple[str, ...]
-    dead_letters: tuple[str, ...] = ()
-
-
-def ensure_topics(bootstrap: str, topics: PipelineTopics) -> int:
-    """Create the input (if missing) and every output; returns the input's partition count."""
-    partitions = topic_partitions(bootstrap, topics.source)
-    if partitions is None:
-        create_topics(bootstrap, {topics.source: topics.source_partitions})
-        partitions = topics.source_partitions
-    create_topics(bootstrap, dict.fromkeys(topics.tables, partitions), config=COMPACTED)
-    if topics.dead_letters:
-        create_topics(bootstrap, dict.fromkeys(topics.dead_letters, 1))
-    return partitions
 
 
 class ProgressLog:
@@ -93,35 +70,19 @@ class ProgressLog:
             )
 
 
-@dataclass(frozen=True)
-class Pipeline:
-    name: str
-    start: Callable[[SparkSession, StreamOptions], list[StreamingQuery]]  # the started queries
-    topics: PipelineTopics
-
-
-def run_pipelines(
-    pipelines: list[Pipeline],
+def run_targets(
+    targets: Sequence[Target],
     spark_settings: SparkSettings,
     opts: StreamOptions,
+    partitions: int = 30,
+    table_topics: Mapping[str, str] | None = None,
     stop_event: threading.Event | None = None,
 ) -> None:
-    """Start every pipeline's queries in one Spark session; block until a signal or a failure.
+    """Build every target's queries in one Spark session; block until a signal or a failure.
 
-    Each pipeline checkpoints under ``opts.checkpoint_root/NAME``.
+    Each target checkpoints under ``opts.checkpoint_root/TARGET_NAME/QUERY``.
     """
-    name = "+".join(p.name for p in pipelines)
-    for p in pipelines:
-        partitions = ensure_topics(opts.bootstrap, p.topics)
-        log.info(
-            "pipeline starting name=%s source=%s partitions=%d trigger=%s checkpoints=%s/%s",
-            p.name,
-            p.topics.source,
-            partitions,
-            opts.trigger,
-            opts.checkpoint_root,
-            p.name,
-        )
+    name = "+".join(t.name for t in targets)
     spark = build_session(spark_settings, app_name=f"kiq-{name}")
     stop = stop_event or threading.Event()
     if stop_event is None and threading.current_thread() is threading.main_thread():
@@ -129,15 +90,37 @@ def run_pipelines(
             signal.signal(sig, lambda *_: stop.set())
     queries: list[StreamingQuery] = []
     checkpoints: dict[str, str] = {}  # query name -> its pipeline's checkpoint root
-    for p in pipelines:
-        mine = replace(
-            opts,
-            checkpoint_root=f"{opts.checkpoint_root}/{p.name}",
-            input_tasks=opts.input_tasks or spark_settings.input_tasks_per_batch,
-        )
-        started = p.start(spark, mine)
-        checkpoints.update(dict.fromkeys((q.name for q in started), mine.checkpoint_root))
-        queries.extend(started)
+    jar = partitioner_jar(spark_settings.jars_dir)
+    try:
+        for t in targets:
+            mine = replace(
+                opts,
+                checkpoint_root=f"{opts.checkpoint_root}/{t.name}",
+                input_tasks=opts.input_tasks or spark_settings.input_tasks_per_batch,
+            )
+            log.info(
+                "pipeline starting name=%s target=%s trigger=%s checkpoints=%s",
+                t.name,
+                t.spec,
+                opts.trigger,
+                mine.checkpoint_root,
+            )
+            ctx = Context(spark, mine, t.name, partitions, dict(table_topics or {}), jar)
+            try:
+                t.function(ctx)
+            finally:
+                queries.extend(ctx.queries)
+                checkpoints.update(
+                    dict.fromkeys((q.name for q in ctx.queries), mine.checkpoint_root)
+                )
+            if not ctx.queries:
+                raise ConfigError(
+                    f"pipeline {t.name} ({t.spec}) started no query: call ctx.write_table, "
+                    "ctx.write_tables or ctx.write_topic"
+                )
+    except BaseException:
+        _stop(queries, spark, None)
+        raise
     for q in queries:
         log.info("query started pipeline=%s query=%s id=%s", name, q.name, q.id)
     failed: StreamingQuery | None = None

@@ -1,6 +1,7 @@
 """The SparkSession every kiq pipeline runs in.
 
-Spark's Kafka connector comes from the Maven jar cache through ``spark.jars``
+Spark's Kafka connector (and kiq's partitioner for composite keys) comes from the Maven
+jar cache through ``spark.jars``, which ships it to every executor
 (never Ivy at run time); streaming state lives in RocksDB with changelog
 checkpointing; each query checkpoints under one root, so a restarted pipeline
 resumes where it stopped.
@@ -11,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kiq.runtime.jars import spark_connector_jars
+from kiq.runtime.jars import partitioner_jar, spark_connector_jars
 from kiq.runtime.java import java_executable
 from kiq.settings import SparkSettings
 
@@ -59,6 +60,8 @@ def build_session(settings: SparkSettings, app_name: str | None = None) -> Spark
 
     java_executable()  # fail with a clear message before Spark's launcher does not
     jars = spark_connector_jars(settings.jars_dir, pyspark.__version__)
+    partitioner = partitioner_jar(settings.jars_dir)
+    jars += [partitioner] if partitioner else []
     settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.master(settings.master).appName(app_name or settings.app_name)
     for key, value in spark_conf(settings, jars).items():

@@ -2,7 +2,8 @@
 
 Layout under the jars dir: ``kafka/`` holds the broker and its runtime
 dependencies; ``spark/`` holds Spark's Kafka connector and the three jars the
-pyspark wheel lacks, at the installed pyspark's version. The settings find the
+pyspark wheel lacks, at the installed pyspark's version; ``kiq/`` holds kiq's own
+Kafka partitioner, compiled from ``jvm/kiq-partitioner``. The settings find the
 cache of the checkout kiq runs in (``kiq.settings.find_jar_cache``); elsewhere,
 as from an installed wheel, a setting names it.
 """
@@ -12,6 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from kiq.errors import SetupError
+
+# jvm/kiq-partitioner: composite keys to their first part's partition, and the producer
+# setting (one per topic) that names a topic's key separator.
+PARTITIONER_CLASS = "io.kiq.kafka.KeyPrefixPartitioner"
+SEPARATOR_OPTION = "kiq.key.separator."
 
 
 def _fix(section: str) -> str:
@@ -41,3 +47,9 @@ def spark_connector_jars(jars_dir: Path, spark_version: str) -> list[Path]:
             + _fix("spark")
         )
     return sorted(spark.glob("*.jar"))
+
+
+def partitioner_jar(jars_dir: Path) -> Path | None:
+    """kiq's composite-key partitioner, if `make jars` built it (only composite keys need it)."""
+    jar = jars_dir / "kiq" / "kiq-partitioner.jar"
+    return jar if jar.is_file() else None

@@ -17,7 +17,8 @@ from pathlib import Path
 
 @dataclass
 class LocalPipeline:
-    names: tuple[str, ...]  # ("stocks",), ("stocks", "wordcount"): one driver
+    # pipeline targets, run in one driver: ("stocks", "wordcount"), ("app.py:build",)
+    targets: tuple[str, ...]
     bootstrap: str
     checkpoint_dir: Path
     log_file: Path
@@ -30,7 +31,7 @@ class LocalPipeline:
     def start(self) -> LocalPipeline:
         if self.running:
             return self
-        cmd = [sys.executable, "-m", "kiq", "pipeline", "run", *self.names]
+        cmd = [sys.executable, "-m", "kiq", "pipeline", "run", *self.targets]
         cmd += ["--bootstrap", self.bootstrap, "--master", self.master]
         cmd += ["--checkpoint", str(self.checkpoint_dir), "--trigger", self.trigger]
         cmd += ["--partitions", str(self.partitions), *self.extra_args]

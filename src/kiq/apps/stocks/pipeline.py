@@ -1,18 +1,20 @@
 """The stock pipeline: ticks → quotes, day statistics and one-minute bars.
 
+Built only on kiq's public pipeline API, as any application's pipeline would be.
 One streaming query over the Kafka input, with its own checkpoint, named
-``stock-tables``: one aggregation derives all three tables, and each row goes to
-its table's topic (a ``topic`` column); invalid ticks go to the dead-letter topic
-in the same batches, as they came, with the reason in a header:
+``stock-tables``: one aggregation derives all three tables (``ctx.write_tables``:
+each row names its table), and invalid ticks go to the dead-letter topic in the
+same batches (``ctx.read`` with the tick contract), as they came, with the reason
+in a header:
 
 - ``stock-day-stats``: trades grouped by (symbol, UTC date), key ``SYMBOL|YYYY-MM-DD``;
 - ``stock-bars-1m``: trades grouped by (symbol, minute), key ``SYMBOL|YYYY-MM-DDTHH:MM``;
 - ``stock-quotes``: ticks grouped by symbol, key ``SYMBOL``;
 - ``stock-ticks-dlq``: invalid ticks, key as they came.
 
-With ``--trigger realtime`` the dead letters are a query of their own, ``ticks-dlq``,
-in Real-Time Mode (Spark 4.2 runs only stateless queries so), beside the aggregation
-in micro-batches.
+With ``--trigger realtime`` kiq runs the dead letters as a query of their own,
+``stock-ticks-dlq``, in Real-Time Mode (Spark 4.2 runs only stateless queries so),
+beside the aggregation in micro-batches.
 
 Why one query rather than one per table: Spark does not chain aggregations in
 update mode, but one aggregation can hold several kinds of groups. Each trade
@@ -20,16 +22,17 @@ becomes a day row and a bar row beside its quote row, grouped by (symbol, kind,
 bucket). Every query costs a plan, tasks, offset and commit files and a state
 store commit per batch whatever its size; on a small driver those fixed costs,
 not the rows, were the batch time. The served quote's day statistics are added
-when it is looked up (``kiq.api.stocks``): reading them back from the day-stats
+when it is looked up (by the stock API): reading them back from the day-stats
 topic here doubled the partitions every batch reads, and the batch time.
 
 Every "latest" is the greatest (ts, offset), packed in one long (see
 ORDER_BASE_MS): the tick with the greatest timestamp wins whatever order ticks
 arrive in, and a tie goes to the one later in the log, so replays give the same
 answer. Composite
-keys are written to their symbol's partition: the tick's own partition, since
-ticks are keyed by symbol with Kafka's default partitioner and every topic of
-the pipeline has the input's partition count.
+keys are written to their symbol's partition: the tick's own partition
+(``partition="__partition"``, no hashing), since ticks are keyed by symbol with
+Kafka's default partitioner and every topic of the pipeline has the input's
+partition count.
 """
 
 from __future__ import annotations
@@ -38,19 +41,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kiq import catalog
-from kiq.pipelines.kafka_io import StreamOptions, read_topics, write_topic
-from kiq.pipelines.ticks import dead_letters, parse_ticks
+from kiq.apps.stocks.ticks import TICK_SCHEMA, tick_rules
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql import Column, DataFrame
 
-DEFAULT_EXCHANGES = catalog.STOCK_EXCHANGES
+    from kiq import Context
 
-# The queries' names, which are their checkpoint directories: renaming one starts it afresh.
+# The application's names (kiq's catalog holds the same, for the API and the feeds).
+DEFAULT_EXCHANGES = ("NYSE", "NASDAQ", "ARCA", "BATS", "IEX")
+KEY_SEP = "|"
+
+# The query's name, which is its checkpoint directory: renaming it starts it afresh.
 TABLES_QUERY = "stock-tables"
-DLQ_QUERY = "ticks-dlq"
 
 # The kinds of groups in the one aggregation.
 QUOTE, DAY, BAR = 0, 1, 2
@@ -71,89 +74,54 @@ MS_PER_MINUTE, MS_PER_DAY = 60_000, 86_400_000
 
 @dataclass(frozen=True)
 class StockTopics:
-    ticks: str = catalog.STOCK_TICKS
-    dead_letters: str = catalog.STOCK_TICKS_DLQ
-    quotes: str = catalog.STOCK_QUOTES
-    day_stats: str = catalog.STOCK_DAY_STATS
-    bars: str = catalog.STOCK_BARS
+    ticks: str = "stock-ticks"
+    dead_letters: str = "stock-ticks-dlq"
+    quotes: str = "stock-quotes"
+    day_stats: str = "stock-day-stats"
+    bars: str = "stock-bars-1m"
     exchanges: tuple[str, ...] = field(default=DEFAULT_EXCHANGES)
 
 
-def start_stock_pipeline(
-    spark: SparkSession, opts: StreamOptions, topics: StockTopics = StockTopics()
-) -> list[StreamingQuery]:
-    """Micro-batches: one query writes the tables and the dead letters. Real-Time Mode: the
-    stateless dead-letter query in real time, the aggregation in micro-batches beside it."""
-    if opts.trigger != "realtime":
-        outputs = stock_outputs(read_topics(spark, opts, topics.ticks), topics)
-        return [write_topic(outputs, opts, None, TABLES_QUERY, stateful=True)]
-    ticks = read_topics(spark, opts, topics.ticks, realtime=True)
-    letters = dead_letters(parse_ticks(ticks, topics.exchanges))
-    tables = stock_tables(read_topics(spark, opts, topics.ticks), topics)
-    return [
-        write_topic(letters, opts, topics.dead_letters, DLQ_QUERY, stateful=False),
-        write_topic(tables, opts, None, TABLES_QUERY, stateful=True),
-    ]
-
-
-def stock_outputs(ticks: DataFrame, topics: StockTopics) -> DataFrame:
-    """Kafka rows of the tick topic → (topic, key, value, partition, headers) of the three
-    tables and of the dead letters, as one query.
-
-    One query rather than a dead-letter query beside the tables': a second query read and
-    parsed every tick on its own schedule, with its own plan and commits, and the batches it
-    ran beside were the slowest (freshness p99 4.0 s → 2.5 s at 10,000 ticks/s). Spark
-    still scans and parses the ticks once per branch; feeding both branches from one
-    shuffle of the parsed ticks, which parses once, measured slower (a stage more per batch).
-    """
-    from pyspark.sql import functions as F
-
-    parsed = parse_ticks(ticks, topics.exchanges)
-    headers = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
-    tables = _tables(parsed, topics).select(
-        "topic",
-        F.col("key").cast("binary"),
-        F.col("value").cast("binary"),
-        "partition",
-        F.lit(None).cast(headers).alias("headers"),
+def build(ctx: Context, topics: StockTopics = StockTopics()) -> None:
+    """Ticks in; quotes, day statistics and bars out, with the dead letters, as one query."""
+    ticks = ctx.read(
+        topics.ticks,
+        TICK_SCHEMA,
+        reject=tick_rules(topics.exchanges),
+        dead_letters=topics.dead_letters,
     )
-    letters = dead_letters(parsed).select(
-        F.lit(topics.dead_letters).alias("topic"),
-        "key",
-        "value",
-        F.lit(None).cast("int").alias("partition"),
-        "headers",
+    composite = ("symbol", "bucket")
+    ctx.write_tables(
+        stock_rows(ticks, topics),
+        table="table",
+        key={topics.quotes: "symbol", topics.day_stats: composite, topics.bars: composite},
+        sep=KEY_SEP,
+        value="value",
+        partition="partition",
+        query=TABLES_QUERY,
     )
-    return tables.unionByName(letters)
 
 
-def stock_tables(ticks: DataFrame, topics: StockTopics) -> DataFrame:
-    """Kafka rows of the tick topic → (topic, key, value, partition) of all three tables, in
-    one aggregation grouped by (symbol, partition, kind, bucket)."""
-    return _tables(parse_ticks(ticks, topics.exchanges), topics)
-
-
-def _tables(parsed: DataFrame, topics: StockTopics) -> DataFrame:
+def stock_rows(ticks: DataFrame, topics: StockTopics) -> DataFrame:
+    """Valid ticks (``ctx.read``'s columns) → rows of all three tables, in one aggregation
+    grouped by (symbol, partition, kind, bucket): ``table``, ``symbol``, ``bucket``, the
+    value as JSON text and the input ``partition``."""
     from pyspark.sql import functions as F
 
     # One scan of the input: each Kafka row becomes the rows it counts in, by kind. A
     # union of per-kind selections would read and parse every record once per branch.
-    trade = F.col("t.last").isNotNull()
+    trade = F.col("last").isNotNull()
     kinds = F.array(F.lit(QUOTE), F.when(trade, F.lit(DAY)), F.when(trade, F.lit(BAR)))
     exchanges = F.array(*map(F.lit, topics.exchanges))
-    rows = (
-        parsed.where(F.col("reason").isNull())
-        .select(
-            F.col("t.symbol").alias("symbol"),
-            "partition",
-            F.explode(kinds).alias("kind"),
-            F.col("t.ts").alias("ts"),
-            _order("t.ts", "offset").alias("order"),
-            F.array_position(exchanges, F.col("t.exchange")).cast("int").alias("ex"),
-            *(F.col(f"t.{name}").alias(name) for name in _TICK_FIELDS),
-        )
-        .where("kind IS NOT NULL")
-    )
+    rows = ticks.select(
+        "symbol",
+        F.col("__partition").alias("partition"),
+        F.explode(kinds).alias("kind"),
+        "ts",
+        _order("ts", "__offset").alias("order"),
+        F.array_position(exchanges, F.col("exchange")).cast("int").alias("ex"),
+        *_TICK_FIELDS,
+    ).where("kind IS NOT NULL")
     kind = F.col("kind")
     bucket = (
         F.when(kind == DAY, F.expr(f"ts div {MS_PER_DAY}"))  # ts > 0: div is floor
@@ -171,10 +139,9 @@ def _tables(parsed: DataFrame, topics: StockTopics) -> DataFrame:
         F.when(kind == QUOTE, topics.quotes)
         .when(kind == DAY, topics.day_stats)
         .otherwise(topics.bars)
-        .alias("topic"),
-        F.when(kind == QUOTE, F.col("symbol"))
-        .otherwise(F.concat_ws(catalog.STOCK_KEY_SEP, "symbol", "bucket"))
-        .alias("key"),
+        .alias("table"),
+        "symbol",
+        "bucket",
         F.when(kind == QUOTE, F.to_json(F.expr(_quote_sql(topics.exchanges)), _KEEP_NULLS))
         .when(kind == DAY, F.to_json(_day_value()))
         .otherwise(F.to_json(_bar_value()))

@@ -1,0 +1,1 @@
+"""The applications kiq ships, built only on its public API (``from kiq import ...``)."""

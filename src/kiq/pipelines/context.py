@@ -1,0 +1,303 @@
+"""``ctx``: what a pipeline function is given to read topics and write served tables.
+
+kiq chooses what a hand-written ``writeStream`` leaves to its author: the topics
+(tables compacted, with the input's partition count), the output mode (update; append
+when the query joins two streams, the only mode Spark allows there), the checkpoint
+(``CHECKPOINT_ROOT/PIPELINE/QUERY``: one per query, named after the target and the
+table, so a restart resumes it), the trigger, and the partitioner (composite keys go
+to the partition of their first part, see ``jvm/kiq-partitioner``). Every check runs
+before the query starts, so a mistake is an error, not bad records in a topic.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kiq.errors import ConfigError, SetupError
+from kiq.kafka import create_topics, topic_partitions
+from kiq.pipelines import records
+from kiq.pipelines.kafka_io import StreamOptions, read_topics, write_topic
+from kiq.pipelines.plans import source_ids, stateful, streams_joined
+from kiq.pipelines.tables import TableOutput, letters_records, table_records
+from kiq.runtime.jars import PARTITIONER_CLASS, SEPARATOR_OPTION
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from kiq.pipelines.records import Rejection, Schema
+
+    Key = str | Sequence[str]
+
+log = logging.getLogger(__name__)
+
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.ms": "600000",
+    "min.cleanable.dirty.ratio": "0.1",
+}
+
+
+@dataclass
+class _Read:
+    """A topic read through ``ctx.read``; its dead letters leave with the first query that
+    uses it, so the topic is read and parsed once per batch."""
+
+    topic: str
+    partitions: int
+    sources: frozenset[str]
+    parsed: DataFrame
+    dead_letters: str | None
+    realtime_args: tuple[Schema | None, tuple[Rejection, ...]]
+    carried: bool = False
+
+
+@dataclass
+class Context:
+    """The one argument of a pipeline function (see the README, "Serve your own pipeline")."""
+
+    spark: SparkSession
+    opts: StreamOptions
+    pipeline: str
+    partitions: int = 30  # of an input topic kiq creates because it is missing
+    table_topics: Mapping[str, str] = field(default_factory=dict)  # [serve] tables
+    partitioner_jar: Path | None = None
+    queries: list[StreamingQuery] = field(default_factory=list)
+    _reads: list[_Read] = field(default_factory=list)
+    _names: set[str] = field(default_factory=set)
+
+    @property
+    def trigger(self) -> str:
+        return self.opts.trigger
+
+    def read(
+        self,
+        topic: str,
+        schema: Schema | None = None,
+        *,
+        reject: Sequence[Rejection] = (),
+        dead_letters: str | None = None,
+    ) -> DataFrame:
+        """A streaming DataFrame of ``topic``: the JSON value's fields as columns (with a
+        ``schema``), or ``__value`` as text, beside the ``__`` metadata columns. Records
+        that fail the schema or a ``reject`` condition go to ``dead_letters``
+        (``TOPIC-dlq``) with the reason."""
+        if schema is not None:
+            records.as_struct(schema)  # a bad schema fails before any topic is created
+        partitions = topic_partitions(self.opts.bootstrap, topic)
+        if partitions is None:
+            create_topics(self.opts.bootstrap, {topic: self.partitions})
+            partitions = self.partitions
+        raw = read_topics(self.spark, self.opts, topic)
+        parsed = records.parse_records(raw, schema, tuple(reject))
+        checked = schema is not None or bool(reject)
+        letters = (dead_letters or f"{topic}-dlq") if checked else None
+        if letters:
+            self._letters_topic(letters)
+        self._reads.append(
+            _Read(topic, partitions, source_ids(raw), parsed, letters, (schema, tuple(reject)))
+        )
+        return records.good_records(parsed)
+
+    def write_table(
+        self,
+        name: str,
+        df: DataFrame,
+        key: Key,
+        sep: str = "|",
+        value: str | None = None,
+        partitions: int | None = None,
+        topic: str | None = None,
+        *,
+        partition: str | None = None,
+        dead_letters: str | None = None,
+    ) -> StreamingQuery:
+        """Start the query that keeps table ``name`` (topic: ``topic``, else the table's in
+        the config's ``[serve] tables``, else ``name``) equal to ``df``, keyed by ``key``."""
+        table = TableOutput(name, topic or self.table_topics.get(name, name), _key(key), sep, value)
+        letters = dead_letters or f"{table.topic}-dlq"
+        return self._write_tables(name, df, [table], letters, None, partitions, partition)
+
+    def write_tables(
+        self,
+        df: DataFrame,
+        table: str,
+        key: Key | Mapping[str, Key],
+        *,
+        query: str,
+        sep: str | Mapping[str, str] = "|",
+        value: str | Mapping[str, str | None] | None = None,
+        topics: Mapping[str, str] | None = None,
+        partitions: int | None = None,
+        partition: str | None = None,
+        dead_letters: str | None = None,
+    ) -> StreamingQuery:
+        """One query, several tables: each row goes to the table its ``table`` column names
+        (one aggregation can hold several kinds of groups). ``key``, ``sep`` and ``value``
+        are one for all tables or a mapping by table name; the mapping's names are the
+        tables, and a row naming another table is a dead letter."""
+        if isinstance(key, Mapping):
+            names = list(key)
+        elif isinstance(value, Mapping):
+            names = list(value)
+        else:
+            raise ConfigError(
+                f"query {query}: name the tables in a mapping (key={{TABLE: COLUMNS}} or "
+                "value={TABLE: COLUMN})"
+            )
+        outputs = [
+            TableOutput(
+                n,
+                (topics or {}).get(n) or self.table_topics.get(n, n),
+                _key(key[n] if isinstance(key, Mapping) else key),
+                sep[n] if isinstance(sep, Mapping) else sep,
+                value.get(n) if isinstance(value, Mapping) else value,
+            )
+            for n in names
+        ]
+        letters = dead_letters or f"{query}-dlq"
+        return self._write_tables(query, df, outputs, letters, table, partitions, partition)
+
+    def write_topic(
+        self,
+        topic: str,
+        df: DataFrame,
+        key: Key | None = None,
+        sep: str = "|",
+        value: str | None = None,
+        partitions: int | None = None,
+    ) -> StreamingQuery:
+        """Start a query that appends ``df``'s rows to ``topic`` (a stream, not a table):
+        value as for a table, key optional (no key: Kafka spreads the records)."""
+        out = TableOutput(topic, topic, () if key is None else _key(key), sep, value)
+        out.check(df.columns)
+        name = self._claim(topic)
+        reads = self._inputs(df)
+        options = self._partitioner([out])
+        letters = f"{topic}-dlq"
+        self._create({topic: partitions or _partitions(reads, self.partitions)}, {})
+        self._letters_topic(letters)
+        frame = table_records(df, [out], letters)
+        return self._start(self._carry(frame, df, reads), df, name, options)
+
+    def _write_tables(
+        self,
+        name: str,
+        df: DataFrame,
+        outputs: list[TableOutput],
+        letters: str,
+        table_column: str | None,
+        partitions: int | None,
+        partition: str | None,
+    ) -> StreamingQuery:
+        columns = df.columns
+        for out in outputs:
+            out.check(columns)
+        for column in (table_column, partition):
+            if column is not None and column not in columns:
+                raise ConfigError(f"query {name}: no column {column!r} in the DataFrame")
+        name = self._claim(name)
+        reads = self._inputs(df)
+        count = partitions or _partitions(reads, self.partitions)
+        if partition is not None and any(r.partitions != count for r in reads):
+            raise ConfigError(
+                f"query {name}: partition={partition!r} keeps each row in its input partition, "
+                f"so the tables need the input's partition count, not {count}"
+            )
+        options = {} if partition is not None else self._partitioner(outputs)
+        self._create({o.topic: count for o in outputs}, COMPACTED)
+        self._letters_topic(letters)
+        frame = table_records(df, outputs, letters, table_column, partition)
+        return self._start(self._carry(frame, df, reads), df, name, options)
+
+    def _claim(self, name: str) -> str:
+        if name in self._names:
+            raise ConfigError(
+                f"pipeline {self.pipeline} writes {name!r} twice: each query needs its own "
+                "name (its checkpoint directory)"
+            )
+        self._names.add(name)
+        return name
+
+    def _inputs(self, df: DataFrame) -> list[_Read]:
+        ids = source_ids(df)
+        return [r for r in self._reads if r.sources & ids]
+
+    def _partitioner(self, outputs: Sequence[TableOutput]) -> dict[str, str]:
+        """Sink options that send composite keys to their first part's partition."""
+        composite = {o.topic: o.sep for o in outputs if o.composite}
+        if not composite:
+            return {}
+        if self.partitioner_jar is None:
+            raise SetupError(
+                f"tables {sorted(composite)} have composite keys, whose partitioner "
+                "(jvm/kiq-partitioner) is not built: run `make jars` in the kiq checkout"
+            )
+        options = {"kafka.partitioner.class": PARTITIONER_CLASS}
+        options |= {f"kafka.{SEPARATOR_OPTION}{t}": sep for t, sep in composite.items()}
+        return options
+
+    def _create(self, topics: Mapping[str, int], config: Mapping[str, str]) -> None:
+        if topics:
+            create_topics(self.opts.bootstrap, dict(topics), config=config)
+
+    def _letters_topic(self, topic: str) -> None:
+        """A dead-letter topic: one partition when kiq creates it, any count when it exists."""
+        if topic_partitions(self.opts.bootstrap, topic) is None:
+            create_topics(self.opts.bootstrap, {topic: 1})
+
+    def _carry(self, frame: DataFrame, df: DataFrame, reads: list[_Read]) -> DataFrame:
+        """Add the dead letters of the reads ``df`` comes from that no query carries yet."""
+        for r in reads:
+            if r.carried or r.dead_letters is None:
+                continue
+            r.carried = True
+            if self.opts.trigger == "realtime" and stateful(df):
+                self._realtime_letters(r)
+            else:
+                letters = records.dead_letters(r.parsed)
+                frame = frame.unionByName(letters_records(letters, r.dead_letters))
+        return frame
+
+    def _realtime_letters(self, r: _Read) -> None:
+        """In Real-Time Mode the dead letters run in a stateless query of their own (Spark
+        4.2 runs no stateful query in real time), beside the micro-batches of ``df``."""
+        assert r.dead_letters is not None
+        raw = read_topics(self.spark, self.opts, r.topic, realtime=True)
+        schema, reject = r.realtime_args
+        parsed = records.parse_records(raw, schema, reject)
+        letters = letters_records(records.dead_letters(parsed), r.dead_letters)
+        name = self._claim(r.dead_letters)
+        self.queries.append(write_topic(letters, self.opts, None, name, stateful=False))
+
+    def _start(
+        self, frame: DataFrame, df: DataFrame, name: str, options: Mapping[str, str]
+    ) -> StreamingQuery:
+        query = write_topic(
+            frame,
+            self.opts,
+            None,
+            name,
+            stateful=stateful(df),
+            mode="append" if streams_joined(df) else "update",
+            options=options,
+        )
+        self.queries.append(query)
+        return query
+
+
+def _key(key: Key) -> tuple[str, ...]:
+    if isinstance(key, str):
+        return (key,)
+    parts = tuple(key)
+    if not parts or not all(isinstance(p, str) for p in parts):
+        raise ConfigError(f"key must be a column name or a sequence of them, got {key!r}")
+    return parts
+
+
+def _partitions(reads: list[_Read], default: int) -> int:
+    return reads[0].partitions if reads else default

@@ -1,0 +1,65 @@
+"""What kiq reads off a streaming DataFrame's plan before starting its query: which
+reads it comes from, whether it keeps state, whether it joins two streams."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# Logical operators that keep state across micro-batches; Spark 4.2 runs none of them in
+# Real-Time Mode.
+STATEFUL = frozenset(
+    {
+        "Aggregate",
+        "Deduplicate",
+        "DeduplicateWithinWatermark",
+        "FlatMapGroupsWithState",
+        "FlatMapGroupsInPandasWithState",
+        "TransformWithState",
+        "TransformWithStateInPandas",
+        "TransformWithStateInPySpark",
+        "GlobalLimit",
+    }
+)
+
+
+def _nodes(plan: Any) -> Iterator[Any]:
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        yield node
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+
+
+def source_ids(df: DataFrame) -> frozenset[str]:
+    """One id per streaming read the DataFrame comes from: its source's output attributes,
+    whose expression ids are unique to one ``readStream...load()``. The analyzed plan: a
+    fresh read's logical plan is an unresolved source, resolved once, when first used."""
+    plan = df._jdf.queryExecution().analyzed()
+    return frozenset(
+        n.output().mkString(",")
+        for n in _nodes(plan)
+        if n.children().size() == 0 and n.isStreaming()
+    )
+
+
+def _joins_streams(node: Any) -> bool:
+    if node.nodeName() != "Join":
+        return False
+    children = node.children()
+    return bool(children.apply(0).isStreaming() and children.apply(1).isStreaming())
+
+
+def stateful(df: DataFrame) -> bool:
+    """Whether the query keeps state (an aggregation, deduplication, a stream-stream join)."""
+    plan = df._jdf.queryExecution().analyzed()
+    return any(n.nodeName() in STATEFUL or _joins_streams(n) for n in _nodes(plan))
+
+
+def streams_joined(df: DataFrame) -> bool:
+    """Whether the query joins two streams: Spark then allows the append mode only."""
+    return any(_joins_streams(n) for n in _nodes(df._jdf.queryExecution().analyzed()))
