@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kiq import catalog
-from kiq.api.stocks import BARS, DAY_STATS, QUOTES
-from kiq.api.words import COUNTS, WORDS_TOPIC
+from kiq.apps.stocks.api import BARS, DAY_STATS, QUOTES
+from kiq.apps.wordcount.api import COUNTS, WORDS_TOPIC
 from kiq.pipelines.stocks import StockTopics
 from kiq.tables import parse_table
 

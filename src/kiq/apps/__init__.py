@@ -1,0 +1,1 @@
+"""The applications kiq ships, built only on the public API (``from kiq import ...``)."""

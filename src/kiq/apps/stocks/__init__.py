@@ -1,0 +1,1 @@
+"""The stock-price application (seed 000): its routes and its application file."""

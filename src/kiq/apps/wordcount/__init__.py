@@ -1,0 +1,1 @@
+"""Word count (seed 001): its routes."""
