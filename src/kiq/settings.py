@@ -208,7 +208,9 @@ class AppSettings(_Section):
     topics: dict[str, int] = Field(
         default_factory=dict, description="kiq up: input topics to create, name = partitions"
     )
-    partitions: int = Field(30, ge=1, description="kiq up: of a table topic it creates")
+    partitions: int | None = Field(
+        None, ge=1, description="kiq up: of a table topic it creates [the first topic's, or 30]"
+    )
     feeds: list[list[str]] = Field(
         default_factory=list, description="kiq up: commands to run beside (kiq ... = this kiq)"
     )
@@ -219,6 +221,11 @@ class AppSettings(_Section):
     @property
     def home_dir(self) -> Path:
         return self.home if self.home is not None else Path(".kiq") / self.name
+
+    @property
+    def table_partitions(self) -> int:
+        """Partitions of a table topic `kiq up` creates: a table's keys are the input's."""
+        return self.partitions or next(iter(self.topics.values()), 30)
 
 
 S = TypeVar("S", bound=_Section)
