@@ -53,7 +53,9 @@ def test_up_checks_the_application_file_before_starting_anything(tmp_path, monke
 
 def test_serve_finds_its_endpoints_before_asking_kafka(tmp_path):
     config = tmp_path / "app.toml"
-    config.write_text('[app]\nendpoints = ["kiq.apps.stocks.api:nope"]\n[serve]\ntables = ["t=t"]\n')
+    config.write_text(
+        '[app]\nendpoints = ["kiq.apps.stocks.api:nope"]\n[serve]\ntables = ["t=t"]\n'
+    )
     result = runner.invoke(app, ["serve", "--config", str(config), "--bootstrap", "127.0.0.1:1"])
     assert result.exit_code == 1 and "has no function 'nope'" in result.output
 

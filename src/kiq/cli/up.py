@@ -3,9 +3,10 @@
 Broker (unless ``[app] bootstrap`` names one) → topics (``[app] topics``, then each
 table's, compacted, where missing) → one Spark driver running ``[app] pipelines`` →
 ``[app] nodes`` serving nodes (the first on ``[app] port``, the front door) with the
-file's tables and endpoints → ``[app] feeds``. Every child reads the same file
-(``KIQ_CONFIG``) and is told the broker (``KIQ_*_BOOTSTRAP``); state and logs go
-under ``[app] home``. Ctrl-C stops it all in reverse order.
+file's tables and endpoints → ``[app] feeds`` (run beside the file). Every child
+reads the same file (``KIQ_CONFIG``) and is told the broker (``KIQ_BOOTSTRAP``,
+``KIQ_*_BOOTSTRAP``); state and logs go under ``[app] home``. Ctrl-C stops it all
+in reverse order.
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ class Running:
         _done(f"topics: {', '.join(made) if made else 'all there already'}")
 
     def _start_feed(self, command: list[str]) -> None:
-        argv = [sys.executable, "-m", "kiq", *command[1:]] if command[0] == "kiq" else command
+        argv = _argv(command)
         index = len(self.feeds) + 1
         log_file = self.home / f"feed{index}.log"
         with log_file.open("ab") as log:
@@ -244,6 +245,7 @@ class Running:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,  # stopped by us, after the Ctrl-C, not by it
+                    cwd=self.plan.file.parent if self.plan.file is not None else None,
                 )
             except OSError as exc:
                 raise KiqError(f"feed {' '.join(command)!r} did not start: {exc}") from exc
@@ -319,6 +321,15 @@ class Running:
         if self.broker is not None and not self._broker_was_running:
             self.broker.stop()
         console.print(f"{self.plan.app.name} stopped")
+
+
+def _argv(command: list[str]) -> list[str]:
+    """A feed's command: ``kiq ...`` is this kiq, ``python ...`` the Python it runs on."""
+    if command[0] == "kiq":
+        return [sys.executable, "-m", "kiq", *command[1:]]
+    if command[0] == "python":
+        return [sys.executable, *command[1:]]
+    return command
 
 
 def _done(message: str) -> None:

@@ -61,9 +61,7 @@ async def orders(request: Request) -> Reply:
 
 async def names(request: Request) -> Reply:
     many = await request.tables.get_many("customers", request.query["ids"].split(","))
-    return json_reply(
-        {k: v["name"] for k, v in many.parsed().items()} | {"missing": many.missing}
-    )
+    return json_reply({k: v["name"] for k, v in many.parsed().items()} | {"missing": many.missing})
 
 
 async def one(request: Request) -> Reply:
