@@ -36,8 +36,7 @@ def test_the_exported_names_are_the_public_api():
 
 def test_importing_kiq_imports_neither_starlette_nor_pyspark():
     code = (
-        "import sys, kiq\n"
-        "print({m.split('.')[0] for m in sys.modules} & {'starlette', 'pyspark'})"
+        "import sys, kiq\nprint({m.split('.')[0] for m in sys.modules} & {'starlette', 'pyspark'})"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "set()"
