@@ -255,19 +255,26 @@ class Running:
     # -- running ----------------------------------------------------------------------
 
     def _serve(self) -> None:
-        """Until Ctrl-C: watch the children, and say when every table has its first data."""
+        """Until Ctrl-C: watch the children, and say which tables have their first data.
+
+        Before any has, Spark is warming up (its first batches take a while); after,
+        a table still empty waits for input (the word counts, for a first POST).
+        """
         started = time.monotonic()
         waiting = {t.name for t in self.plan.tables}
-        what = "Spark warming up" if self.pipeline is not None else "waiting for data"
-        with console.status(f"{what} ...") as status:
+        warming = "Spark warming up" if self.pipeline is not None else "waiting for data"
+        with console.status(f"{warming} ...") as status:
             while waiting:
                 self._check()
-                waiting -= _tables_with_data(self.nodes)
+                arrived = waiting & _tables_with_data(self.nodes)
+                elapsed = time.monotonic() - started
+                if arrived:
+                    waiting -= arrived
+                    _done(f"data in {', '.join(sorted(arrived))} ({elapsed:.0f}s)")
                 if waiting:
-                    elapsed = time.monotonic() - started
-                    status.update(
-                        f"{what} ({elapsed:.0f}s): no data yet in {', '.join(sorted(waiting))}"
-                    )
+                    what = warming if len(waiting) == len(self.plan.tables) else "waiting"
+                    names = ", ".join(sorted(waiting))
+                    status.update(f"{what} ({elapsed:.0f}s): no data yet in {names}")
                     if self.stopping.wait(1.0):
                         raise _Stopped
         _done(f"every table has data ({time.monotonic() - started:.0f}s after start)")
