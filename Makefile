@@ -7,7 +7,7 @@
 #   make contracts  setup, then the import contracts: which layer may import which
 #                   ([tool.importlinter] in pyproject.toml)
 #   .ci/run         lint, typecheck, contracts, then test, stopping at the first failure
-#   make demo    setup, then a local cluster (for now: the broker)
+#   make demo    setup, then `kiq up` on the shipped stock application (src/kiq/apps/stocks/kiq.toml)
 #   make clean   stop the local broker, remove venv, caches and local state
 
 PYTHON ?= python3
@@ -75,7 +75,7 @@ contracts: setup
 	$(BIN)/lint-imports
 
 demo: setup
-	$(BIN)/kiq demo
+	$(BIN)/kiq up --config src/kiq/apps/stocks/kiq.toml
 
 stop:
 	@if [ -x $(BIN)/kiq ]; then $(BIN)/kiq broker stop; fi

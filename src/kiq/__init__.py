@@ -1,7 +1,8 @@
-"""kiq: PySpark-derived tables and Kafka topics, answerable by key from any node.
+"""kiq: Kafka topics and Spark-derived tables, answerable by key from any node.
 
-The public API is what this module exports (``__all__``); everything else is kiq's
-own. Names load on first use, so ``import kiq`` stays cheap (no pyspark, no web stack).
+The public API is what this package exports (``from kiq import ...``); everything
+else is kiq's own. Names are imported when first used, so ``import kiq`` stays
+cheap (no Starlette, no PySpark) and its layers stay as pyproject.toml draws them.
 """
 
 from __future__ import annotations
@@ -9,16 +10,67 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from kiq.pipelines.context import Context
-
-# public name -> the module that defines it
-_EXPORTS = {
-    # pipelines: `kiq pipeline run FILE.py:function` calls function(ctx)
+# Pipelines: `kiq pipeline run FILE.py:function` calls function(ctx).
+_PIPELINES = {
     "Context": "kiq.pipelines.context",
 }
 
-__all__ = ["Context"]
+# Custom endpoints: an application's own HTTP routes (kiq.api.endpoints).
+_ENDPOINTS = {
+    "MAX_RANGE_LIMIT": "kiq.api.endpoints",
+    "Many": "kiq.api.endpoints",
+    "Page": "kiq.api.endpoints",
+    "Reply": "kiq.api.endpoints",
+    "Request": "kiq.api.endpoints",
+    "Routes": "kiq.api.endpoints",
+    "Tables": "kiq.api.endpoints",
+    "json_reply": "kiq.api.endpoints",
+    "ApiError": "kiq.api.errors",
+    "BadRequest": "kiq.api.errors",
+    "KeyNotFound": "kiq.api.errors",
+    "Unavailable": "kiq.api.errors",
+    "UnknownTable": "kiq.api.errors",
+    "WriteFailed": "kiq.errors",
+    "AppSettings": "kiq.settings",
+}
+
+# public name -> the module that defines it
+_EXPORTS = {**_PIPELINES, **_ENDPOINTS}
+
+__all__ = [
+    "MAX_RANGE_LIMIT",
+    "ApiError",
+    "AppSettings",
+    "BadRequest",
+    "Context",
+    "KeyNotFound",
+    "Many",
+    "Page",
+    "Reply",
+    "Request",
+    "Routes",
+    "Tables",
+    "Unavailable",
+    "UnknownTable",
+    "WriteFailed",
+    "json_reply",
+]
+
+if TYPE_CHECKING:
+    from kiq.api.endpoints import (
+        MAX_RANGE_LIMIT,
+        Many,
+        Page,
+        Reply,
+        Request,
+        Routes,
+        Tables,
+        json_reply,
+    )
+    from kiq.api.errors import ApiError, BadRequest, KeyNotFound, Unavailable, UnknownTable
+    from kiq.errors import WriteFailed
+    from kiq.pipelines.context import Context
+    from kiq.settings import AppSettings
 
 
 def __getattr__(name: str) -> Any:

@@ -37,3 +37,8 @@ STOCK_TABLES = (
     f"{STOCK_DAY_STATS}={STOCK_DAY_STATS},sep={STOCK_KEY_SEP}",
 )
 WORD_TABLES = (f"{WORD_COUNTS}={WORD_COUNTS}",)
+
+# The shipped applications' routes (`[app] endpoints`): mounted on a node whose
+# configuration names none, so a node serving the stock or word tables answers
+# /v1/stocks and /v1/words as it always has.
+SHIPPED_ENDPOINTS = ("kiq.apps.stocks.api:routes", "kiq.apps.wordcount.api:routes")

@@ -189,6 +189,51 @@ class ServeSettings(_Section):
         return (self.advertise or f"http://{self.host}:{self.port}").rstrip("/")
 
 
+class AppSettings(_Section):
+    """An application: what `kiq up` runs, and the routes every `kiq serve` node mounts.
+
+    Its tables are ``[serve] tables``; the rest of the file configures the parts as
+    it does for each command on its own.
+    """
+
+    table: ClassVar[str] = "app"
+    model_config = SettingsConfigDict(env_prefix="KIQ_APP_", frozen=True, extra="forbid")
+
+    name: str = Field("kiq", pattern=r"^[A-Za-z0-9._-]+$")
+    pipelines: list[str] = Field(
+        default_factory=list, description="TARGETs of `kiq pipeline run`, one Spark driver"
+    )
+    endpoints: list[str] = Field(
+        default_factory=lambda: list(catalog.SHIPPED_ENDPOINTS),
+        description="module:function or file.py:function, each declaring HTTP routes",
+    )
+    nodes: int = Field(3, ge=1, le=32, description="kiq up: serving nodes")
+    port: int = Field(8080, ge=1, le=65535, description="kiq up: the first node's port")
+    bootstrap: str = Field("", description="kiq up: Kafka to use; empty: the [broker] it runs")
+    home: Path | None = Field(None, description="kiq up: state and logs [.kiq/NAME]")
+    topics: dict[str, int] = Field(
+        default_factory=dict, description="kiq up: input topics to create, name = partitions"
+    )
+    partitions: int | None = Field(
+        None, ge=1, description="kiq up: of a table topic it creates [the first topic's, or 30]"
+    )
+    feeds: list[list[str]] = Field(
+        default_factory=list, description="kiq up: commands to run beside (kiq ... = this kiq)"
+    )
+    examples: list[str] = Field(
+        default_factory=list, description="kiq up: requests to print, {url} the front door"
+    )
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home if self.home is not None else Path(".kiq") / self.name
+
+    @property
+    def table_partitions(self) -> int:
+        """Partitions of a table topic `kiq up` creates: a table's keys are the input's."""
+        return self.partitions or next(iter(self.topics.values()), 30)
+
+
 S = TypeVar("S", bound=_Section)
 
 

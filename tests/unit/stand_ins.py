@@ -21,6 +21,7 @@ from urllib.parse import unquote
 import orjson
 
 from kiq.api.app import KiqApp, create_app
+from kiq.catalog import SHIPPED_ENDPOINTS
 from kiq.cluster import Member
 from kiq.cluster.members import encode_client_id
 from kiq.kafka.group import GroupMemberInfo
@@ -81,6 +82,7 @@ class Cluster:
         self._changed: dict[str, threading.Event] = {}
         self.network: dict[str, Any] = {}  # URL → the node's app
         self.down: set[str] = set()
+        self.transport = InProcessNetwork(self.network, self.down)  # every node's, shared
 
     def join(self, node_id: str, url: str) -> tuple[Group, threading.Event]:
         self.members[node_id] = Member(node_id, url)
@@ -145,18 +147,32 @@ class LocalNode:
 
 
 def start_node(
-    data_dir: Path, cluster: Cluster, tables: dict[str, int], node_id: str = "n1", **settings: Any
+    data_dir: Path,
+    cluster: Cluster,
+    tables: dict[str, int],
+    node_id: str = "n1",
+    endpoints: Iterable[Any] = SHIPPED_ENDPOINTS,
+    **settings: Any,
 ) -> LocalNode:
     """A started node serving ``tables`` (``"name=topic,options": partitions``)."""
-    local = make_node(data_dir, cluster, tables, node_id, **settings)
+    local = make_node(data_dir, cluster, tables, node_id, endpoints, **settings)
     local.node.start()
     return local
 
 
 def make_node(
-    data_dir: Path, cluster: Cluster, tables: dict[str, int], node_id: str = "n1", **settings: Any
+    data_dir: Path,
+    cluster: Cluster,
+    tables: dict[str, int],
+    node_id: str = "n1",
+    endpoints: Iterable[Any] = SHIPPED_ENDPOINTS,
+    **settings: Any,
 ) -> LocalNode:
-    """A node serving ``tables``, its group seat taken in ``cluster``; not started."""
+    """A node serving ``tables``, its group seat taken in ``cluster``; not started.
+
+    ``endpoints`` are the application's routes: functions taking a ``kiq.Routes``, or
+    targets; the shipped stock and word-count routes unless given.
+    """
     url = f"http://{node_id}.test"
     conf = ServeSettings(
         node_id=node_id,
@@ -181,10 +197,10 @@ def make_node(
     )
     group, changed = cluster.join(node_id, url)
     node = Node(conf, runtimes, materializer, metrics, group, changed)
-    network = InProcessNetwork(cluster.network, cluster.down)
+    network = cluster.transport
     peers = Peers(node_id, Router(node_id), conf.forward_timeout_ms, transport=network)
     writer = Writer()
-    app = create_app(node, writer, peers, start_node=False)
+    app = create_app(node, writer, peers, start_node=False, endpoints=endpoints)
     cluster.network[url] = app
     return LocalNode(node, materializer, app, peers, writer)
 
@@ -294,11 +310,13 @@ class InProcessNetwork:
     """The transport under ``Peers``, carried by calling the other node's ASGI app directly.
 
     ``apps`` maps each node's URL to its app; a URL in ``down`` cannot be reached.
+    ``sent`` records each request as (node URL, path, headers).
     """
 
     def __init__(self, apps: dict[str, Any], down: set[str]) -> None:
         self.apps = apps
         self.down = down
+        self.sent: list[tuple[str, str, dict[str, str]]] = []
 
     async def request(
         self,
@@ -312,6 +330,7 @@ class InProcessNetwork:
         app = self.apps.get(base_url)
         if app is None or base_url in self.down:
             raise ConnectionError(f"{base_url}: unreachable")
+        self.sent.append((base_url, path, dict(headers)))
         sent = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
         reply = await asyncio.wait_for(call(app, method, path, body, sent), timeout_s)
         return reply.status, reply.body

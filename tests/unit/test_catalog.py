@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from kiq import catalog
-from kiq.api.stocks import BARS, DAY_STATS, QUOTES
-from kiq.api.words import COUNTS, WORDS_TOPIC
+from kiq.apps.stocks.api import BARS, DAY_STATS, QUOTES
 from kiq.apps.stocks.pipeline import StockTopics
+from kiq.apps.wordcount.api import COUNTS, WORDS_TOPIC
 from kiq.tables import parse_table
 
 

@@ -34,3 +34,42 @@ def test_pipeline_flags_go_through_the_settings(monkeypatch):
     monkeypatch.setenv("KIQ_PIPELINE_TRIGGER", "sometimes")
     result = runner.invoke(app, ["pipeline", "run", "stocks"])
     assert result.exit_code == 1 and "KIQ_PIPELINE_TRIGGER" in result.output
+
+
+def test_up_checks_the_application_file_before_starting_anything(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "app.toml"
+    config.write_text('[app]\nendpoints = ["nowhere.py:routes"]\n[serve]\ntables = ["t=t"]\n')
+    result = runner.invoke(app, ["up", "--config", str(config)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "no file nowhere.py" in result.output
+    config.write_text("[app]\nnodes = 2\n")
+    result = runner.invoke(app, ["up", "--config", str(config)])
+    assert result.exit_code == 1 and "no tables to serve" in result.output
+    result = runner.invoke(app, ["up", "--config", str(config), "--nodes", "0"])
+    assert result.exit_code == 1 and "KIQ_APP_NODES" in result.output
+    assert not (tmp_path / ".kiq").exists(), "nothing started, nothing written"
+
+
+def test_serve_finds_its_endpoints_before_asking_kafka(tmp_path):
+    config = tmp_path / "app.toml"
+    config.write_text(
+        '[app]\nendpoints = ["kiq.apps.stocks.api:nope"]\n[serve]\ntables = ["t=t"]\n'
+    )
+    result = runner.invoke(app, ["serve", "--config", str(config), "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 1 and "has no function 'nope'" in result.output
+
+
+def test_the_shipped_demo_file_is_a_valid_application():
+    from kiq.cli.demo import app_file
+    from kiq.cli.up import Plan
+
+    plan = Plan.load(app_file(), None)
+    assert plan.app.pipelines == ["stocks", "wordcount"]
+    assert {t.name for t in plan.tables} == {
+        "stock-quotes",
+        "stock-bars-1m",
+        "stock-day-stats",
+        "word-counts",
+    }
+    assert plan.app.home_dir.as_posix() == ".kiq/demo" and plan.app.nodes == 3

@@ -110,3 +110,28 @@ def test_pipeline_settings_from_flags_env_and_toml(monkeypatch: pytest.MonkeyPat
     assert (p.bootstrap, p.trigger, p.partitions) == ("b:9092", "realtime", 6)
     with pytest.raises(ConfigError, match="KIQ_PIPELINE_TRIGGER"):
         settings.load(PipelineSettings, trigger="sometimes")
+
+
+def test_the_application_file_app_table(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    from kiq import catalog
+    from kiq.settings import AppSettings
+
+    default = settings.load(AppSettings)
+    assert default.endpoints == list(catalog.SHIPPED_ENDPOINTS), "bare nodes keep /v1/stocks"
+    assert (default.nodes, default.pipelines, default.home_dir) == (3, [], Path(".kiq/kiq"))
+    assert default.table_partitions == 30
+    cfg = write(
+        tmp_path / "app.toml",
+        '[app]\nname = "shop"\npipelines = ["shop/pipeline.py:build"]\nendpoints = []\n'
+        'topics = { "orders" = 6, "orders-dlq" = 1 }\nfeeds = [["kiq", "feed", "x"]]\n',
+    )
+    monkeypatch.setenv("KIQ_APP_NODES", "2")
+    app = settings.load(AppSettings, cfg, port=9000)
+    assert (app.name, app.nodes, app.port, app.endpoints) == ("shop", 2, 9000, [])
+    assert app.pipelines == ["shop/pipeline.py:build"] and app.feeds == [["kiq", "feed", "x"]]
+    assert app.table_partitions == 6, "the first input topic's"
+    assert app.home_dir == Path(".kiq/shop")
+    monkeypatch.setenv("KIQ_APP_ENDPOINTS", '["a.b:routes"]')
+    assert settings.load(AppSettings, cfg).endpoints == ["a.b:routes"]
+    with pytest.raises(ConfigError, match="KIQ_APP_NODES"):
+        settings.load(AppSettings, cfg, nodes=0)

@@ -1,33 +1,45 @@
-"""The ASGI application of one node: two raw lookup paths, then Starlette's router.
+"""The ASGI application of one node: the raw lookup path, then Starlette's router.
 
   GET /v1/tables/{table}/keys/{key}    point lookup (lookups.py, the hot path)
-  GET /v1/stocks/{symbol}              a quote: a lookup plus its day (stocks.py)
 
-are matched first by hand, at the cost of a few string operations; every other
-route is declared in routes.py. Whatever a route raises ends here, in
-``send_error`` (api/errors.py), as it does inside ``Lookups.get``: one door from
-exceptions to responses.
+is matched first by hand, at the cost of a few string operations; every other
+route is declared in routes.py, the application's own (endpoints.py) last.
+Whatever a route raises ends here, in ``send_error`` (api/errors.py), as it does
+inside ``Lookups.get``: one door from exceptions to responses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
+from kiq import catalog
 from kiq.api.batches import Batches
+from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
 from kiq.api.lookups import Lookups
 from kiq.api.routes import Endpoints
-from kiq.api.stocks import Stocks
-from kiq.api.words import RecordWriter, Words
 from kiq.node import Node, NodeView
 from kiq.routing import HedgePolicy, Peers, Router
 
 log = logging.getLogger(__name__)
 
 _TABLES = "/v1/tables/"
-_STOCKS = "/v1/stocks/"
+
+
+class RecordWriter(Protocol):
+    """Where the application's routes write (``kiq.node_build.LogWriter``: Kafka)."""
+
+    async def send(self, topic: str, key: bytes, value: bytes) -> tuple[int, int]:
+        """(partition, offset) once the log has the record; raises ``WriteFailed``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+AppRoutes = Iterable[str | Declare]
 
 
 class KiqApp:
@@ -37,6 +49,8 @@ class KiqApp:
         writer: RecordWriter,
         peers: Peers | None = None,
         start_node: bool = True,
+        endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
+        base: str | None = None,
     ) -> None:
         view = NodeView(node)
         self._node = node
@@ -53,11 +67,9 @@ class KiqApp:
         self.peers = peers
         self.lookups = Lookups(view, self.router, peers)
         self.batches = Batches(view, self.router, peers)
-        self.stocks = Stocks(view.tables, self.lookups, self.batches)
-        self.words = Words(view.tables, self.lookups, writer)
-        self._routes = Endpoints(
-            view, self.lookups, self.batches, self.stocks, self.words, peers
-        ).router()
+        self._writer = writer
+        custom = endpoints_for(declared_routes(endpoints, base), self.lookups, self.batches, writer)
+        self._routes = Endpoints(view, self.lookups, self.batches, peers).router(custom)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -69,14 +81,6 @@ class KiqApp:
                     table, sep, key = raw[len(_TABLES) :].partition(b"/keys/")
                     if sep and b"/" not in table:
                         await self.lookups.get(scope, send, table.decode("latin-1"), key)
-                        return
-                elif path.startswith(_STOCKS):
-                    symbol, sep, _ = path[len(_STOCKS) :].partition("/")
-                    if not sep:
-                        try:
-                            await self.stocks.quote(scope, send, symbol)
-                        except Exception as exc:
-                            await send_error(send, exc, scope)
                         return
             try:
                 await self._routes(scope, receive, send)
@@ -99,7 +103,7 @@ class KiqApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.peers.close()
-                self.words.close()
+                self._writer.close()
                 if self._start_node:
                     await asyncio.to_thread(self._node.stop)
                 await send({"type": "lifespan.shutdown.complete"})
@@ -111,10 +115,15 @@ def create_app(
     writer: RecordWriter,
     peers: Peers | None = None,
     start_node: bool = True,
+    endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
+    base: str | None = None,
 ) -> KiqApp:
-    """The app serving ``node``; ``writer`` takes the API's writes (``POST /v1/words``).
+    """The app serving ``node``; ``writer`` takes the application's writes.
 
-    ``peers`` carries requests to other nodes (made from the node's settings when
-    not given); the app closes it, and starts and stops the node unless told not to.
+    ``endpoints`` declare the application's routes: functions, or targets
+    (``module:function``, ``file.py:function`` looked for beside ``base`` first);
+    by default the shipped stock and word-count routes. ``peers`` carries requests
+    to other nodes (made from the node's settings when not given); the app closes
+    it and the writer, and starts and stops the node unless told not to.
     """
-    return KiqApp(node, writer, peers, start_node)
+    return KiqApp(node, writer, peers, start_node, endpoints, base)

@@ -1,4 +1,4 @@
-"""Every route but the two raw lookup paths, declared with Starlette's router.
+"""Every route but the raw lookup path, declared with Starlette's router.
 
   POST /v1/tables/{table}/multiget          many keys, one call per owner
   GET  /v1/tables/{table}/range             byte-ordered scan with cursors
@@ -6,10 +6,11 @@
   GET  /v1/metadata                         nodes, actives, standbys, offsets, lag
   GET  /v1/health/live, /v1/health/ready    liveness, readiness
   GET  /metrics                             Prometheus
-  GET  /v1/stocks?symbols=, /v1/stocks/{symbol}/bars                   (stocks.py)
-  POST /v1/words, GET /v1/words/{word}                                 (words.py)
   POST /v1/internal/lookups, /v1/internal/multiget, /v1/internal/scan,
   GET  /v1/internal/metadata                node-to-node calls (msgpack; routing/wire.py)
+
+then the application's own routes (endpoints.py; the shipped stock and word-count
+ones among them), after the core ones so that they never shadow one.
 
 A route answers its one method; any other request is a 404 ``no_route``, as
 before the router. Handlers raise; the app turns what they raise into the answer.
@@ -18,20 +19,19 @@ before the router. Handlers raise; the app turns what they raise into the answer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route, Router
+from starlette.types import ASGIApp
 
 from kiq.api import admin
 from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
 from kiq.api.batches import Batches
 from kiq.api.errors import NoRoute
 from kiq.api.lookups import Lookups
-from kiq.api.stocks import Stocks
-from kiq.api.words import Words
 from kiq.node import NodeView
 from kiq.routing import Peers
 from kiq.routing.wire import (
@@ -58,16 +58,6 @@ class _Route(Route):
         return (Match.NONE, {}) if match is Match.PARTIAL else (match, child)
 
 
-class _Raw:
-    """An endpoint that writes its own response, as a lookup does."""
-
-    def __init__(self, handle: Callable[[dict[str, Any], Any], Awaitable[None]]) -> None:
-        self._handle = handle
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await self._handle(scope, send)
-
-
 async def _no_route(scope: Scope, receive: Receive, send: Send) -> None:
     raise NoRoute("no such path; see /v1/tables and /v1/metadata")
 
@@ -88,18 +78,15 @@ class Endpoints:
         node: NodeView,
         lookups: Lookups,
         batches: Batches,
-        stocks: Stocks,
-        words: Words,
         peers: Peers,
     ) -> None:
         self._node = node
         self._lookups = lookups
         self._batches = batches
-        self._stocks = stocks
-        self._words = words
         self._peers = peers
 
-    def router(self) -> Router:
+    def router(self, custom: Sequence[tuple[str, str, ASGIApp]] = ()) -> Router:
+        """The core routes, then ``custom`` ones (method, path, ASGI endpoint)."""
         return Router(
             [
                 _Route("GET", "/v1/tables", self.tables),
@@ -109,14 +96,11 @@ class Endpoints:
                 _Route("GET", "/v1/health/live", self.live),
                 _Route("GET", "/v1/health/ready", self.ready),
                 _Route("GET", "/metrics", self.metrics),
-                _Route("GET", "/v1/stocks", self.quotes),
-                _Route("GET", "/v1/stocks/{symbol}/bars", self.bars),
-                _Route("POST", "/v1/words", self.post_words),
-                _Route("GET", "/v1/words/{word}", _Raw(self.word_count)),
                 _Route("POST", INTERNAL_LOOKUPS, self.internal_lookups),
                 _Route("POST", INTERNAL_MULTIGET, self.internal_multiget),
                 _Route("POST", INTERNAL_SCAN, self.internal_scan),
                 _Route("GET", INTERNAL_METADATA, self.internal_metadata),
+                *(_Route(method, path, endpoint) for method, path, endpoint in custom),
             ],
             redirect_slashes=False,
             default=_no_route,
@@ -147,19 +131,6 @@ class Endpoints:
 
     async def metrics(self, request: Request) -> Response:
         return Response(admin.metrics(self._node), media_type=PROMETHEUS)
-
-    async def quotes(self, request: Request) -> Response:
-        return _json(await self._stocks.quotes(query(request.scope), _auth(request)))
-
-    async def bars(self, request: Request) -> Response:
-        symbol = request.path_params["symbol"]
-        return _json(await self._stocks.bars(symbol, query(request.scope), _auth(request)))
-
-    async def post_words(self, request: Request) -> Response:
-        return _json(await self._words.post(await read_body(request.receive)), 202)
-
-    async def word_count(self, scope: dict[str, Any], send: Any) -> None:
-        await self._words.count(scope, send, scope["path_params"]["word"])
 
     async def internal_lookups(self, request: Request) -> Response:
         body = await self._lookups.internal(await read_body(request.receive))

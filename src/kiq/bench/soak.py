@@ -160,10 +160,10 @@ async def _read(
             if kind < 0.7:
                 url = f"{base}/v1/stocks/{symbol}"
             elif kind < 0.9:
-                url = f"{base}/v1/tables/quotes/multiget"
+                url = f"{base}/v1/tables/{catalog.STOCK_QUOTES}/multiget"
                 body = {"keys": rng.sample(symbols, 20)}
             else:
-                url = f"{base}/v1/tables/bars/range?prefix={symbol}|&limit=50"
+                url = f"{base}/v1/tables/{catalog.STOCK_BARS}/range?prefix={symbol}|&limit=50"
             await sem.acquire()
             task = asyncio.create_task(_one(session, url, body, reads, sem))
             tasks.add(task)
@@ -187,7 +187,7 @@ async def _one(
         method = "GET" if body is None else "POST"
         async with session.request(method, url, json=body) as resp:
             answer = await resp.read()
-            if resp.status >= 500:
+            if resp.status >= 500 or resp.status in (400, 405):  # 404: not quoted yet
                 reads.errors.append(f"{at} {resp.status} {resp.url} {answer[:200]!r}")
     except (aiohttp.ClientError, TimeoutError) as exc:
         reads.errors.append(f"{at} {type(exc).__name__}: {exc}")

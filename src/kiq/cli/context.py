@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,6 +22,19 @@ err_console = Console(stderr=True)
 @dataclass(frozen=True)
 class CliState:
     config: Path | None
+
+    def config_file(self, given: Path | None) -> Path | None:
+        """The subcommand's ``--config``, else the one given before it (``kiq --config F ...``)."""
+        return given if given is not None else self.config
+
+
+# A subcommand's own --config (the application file), as `kiq --config` takes it.
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", "-c", help="the application's TOML file (default: $KIQ_CONFIG, else ./kiq.toml)"
+    ),
+]
 
 
 def run_or_exit(fn: Callable[[], T]) -> T:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kiq.cli import bench, broker, demo, feed, pipeline, serve
+from kiq.cli import bench, broker, demo, feed, pipeline, serve, up
 from kiq.cli.context import CliState, run_or_exit
 from kiq.logs import setup_logging
 
@@ -23,6 +23,7 @@ app.add_typer(pipeline.app, name="pipeline")
 app.add_typer(bench.app, name="bench")
 app.command("demo")(demo.demo)
 app.command("serve")(serve.serve)
+app.command("up")(up.up)
 
 
 @app.callback()

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kiq import settings
-from kiq.cli.context import CliState, run_or_exit
+from kiq.cli.context import CliState, ConfigOption, run_or_exit
 
 if TYPE_CHECKING:
+    from kiq.api.endpoints import Declare
     from kiq.node import Node
 
 log = logging.getLogger(__name__)
@@ -55,13 +56,24 @@ def serve(
     cluster: Annotated[
         str | None, typer.Option(help="cluster name (the consumer group) [kiq]")
     ] = None,
+    endpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="MODULE:FUNCTION or FILE.py:FUNCTION declaring routes (default: the shipped apps')"
+        ),
+    ] = None,
+    config: ConfigOption = None,
 ) -> None:
-    """Serve tables from Kafka topics; any node answers any key."""
+    """Serve tables from Kafka topics; any node answers any key.
+
+    With an application file (--config), its \\[serve] tables and \\[app] endpoints.
+    """
     state: CliState = ctx.obj
+    config_file = state.config_file(config)
     conf = run_or_exit(
         lambda: settings.load(
             settings.ServeSettings,
-            state.config,
+            config_file,
             bootstrap=bootstrap,
             node_id=node_id,
             host=host,
@@ -73,15 +85,26 @@ def serve(
             cluster=cluster,
         )
     )
+    app = run_or_exit(lambda: settings.load(settings.AppSettings, config_file, endpoints=endpoint))
+    declared = run_or_exit(lambda: _endpoints(app.endpoints, config_file))
     from kiq.node_build import build_node
 
     node = run_or_exit(lambda: build_node(conf))
     import uvloop
 
-    uvloop.run(_serve(node, conf))
+    uvloop.run(_serve(node, conf, declared))
 
 
-async def _serve(node: Node, conf: settings.ServeSettings) -> None:
+def _endpoints(targets: list[str], config_file: Path | None) -> list[Declare]:
+    """The application's route declarations, found before the node asks Kafka anything."""
+    from kiq.api.targets import resolve
+
+    path = settings.config_path(config_file)
+    base = str(path.parent) if path is not None else None
+    return [resolve(target, "[app] endpoints", base) for target in targets]
+
+
+async def _serve(node: Node, conf: settings.ServeSettings, endpoints: list[Declare]) -> None:
     from granian.constants import Interfaces
     from granian.server.embed import Server
 
@@ -90,7 +113,7 @@ async def _serve(node: Node, conf: settings.ServeSettings) -> None:
 
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
     server = Server(
-        create_app(node, LogWriter(conf.bootstrap)),
+        create_app(node, LogWriter(conf.bootstrap), endpoints=endpoints),
         address=conf.host,
         port=conf.port,
         interface=Interfaces.ASGI,

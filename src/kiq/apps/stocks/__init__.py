@@ -1,1 +1,1 @@
-"""The stock application (seed 000): ticks → quotes, day statistics and one-minute bars."""
+"""The stock-price application (seed 000): pipeline, routes and application file."""

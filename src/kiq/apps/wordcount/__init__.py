@@ -1,1 +1,1 @@
-"""Word count (seed 001)."""
+"""Word count (seed 001): pipeline and routes."""

@@ -1,0 +1,143 @@
+"""The stock-price API (seed 000) on top of the stock pipeline's tables.
+
+GET /v1/stocks/{symbol}            the quote: per-exchange quotes, best bid/ask, last, day
+GET /v1/stocks?symbols=A,B,...     many quotes at once (up to 500)
+GET /v1/stocks/{symbol}/bars       one-minute bars in time order (?from=&to=, ISO 8601)
+
+Answers where the cluster serves the tables ``stock-quotes``, ``stock-day-stats`` and
+``stock-bars-1m`` (the last two with ``sep=|``). A quote is a table lookup, with the
+same routing, fallbacks and headers; the quote's ``day`` is added then, from
+``stock-day-stats``: the statistics of the UTC date of its last trade. The pipeline
+could write them into the quote only by reading its own day statistics back, which
+doubled the partitions each batch reads and the time a tick takes to be seen; here
+they are one more lookup, in the quote's own partition.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from kiq import (
+    MAX_RANGE_LIMIT,
+    BadRequest,
+    Reply,
+    Request,
+    Routes,
+    Tables,
+    UnknownTable,
+    json_reply,
+)
+
+QUOTES = "stock-quotes"
+DAY_STATS = "stock-day-stats"
+BARS = "stock-bars-1m"
+MAX_SYMBOLS = 500
+_SYMBOL = re.compile(r"[A-Z0-9.-]{1,12}")
+
+
+def routes(app: Routes) -> None:
+    app.get("/v1/stocks", quotes)
+    app.get("/v1/stocks/", quote)  # no symbol: the quote's 400 says what one looks like
+    app.get("/v1/stocks/{symbol}", quote)
+    app.get("/v1/stocks/{symbol}/bars", bars)
+
+
+def symbol_of(raw: str) -> str:
+    """The normalised symbol (upper case), or a 400 that says what is allowed."""
+    symbol = raw.strip().upper()
+    if not _SYMBOL.fullmatch(symbol):
+        raise BadRequest(f"symbol {raw!r} is not 1-12 of A-Z 0-9 . -", symbol=raw)
+    return symbol
+
+
+def minute_key(raw: str, name: str) -> str:
+    """An ISO 8601 time (date, minute, seconds, offset or Z) as the bars' key suffix, UTC."""
+    text = raw.strip().replace(" ", "T")
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise BadRequest(f"{name} must be ISO 8601 (e.g. 2026-11-20T14:30Z), got {raw!r}") from exc
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M")
+
+
+def _served(tables: Tables, table: str) -> None:
+    if not tables.serves(table):
+        raise UnknownTable(
+            f"this cluster does not serve {table}: run the stock pipeline "
+            f"and serve --table {table}=...",
+            table=table,
+        )
+
+
+async def quote(request: Request) -> Reply:
+    tables = request.tables
+    _served(tables, QUOTES)
+    symbol = symbol_of(request.path_params.get("symbol", ""))
+
+    async def with_day(found: dict[str, Any]) -> dict[str, Any]:
+        await add_days([found], tables)
+        return found
+
+    return request.lookup(QUOTES, symbol, enrich=with_day)
+
+
+async def quotes(request: Request) -> Reply:
+    tables = request.tables
+    _served(tables, QUOTES)
+    raw = [s for s in request.query.get("symbols", "").split(",") if s.strip()]
+    if not raw:
+        raise BadRequest("give symbols=AAPL,MSFT,...")
+    if len(raw) > MAX_SYMBOLS:
+        raise BadRequest(f"at most {MAX_SYMBOLS} symbols", count=len(raw))
+    symbols = list(dict.fromkeys(symbol_of(s) for s in raw))
+    many = await tables.get_many(QUOTES, symbols)
+    found = many.parsed()
+    await add_days(found.values(), tables)
+    out: dict[str, Any] = {"quotes": found, "missing": many.missing}
+    if many.unavailable:
+        out["unavailable"] = many.unavailable
+    return json_reply(out)
+
+
+async def add_days(quotes: Iterable[dict[str, Any]], tables: Tables) -> None:
+    """Each quote's ``day``: its symbol's statistics for the UTC date of its last trade, or
+    null before a first trade (or where this cluster does not serve ``stock-day-stats``)."""
+    wanted: dict[str, list[dict[str, Any]]] = {}
+    for q in quotes:
+        q["day"] = None
+        last = q.get("last")
+        if last:
+            date = time.strftime("%Y-%m-%d", time.gmtime(last["ts"] // 1000))
+            wanted.setdefault(f"{q['symbol']}|{date}", []).append(q)
+    if not wanted or not tables.serves(DAY_STATS):
+        return
+    many = await tables.get_many(DAY_STATS, list(wanted))
+    for key, stats in many.parsed().items():
+        stats.pop("symbol", None)
+        for q in wanted[key]:
+            q["day"] = stats
+
+
+async def bars(request: Request) -> Reply:
+    tables = request.tables
+    _served(tables, BARS)
+    symbol = symbol_of(request.path_params["symbol"])
+    params = request.query
+    prefix = f"{symbol}|"
+    start = prefix + minute_key(params["from"], "from") if params.get("from") else None
+    end = prefix + minute_key(params["to"], "to") if params.get("to") else None
+    limit = request.int_param("limit", 1, MAX_RANGE_LIMIT) or MAX_RANGE_LIMIT
+    page = await tables.range(
+        BARS, prefix=prefix, start=start, end=end, cursor=params.get("cursor"), limit=limit
+    )
+    return json_reply(
+        {"symbol": symbol, "bars": page.json_values(), "next_cursor": page.next_cursor}
+    )

@@ -1,0 +1,379 @@
+"""`kiq up`: a whole application on one machine, as its file describes it, until Ctrl-C.
+
+Broker (unless ``[app] bootstrap`` names one) → topics (``[app] topics``, then each
+table's, compacted, where missing) → one Spark driver running ``[app] pipelines`` →
+``[app] nodes`` serving nodes (the first on ``[app] port``, the front door) with the
+file's tables and endpoints → ``[app] feeds`` (run beside the file). Every child
+reads the same file (``KIQ_CONFIG``) and is told the broker (``KIQ_BOOTSTRAP``,
+``KIQ_*_BOOTSTRAP``); state and logs go under ``[app] home``. Ctrl-C stops it all
+in reverse order.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from kiq import settings
+from kiq.cli.context import CliState, ConfigOption, console, run_or_exit
+from kiq.errors import ConfigError, KiqError
+
+if TYPE_CHECKING:
+    from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+    from kiq.tables import TableSpec
+
+STOP_TIMEOUT_S = 30.0
+
+
+class _Stopped(Exception):
+    """Ctrl-C during start-up: stop what has started."""
+
+
+def up(
+    ctx: typer.Context,
+    config: ConfigOption = None,
+    nodes: Annotated[int | None, typer.Option(help="serving nodes [3]")] = None,
+    port: Annotated[
+        int | None, typer.Option(help="the front door; the other nodes take the next ports [8080]")
+    ] = None,
+    bootstrap: Annotated[
+        str | None, typer.Option(help="an existing Kafka to use instead of the local broker")
+    ] = None,
+    home: Annotated[Path | None, typer.Option(help="state and logs [.kiq/NAME]")] = None,
+    pipeline: Annotated[
+        list[str] | None, typer.Option(help="a pipeline TARGET (repeat: one Spark driver)")
+    ] = None,
+    endpoint: Annotated[
+        list[str] | None, typer.Option(help="MODULE:FUNCTION or FILE.py:FUNCTION declaring routes")
+    ] = None,
+    trigger: Annotated[str | None, typer.Option(help="microbatch or realtime")] = None,
+    feeds: Annotated[bool, typer.Option(help="run the file's feeds")] = True,
+) -> None:
+    """Run the application its file describes: broker, topics, pipelines, nodes, feeds."""
+    state: CliState = ctx.obj
+    flags = {
+        "nodes": nodes,
+        "port": port,
+        "bootstrap": bootstrap,
+        "home": home,
+        "pipelines": pipeline,
+        "endpoints": endpoint,
+    }
+    if not feeds:
+        flags["feeds"] = []
+    run_app(state.config_file(config), trigger=trigger, **flags)
+
+
+def run_app(config: Path | None, trigger: str | None = None, **flags: Any) -> None:
+    """`kiq up` (and `kiq demo`, on the shipped stock application's file)."""
+    plan = run_or_exit(lambda: Plan.load(config, trigger, **flags))
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    run_or_exit(lambda: Running(plan, stopping).run())
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything `kiq up` will start, read and checked before anything starts."""
+
+    file: Path | None
+    app: settings.AppSettings
+    tables: list[TableSpec]
+    broker: settings.BrokerSettings
+    trigger: str
+
+    @classmethod
+    def load(cls, config: Path | None, trigger: str | None, **flags: Any) -> Plan:
+        from kiq.api.targets import resolve
+        from kiq.node_build import table_specs
+
+        file = settings.config_path(config)
+        app = settings.load(settings.AppSettings, file, **flags)
+        serve = settings.load(settings.ServeSettings, file)
+        pipeline = settings.load(settings.PipelineSettings, file, trigger=trigger)
+        tables = table_specs(serve)
+        base = str(file.parent) if file is not None else None
+        for target in app.endpoints:  # a typo fails now, not in every node's log
+            resolve(target, "[app] endpoints", base)
+        for command in app.feeds:
+            if not command:
+                raise ConfigError("[app] feeds: a feed is a command, e.g. ['kiq', 'feed', ...]")
+        return cls(
+            file.resolve() if file is not None else None,
+            app,
+            tables,
+            settings.load(settings.BrokerSettings, file),
+            pipeline.trigger,
+        )
+
+
+class Running:
+    """The application's processes, started in order and stopped in reverse."""
+
+    def __init__(self, plan: Plan, stopping: threading.Event) -> None:
+        from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+
+        self.plan = plan
+        self.stopping = stopping
+        app = plan.app
+        self.home = app.home_dir.resolve()
+        self.broker: LocalBroker | None = None if app.bootstrap else LocalBroker(plan.broker)
+        self.bootstrap = app.bootstrap or plan.broker.bootstrap
+        self.pipeline: LocalPipeline | None = None
+        if app.pipelines:
+            self.pipeline = LocalPipeline(
+                tuple(app.pipelines),
+                self.bootstrap,
+                self.home / "checkpoints",
+                self.home / "pipeline.log",
+                trigger=plan.trigger,
+                partitions=app.table_partitions,
+            )
+        self.nodes = [
+            LocalNode(
+                f"n{i}",
+                self.bootstrap,
+                [],  # the file's tables, read by the node itself
+                self.home / f"n{i}",
+                self.home / f"n{i}.log",
+                port=app.port + i - 1,
+            )
+            for i in range(1, app.nodes + 1)
+        ]
+        self.feeds: list[subprocess.Popen[bytes]] = []
+        self._broker_was_running = False
+
+    def _env(self) -> dict[str, str]:
+        """What every child is told: the file, the broker, the routes `kiq up` was given."""
+        env = {
+            "KIQ_SERVE_BOOTSTRAP": self.bootstrap,
+            "KIQ_PIPELINE_BOOTSTRAP": self.bootstrap,
+            "KIQ_FEED_BOOTSTRAP": self.bootstrap,
+            "KIQ_BOOTSTRAP": self.bootstrap,
+            "KIQ_APP_ENDPOINTS": json.dumps(self.plan.app.endpoints),
+        }
+        if self.plan.file is not None:
+            env["KIQ_CONFIG"] = str(self.plan.file)
+        return env
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def run(self) -> None:
+        try:
+            self._start()
+            self._serve()
+        except _Stopped:
+            pass
+        finally:
+            self._stop()
+
+    # -- start ----------------------------------------------------------------------
+
+    def _start(self) -> None:
+        app = self.plan.app
+        self.home.mkdir(parents=True, exist_ok=True)
+        # Every child (driver, nodes, feeds) reads the same file and is told the broker.
+        os.environ.update(self._env())
+        if self.broker is not None:
+            self._broker_was_running = self.broker.status().running
+            with console.status("starting the Kafka broker ..."):
+                self.broker.start()
+            _done(f"Kafka broker on {self.bootstrap}")
+        self._check()
+        self._create_topics()
+        self._check()
+        if self.pipeline is not None:
+            self.pipeline.start()
+            names = " ".join(app.pipelines)
+            _done(f"Spark pipelines starting: {names} (log: {self.pipeline.log_file})")
+        for node in self.nodes:
+            node.start()
+        with console.status("waiting for the serving nodes ..."):
+            for node in self.nodes:
+                self._until(functools.partial(_ready, node), 120, f"{node.node_id} ready")
+        _done("serving nodes: " + ", ".join(n.url for n in self.nodes))
+        for command in app.feeds:
+            self._start_feed(command)
+        self._print_examples()
+
+    def _create_topics(self) -> None:
+        from kiq.kafka import create_topics, topic_partitions
+        from kiq.pipelines.runner import COMPACTED
+
+        inputs = self.plan.app.topics
+        if inputs:
+            create_topics(self.bootstrap, inputs)
+        missing = [
+            t.topic
+            for t in self.plan.tables
+            if t.topic not in inputs and topic_partitions(self.bootstrap, t.topic) is None
+        ]
+        if missing:
+            create_topics(
+                self.bootstrap,
+                dict.fromkeys(missing, self.plan.app.table_partitions),
+                config=COMPACTED,
+            )
+        made = [*inputs, *missing]
+        _done(f"topics: {', '.join(made) if made else 'all there already'}")
+
+    def _start_feed(self, command: list[str]) -> None:
+        argv = _argv(command)
+        index = len(self.feeds) + 1
+        log_file = self.home / f"feed{index}.log"
+        with log_file.open("ab") as log:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # stopped by us, after the Ctrl-C, not by it
+                    cwd=self.plan.file.parent if self.plan.file is not None else None,
+                )
+            except OSError as exc:
+                raise KiqError(f"feed {' '.join(command)!r} did not start: {exc}") from exc
+        self.feeds.append(proc)
+        _done(f"feed: {' '.join(command)} (log: {log_file})")
+
+    # -- running ----------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        """Until Ctrl-C: watch the children, and say which tables have their first data.
+
+        Before any has, Spark is warming up (its first batches take a while); after,
+        a table still empty waits for input (the word counts, for a first POST).
+        """
+        started = time.monotonic()
+        waiting = {t.name for t in self.plan.tables}
+        warming = "Spark warming up" if self.pipeline is not None else "waiting for data"
+        with console.status(f"{warming} ...") as status:
+            while waiting:
+                self._check()
+                arrived = waiting & _tables_with_data(self.nodes)
+                elapsed = time.monotonic() - started
+                if arrived:
+                    waiting -= arrived
+                    _done(f"data in {', '.join(sorted(arrived))} ({elapsed:.0f}s)")
+                if waiting:
+                    what = warming if len(waiting) == len(self.plan.tables) else "waiting"
+                    names = ", ".join(sorted(waiting))
+                    status.update(f"{what} ({elapsed:.0f}s): no data yet in {names}")
+                    if self.stopping.wait(1.0):
+                        raise _Stopped
+        _done(f"every table has data ({time.monotonic() - started:.0f}s after start)")
+        while not self.stopping.wait(1.0):
+            self._check()
+
+    def _check(self) -> None:
+        if self.stopping.is_set():
+            raise _Stopped
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.proc is not None and not pipeline.running:
+            raise KiqError(f"the Spark pipelines stopped; see {pipeline.log_file}")
+        for node in self.nodes:
+            if node.proc is not None and not node.running:
+                raise KiqError(f"node {node.node_id} stopped; see {node.log_file}:\n{node.tail()}")
+
+    def _until(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            self._check()
+            if time.monotonic() > deadline:
+                raise KiqError(f"no {what} after {timeout_s:.0f}s; logs are in {self.home}")
+            if self.stopping.wait(0.2):
+                raise _Stopped
+
+    def _print_examples(self) -> None:
+        url = self.url
+        lines = [line.replace("{url}", url) for line in self.plan.app.examples]
+        if not lines:
+            for t in self.plan.tables:
+                lines.append(f"curl -s '{url}/v1/tables/{t.name}/range?limit=5'")
+            lines.append(f"curl -i {url}/v1/tables/{self.plan.tables[0].name}/keys/KEY")
+        lines += [f"curl -s {url}/v1/metadata?cluster=true", f"curl -s {url}/metrics | grep kiq_"]
+        examples = "\n".join(f"  {line}" for line in lines)
+        console.print(
+            f"\n[bold]{self.plan.app.name} is up[/] — the front door is {url} "
+            f"(any node answers any key).\n\n{examples}\n\nCtrl-C stops everything.\n",
+            highlight=False,
+        )
+
+    # -- stop -------------------------------------------------------------------------
+
+    def _stop(self) -> None:
+        console.print("stopping ...")
+        for feed in self.feeds:
+            _end(feed)
+        for node in self.nodes:
+            node.stop(STOP_TIMEOUT_S)
+        if self.pipeline is not None:
+            self.pipeline.stop()
+        if self.broker is not None and not self._broker_was_running:
+            self.broker.stop()
+        console.print(f"{self.plan.app.name} stopped")
+
+
+def _argv(command: list[str]) -> list[str]:
+    """A feed's command: ``kiq ...`` is this kiq, ``python ...`` the Python it runs on."""
+    if command[0] == "kiq":
+        return [sys.executable, "-m", "kiq", *command[1:]]
+    if command[0] == "python":
+        return [sys.executable, *command[1:]]
+    return command
+
+
+def _done(message: str) -> None:
+    console.print(f"[green]✓[/] {message}", highlight=False)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def _ready(node: LocalNode) -> bool:
+    try:
+        with urllib.request.urlopen(f"{node.url}/v1/health/ready", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _tables_with_data(nodes: list[LocalNode]) -> set[str]:
+    """The tables some node holds a record of (a replica whose log is not empty)."""
+    found: set[str] = set()
+    for node in nodes:
+        try:
+            with urllib.request.urlopen(f"{node.url}/v1/metadata", timeout=2) as resp:
+                meta = json.loads(resp.read())
+        except (OSError, ValueError):
+            continue
+        for name, table in meta.get("tables", {}).items():
+            for part in table.get("partitions", []):
+                local = part.get("local")
+                if local and local.get("end_offset", 0) > 0:
+                    found.add(name)
+                    break
+    return found

@@ -1,0 +1,180 @@
+"""`kiq up` on a small application file: its own broker, a table served straight from an
+input topic, two nodes with the file's endpoints, a feed; Ctrl-C leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kiq.runtime import free_ports
+
+pytestmark = pytest.mark.integration
+
+COLORS = {"red": "#ff0000", "green": "#00ff00", "blue": "#0000ff", "navy": "#000080"}
+
+ENDPOINTS = """
+from kiq import Request, Routes, json_reply
+
+
+def routes(app: Routes) -> None:
+    app.get("/v1/colors/{name}", color)
+    app.get("/v1/palette", palette)
+
+
+async def color(request: Request):
+    async def shout(value):
+        return {**value, "loud": value["hex"].upper()}
+
+    return request.lookup("colors", request.path_params["name"], enrich=shout)
+
+
+async def palette(request: Request):
+    many = await request.tables.get_many("colors", request.query["names"].split(","))
+    page = await request.tables.range("colors", prefix="n")
+    return json_reply({"found": many.json_found(), "missing": many.missing,
+                       "n": [key for key, _ in page.items]})
+"""
+
+FEED = """
+import json, os
+from confluent_kafka import Producer
+
+# murmur2, as Kafka's Java clients and kiq partition keys
+config = {"bootstrap.servers": os.environ["KIQ_BOOTSTRAP"], "partitioner": "murmur2_random"}
+producer = Producer(config)
+for name, hex in %r.items():
+    producer.produce("colors", key=name, value=json.dumps({"name": name, "hex": hex}))
+producer.flush(30)
+"""
+
+
+def two_free_ports() -> int:
+    """A port whose next one is free as well (the second node's)."""
+    for _ in range(50):
+        (port,) = free_ports(1)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two consecutive free ports")
+
+
+def ours(root: Path) -> list[str]:
+    """Processes whose command line names ``root``: what kiq up started and left running."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(root) in cmdline:
+                found.append(f"{proc.name}: {cmdline[:200]}")
+    return found
+
+
+def test_up_serves_the_files_table_and_endpoints_and_stops_cleanly(tmp_path: Path):
+    broker_port, controller_port = free_ports(2)
+    port = two_free_ports()
+    (tmp_path / "colors_api.py").write_text(ENDPOINTS)
+    (tmp_path / "feed.py").write_text(FEED % COLORS)
+    config = tmp_path / "kiq.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            [broker]
+            port = {broker_port}
+            controller_port = {controller_port}
+            data_dir = "{tmp_path}/broker/data"
+            log_dir = "{tmp_path}/broker/logs"
+
+            [app]
+            name = "colors"
+            endpoints = ["colors_api.py:routes"]
+            nodes = 2
+            port = {port}
+            home = "{tmp_path}/home"
+            topics = {{ "colors" = 3 }}
+            feeds = [["{sys.executable}", "{tmp_path}/feed.py"]]
+            examples = ["curl -s {{url}}/v1/colors/red"]
+
+            [serve]
+            cluster = "colors"
+            session_timeout_ms = 3000
+            tables = ["colors=colors"]
+            """
+        )
+    )
+    log = tmp_path / "up.log"
+    with log.open("wb") as out:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "kiq", "up", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: the test's Ctrl-C
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while "every table has data" not in log.read_text():
+            assert up.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        text = log.read_text()
+        front, second = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
+        assert f"curl -s {front}/v1/colors/red" in text
+
+        # Every color from either node, as the table API answers, once the feed's are all in.
+        for name, hex in COLORS.items():
+            for url in (front, second):
+                got = _eventually(lambda u=url, n=name: httpx.get(f"{u}/v1/tables/colors/keys/{n}"))
+                assert got.json() == {"name": name, "hex": hex}
+        red = httpx.get(f"{second}/v1/colors/red")
+        assert red.status_code == 200, red.text
+        assert red.json() == {"name": "red", "hex": "#ff0000", "loud": "#FF0000"}
+        assert {"x-kiq-partition", "x-kiq-served-by", "x-kiq-offset"} <= set(red.headers)
+        assert httpx.get(f"{front}/v1/colors/mauve").json()["error"] == "not_found"
+        palette = httpx.get(f"{front}/v1/palette", params={"names": "red,blue,mauve"}).json()
+        assert palette == {
+            "found": {
+                "red": {"name": "red", "hex": "#ff0000"},
+                "blue": {"name": "blue", "hex": "#0000ff"},
+            },
+            "missing": ["mauve"],
+            "n": ["navy"],
+        }
+        # The file's endpoints replace the shipped ones.
+        assert httpx.get(f"{front}/v1/stocks/AAPL").json()["error"] == "no_route"
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGINT)
+        try:
+            code = up.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(up.pid, signal.SIGKILL)
+            raise
+    text = log.read_text()
+    assert code == 0, text
+    assert "colors stopped" in text and "Traceback" not in text, text
+    time.sleep(0.5)
+    assert ours(tmp_path) == []
+
+
+def _eventually(get, timeout_s: float = 60.0) -> httpx.Response:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        resp = get()
+        if resp.status_code == 200 or time.monotonic() > deadline:
+            return resp
+        time.sleep(0.3)
