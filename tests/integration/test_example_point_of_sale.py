@@ -23,7 +23,7 @@ from kiq.runtime import LocalPipeline
 from tests.integration.kafka_io import Record, drain, produce
 from tests.integration.test_serving import Cluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "point_of_sale"
 PARTITIONS = 6
