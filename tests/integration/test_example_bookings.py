@@ -153,6 +153,13 @@ def test_bookings_example_answers_exactly(
             assert latest == expected_latest
             for got, want in zip(ranges, expected_ranges, strict=True):
                 assert got == want
+        # the application's own route shapes the same range
+        customer, low, high = WINDOWS[0]
+        url = f"{cluster.live_urls()[-1]}/v1/customers/{customer}/bookings"
+        resp = httpx.get(url, params={"from": low, "to": high}, timeout=10)
+        assert resp.status_code == 200, resp.text
+        want_page = {"customer": customer, "bookings": [v for _, v in expected_ranges[0]]}
+        assert resp.json() == {**want_page, "next_cursor": None}
     finally:
         pipeline.stop()
         cluster.shutdown()
