@@ -2,7 +2,7 @@
 
 Quotes, day statistics and one-minute bars must equal an independent reference
 computed in plain Python over the same ticks, for every symbol, through every
-node — before and after the Spark driver is killed with SIGKILL mid-stream and
+node — before and after the Spark driver is killed with SIGKILL mid-stream, five times, and
 restarted. Malformed ticks reach the dead-letter topic and change nothing else.
 """
 
@@ -147,7 +147,7 @@ def wait_for_reference(cluster: Cluster, log: TickLog, timeout_s: float = 180) -
     raise AssertionError(f"served state never matched the reference: {last_diff}")
 
 
-def test_quotes_days_and_bars_match_the_reference_across_a_driver_kill(
+def test_quotes_days_and_bars_match_the_reference_across_five_driver_kills(
     bootstrap: str, tmp_path: Path
 ):
     topics = StockTopics()
@@ -171,13 +171,15 @@ def test_quotes_days_and_bars_match_the_reference_across_a_driver_kill(
         cluster.wait_ready()
         wait_for_reference(cluster, log)
 
-        # Kill the driver (Python and JVM) while ticks keep coming, then restart it.
-        more = make_ticks(rng, 1500, MIDNIGHT + 30_000)
-        log.send(more[:700])
-        time.sleep(4)
-        pipeline.kill()
-        log.send(more[700:])
-        pipeline.start()
+        # Kill the driver (Python and JVM) while ticks keep coming, then restart it:
+        # five times, each at another moment of its life (starting, mid-batch, idle).
+        for i, pause_s in enumerate((4.0, 1.0, 7.0, 2.5, 5.0)):
+            more = make_ticks(rng, 600, MIDNIGHT + 30_000 * (i + 1))
+            log.send(more[:300])
+            time.sleep(pause_s)
+            pipeline.kill()
+            log.send(more[300:])
+            pipeline.start()
         wait_for_reference(cluster, log)
     finally:
         pipeline.stop()
