@@ -8,12 +8,8 @@ its short name (``stocks``) however it is written, so its checkpoints survive.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import re
-import sys
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +17,7 @@ from typing import Any
 
 from kiq import catalog
 from kiq.errors import ConfigError
+from kiq.targets import is_file, load
 
 SHIPPED = {
     catalog.STOCKS_PIPELINE: "kiq.apps.stocks.pipeline:build",
@@ -45,10 +42,8 @@ def resolve(text: str) -> Target:
         raise ConfigError(
             f"pipeline target {text!r}: expected {_SYNTAX}, or one of {', '.join(SHIPPED)}"
         )
-    if where.endswith(".py") or "/" in where or "\\" in where:
-        module, stem = _load_file(Path(where), text), Path(where).stem
-    else:
-        module, stem = _import(where, text), where
+    module = load(where, f"pipeline target {text!r}")
+    stem = Path(where).stem if is_file(where) else where
     function = getattr(module, attr, None)
     if function is None or not callable(function):
         found = sorted(n for n, v in vars(module).items() if inspect.isfunction(v))
@@ -60,47 +55,6 @@ def resolve(text: str) -> Target:
     shipped = {v: k for k, v in SHIPPED.items()}
     name = shipped.get(spec) or _UNSAFE.sub("_", f"{stem}.{attr}")
     return Target(name, spec, function)
-
-
-def _load_file(path: Path, text: str) -> Any:
-    if not path.is_file():
-        raise ConfigError(f"pipeline target {text!r}: no file {path}")
-    name = f"kiq_pipeline_{_UNSAFE.sub('_', path.stem)}"
-    loader = importlib.util.spec_from_file_location(name, path)
-    if loader is None or loader.loader is None:
-        raise ConfigError(f"pipeline target {text!r}: {path} is not a Python file")
-    module = importlib.util.module_from_spec(loader)
-    # Its sibling modules import as they would when the file runs as a script.
-    folder = str(path.resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    sys.modules[name] = module
-    try:
-        loader.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(name, None)
-        raise ConfigError(
-            f"pipeline target {text!r}: {path} failed to import:\n{_last(exc)}"
-        ) from exc
-    return module
-
-
-def _import(module: str, text: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            raise ConfigError(
-                f"pipeline target {text!r}: no module {module!r} (is its package installed, "
-                f"or did you mean a file, {_SYNTAX}?)"
-            ) from exc
-        raise ConfigError(
-            f"pipeline target {text!r}: {module} failed to import:\n{_last(exc)}"
-        ) from exc
-    except Exception as exc:
-        raise ConfigError(
-            f"pipeline target {text!r}: {module} failed to import:\n{_last(exc)}"
-        ) from exc
 
 
 def _check_signature(function: Callable[..., object], text: str) -> None:
@@ -115,11 +69,3 @@ def _check_signature(function: Callable[..., object], text: str) -> None:
             f"pipeline target {text!r}: {getattr(function, '__name__', function)}{signature} "
             "must take exactly one argument, the pipeline context: def build(ctx): ..."
         ) from None
-
-
-def _last(exc: BaseException) -> str:
-    """The error and where it was raised, without the import machinery's frames."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if "importlib" not in f.filename]
-    where = f"  {mine[-1].filename}:{mine[-1].lineno}\n" if mine else ""
-    return f"{where}  {type(exc).__name__}: {exc}"
