@@ -22,11 +22,13 @@ from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
 from kiq.replicas import Materializer
 from kiq.settings import ServeSettings
+from kiq.stores import set_memory_budget
 from kiq.tables import TableRuntime, TableSpec, codec_for, parse_table
 
 
 def build_node(settings: ServeSettings) -> Node:
     tables = table_specs(settings)
+    set_memory_budget(settings.store_memory_mb * 1024 * 1024)
     runtimes: dict[str, TableRuntime] = {}
     for spec in tables:
         count = topic_partitions(settings.bootstrap, spec.topic)

@@ -168,6 +168,9 @@ class ServeSettings(_Section):
         "", description="URL other nodes reach this one at; default http://host:port"
     )
     data_dir: Path = Path(".kiq/node-1")
+    # RocksDB's memory in this node, all stores together: block cache plus memtables
+    # (which may take half of it before they are flushed). See stores/rocksdb.py.
+    store_memory_mb: int = Field(128, ge=8, description="RocksDB memory of all stores")
     tables: list[str] = Field(default_factory=list, description="NAME=TOPIC[,option...]")
     standby_replicas: int = Field(1, ge=0, le=10)
     cluster: str = Field("kiq", description="consumer group of the serving nodes")

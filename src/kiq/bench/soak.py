@@ -219,7 +219,13 @@ def _sample(
     sample: dict[str, object] = {"at_s": at_s}
     for name, pids in procs.items():
         rss = sum(_rss(p) for p in pids)
-        sample[name] = {"rss_mb": round(rss / 2**20, 1), "fds": sum(_fds(p) for p in pids)}
+        kinds = [_fd_kinds(p) for p in pids]
+        sample[name] = {
+            "rss_mb": round(rss / 2**20, 1),
+            "fds": sum(k[0] for k in kinds),
+            "sst_files": sum(k[1] for k in kinds),  # RocksDB's table files held open
+            "sockets": sum(k[2] for k in kinds),
+        }
     return sample
 
 
@@ -248,11 +254,24 @@ def _rss(pid: int) -> int:
         return 0
 
 
-def _fds(pid: int) -> int:
+def _fd_kinds(pid: int) -> tuple[int, int, int]:
+    """(open descriptors, of which RocksDB table files, of which sockets)."""
+    total = sst = sockets = 0
     try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
+        names = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return 0
+        return 0, 0, 0
+    for name in names:
+        total += 1
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target.endswith(".sst"):
+            sst += 1
+        elif target.startswith("socket:"):
+            sockets += 1
+    return total, sst, sockets
 
 
 def _summary(values: list[float]) -> dict[str, float]:

@@ -11,13 +11,15 @@ from pathlib import Path
 from kiq.errors import ConfigError
 from kiq.stores.base import PartitionStore
 from kiq.stores.memory import MemoryPartitionStore
-from kiq.stores.rocksdb import RocksDBPartitionStore
+from kiq.stores.rocksdb import RocksDBPartitionStore, memory_usage, set_memory_budget
 
 __all__ = [
     "MemoryPartitionStore",
     "PartitionStore",
     "RocksDBPartitionStore",
+    "memory_usage",
     "open_partition_store",
+    "set_memory_budget",
 ]
 
 _KINDS = ("rocksdb", "memory")

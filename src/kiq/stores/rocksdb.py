@@ -23,6 +23,7 @@ from rocksdict import (
     Rdict,
     ReadOptions,
     WriteBatch,
+    WriteBufferManager,
     WriteOptions,
 )
 
@@ -37,9 +38,39 @@ _APPLIED_KEY = b"applied-offset"
 _OFFSET = struct.Struct(">q")
 _OFFSET_SIZE = _OFFSET.size
 
-# One block cache for every store in the process: memory stays bounded however
-# many partitions a node holds.
-_BLOCK_CACHE = Cache(64 * _MIB)
+# One memory budget for every store in the process, however many partitions a node
+# holds: the block cache, and the memtables charged to it. A node holding 36 stores
+# (3 tables x 6 partitions x active and standby) would otherwise keep up to two
+# 16 MiB memtables per column family in each, about 2.3 GiB, filling slowly under
+# overwrites; with the shared budget RocksDB flushes the largest memtables once
+# they near half of it. See ``set_memory_budget``.
+DEFAULT_MEMORY_BYTES = 128 * _MIB
+_BLOCK_CACHE = Cache(DEFAULT_MEMORY_BYTES)
+_WRITE_BUFFERS = WriteBufferManager.new_write_buffer_manager_with_cache(
+    DEFAULT_MEMORY_BYTES // 2, False, _BLOCK_CACHE
+)
+# Files a store keeps open. Level compaction keeps a store's files few (a few L0
+# files and 64 MiB files below), so this cap rarely closes one; it bounds a node's
+# descriptors at stores x cap whatever a table grows to.
+MAX_OPEN_FILES = 64
+
+
+def set_memory_budget(total_bytes: int) -> None:
+    """RocksDB memory of this process: block cache plus memtables, at most ``total_bytes``.
+
+    Memtables may take half of it before RocksDB flushes them; what they hold is
+    charged to the block cache, so the two together stay within the budget.
+    """
+    if total_bytes < 8 * _MIB:
+        raise ValueError(f"a store memory budget of {total_bytes} bytes is below 8 MiB")
+    _BLOCK_CACHE.set_capacity(total_bytes)
+    _WRITE_BUFFERS.set_buffer_size(total_bytes // 2)
+
+
+def memory_usage() -> tuple[int, int]:
+    """(block cache bytes including memtables charged to it, memtable bytes)."""
+    return _BLOCK_CACHE.get_usage(), _WRITE_BUFFERS.get_usage()
+
 
 # Entries of the read cache per store (see ``get``): hot keys answer from a dict
 # for ~0.1 µs instead of ~2.5 µs through rocksdict, even from the memtable. Only
@@ -56,14 +87,20 @@ _CLOSED = (DbClosedError, RuntimeError)
 _CACHED_RAW_MAX = _OFFSET_SIZE + READ_CACHE_MAX_VALUE
 
 
-def _options() -> Options:
+def _options(write_buffer: int = 16 * _MIB) -> Options:
     """Options for a small, read-heavy store whose writes come in batches."""
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     opts.set_compression_type(DBCompressionType.lz4())
-    opts.set_write_buffer_size(16 * _MIB)
+    opts.set_write_buffer_size(write_buffer)
     opts.set_max_write_buffer_number(2)
+    # A memtable takes memory an arena block at a time (by default an eighth of the
+    # write buffer, 2 MiB): small blocks keep an idle store's memtables small, which
+    # matters with dozens of stores under one budget.
+    opts.set_arena_block_size(256 * 1024)
+    opts.set_write_buffer_manager(_WRITE_BUFFERS)
+    opts.set_max_open_files(MAX_OPEN_FILES)
     # The meta family gets a few bytes per batch and rarely flushes on its own;
     # this cap forces it, so old WAL files can be deleted.
     opts.set_max_total_wal_size(64 * _MIB)
@@ -87,7 +124,7 @@ class RocksDBPartitionStore(PartitionStore):
         self._path = path
         self._lock = threading.Lock()  # serializes the writer's calls with close()
         self._closed = False
-        self._db = Rdict(str(path), _options(), column_families={_META_CF: _options()})
+        self._db = Rdict(str(path), _options(), column_families={_META_CF: _options(_MIB)})
         write_opts = WriteOptions()
         write_opts.sync = False  # WAL on, no fsync per batch: Kafka can replay the tail
         self._db.set_write_options(write_opts)
