@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka import Producer
 
 from kiq.apps.stocks.pipeline import StockTopics
+from kiq.bench import stock_reference as ref
 from kiq.kafka import create_topics, producer_config
 from kiq.runtime import LocalPipeline
-from tests.integration import stock_reference as ref
 from tests.integration.kafka_io import drain
 from tests.integration.test_serving import Cluster
 

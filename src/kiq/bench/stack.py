@@ -68,9 +68,9 @@ def local_stack(keep: bool = False) -> Iterator[Stack]:
     """Broker on free loopback ports in a temporary directory; everything stops at the end."""
     root = Path(tempfile.mkdtemp(prefix="kiq-bench-"))
     broker = LocalBroker.on_free_ports(root / "broker")
-    broker.start()
     stack = Stack(root, broker)
     try:
+        broker.start()  # a broker that never answers is stopped below too
         yield stack
     finally:
         for node in stack.nodes:

@@ -106,9 +106,15 @@ def failover(
 @app.command()
 def chaos(
     scenario: Annotated[
-        str, typer.Argument(help="broker-restart, sigstop, kill, rolling-restart or add-remove")
+        str,
+        typer.Argument(
+            help="broker-restart, sigstop, kill, rolling-restart, add-remove, disk-full, "
+            "large-values, topic-recreated or driver-kill"
+        ),
     ],
-    restarts: Annotated[int, typer.Option(help="broker-restart: how many times")] = 1,
+    restarts: Annotated[
+        int, typer.Option(help="broker-restart: how many times; driver-kill: kills [5]")
+    ] = 1,
     outage: Annotated[float, typer.Option(help="broker-restart: seconds the broker is down")] = 30,
     duration: Annotated[
         float,
@@ -117,22 +123,36 @@ def chaos(
         ),
     ] = 10,
     rate: Annotated[
-        int | None, typer.Option(help="reader GETs per second [500 broker-restart, else 800]")
+        int | None,
+        typer.Option(
+            help="reader GETs per second [500 broker-restart, 200 data scenarios, else 800]"
+        ),
     ] = None,
     readers: Annotated[int, typer.Option(help="node scenarios: concurrent readers")] = 8,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """A failure under a reader load: failed and worst reads, records lost, recovery."""
     from kiq.bench.chaos import BrokerRestartConfig, run_broker_restart
+    from kiq.bench.chaos_data import DATA_SCENARIOS, DataChaosConfig, run_data_chaos
     from kiq.bench.chaos_nodes import NODE_SCENARIOS, NodeChaosConfig, run_node_chaos
+    from kiq.bench.chaos_pipeline import DriverKillConfig, run_driver_kill
 
     if scenario == "broker-restart":
         cfg = BrokerRestartConfig(restarts=restarts, outage_s=outage, rate=rate or 500)
         what = f"{restarts} x {outage:g} s, {cfg.rate:,} reads/s"
         _measure(scenario, what, lambda: run_broker_restart(cfg), json_out)
         return
+    if scenario == "driver-kill":
+        kill_cfg = DriverKillConfig(kills=restarts if restarts > 1 else 5, rate=rate or 200)
+        what = f"{kill_cfg.kills} kills, {kill_cfg.feed_rate:g} ticks/s, {kill_cfg.rate:,} reads/s"
+        _measure(scenario, what, lambda: run_driver_kill(kill_cfg), json_out)
+        return
+    if scenario in DATA_SCENARIOS:
+        data_cfg = DataChaosConfig(scenario, rate=rate or 200)
+        _measure(scenario, f"{data_cfg.rate:,} reads/s", lambda: run_data_chaos(data_cfg), json_out)
+        return
     if scenario not in NODE_SCENARIOS:
-        choices = ", ".join(("broker-restart", *NODE_SCENARIOS))
+        choices = ", ".join(("broker-restart", *NODE_SCENARIOS, *DATA_SCENARIOS, "driver-kill"))
         raise typer.BadParameter(f"{scenario!r}: choose one of {choices}")
     node_cfg = NodeChaosConfig(scenario, fault_s=duration, rate=rate or 800, readers=readers)
     what = f"{node_cfg.rate:,} reads/s, {readers} readers"

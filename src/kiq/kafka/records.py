@@ -8,13 +8,16 @@ acknowledged, for feeds and benchmarks that must report it.
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from kiq.kafka.config import producer_config
+from kiq.errors import KafkaUnavailable
+from kiq.kafka.config import consumer_config, producer_config
 
 log = logging.getLogger(__name__)
 
@@ -105,3 +108,39 @@ class JsonProducer:
         self.delivered += 1
         if self._hook is not None:
             self._hook(msg.key().decode(), msg.partition(), msg.offset(), msg.timestamp()[1])
+
+
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[tuple[bytes, int, int]]:
+    """Every record of ``topic`` up to its end now: (value, partition, offset) in log order.
+
+    For checks that must see exactly what the log holds (a benchmark's reference),
+    whatever its producers believed they wrote.
+    """
+    consumer = Consumer(consumer_config(bootstrap, f"kiq-read-{uuid.uuid4().hex}"))
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
+        ends: dict[int, int] = {}
+        for partition in meta.partitions:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s
+            )
+            if high > low:
+                ends[partition] = high
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        out: list[tuple[bytes, int, int]] = []
+        deadline = time.monotonic() + timeout_s
+        left = dict(ends)
+        while left:
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(f"{topic}: not read to its end within {timeout_s:.0f}s")
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                if msg.error() is not None:
+                    continue
+                partition, offset = msg.partition(), msg.offset()
+                if partition in left and offset is not None:
+                    out.append((msg.value() or b"", partition, offset))
+                    if offset + 1 >= left[partition]:
+                        del left[partition]
+        return out
+    finally:
+        consumer.close()

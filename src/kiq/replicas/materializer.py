@@ -287,6 +287,9 @@ class Materializer:
             if replica is None:
                 del self._faulted[key]
                 continue
+            if not replica.store.has_room():  # still full: go on serving what it holds
+                self._faulted[key] = now + self._retry_s
+                continue
             replica.store.close()  # a reader of it meanwhile moves on to the next replica
             try:
                 store = self._open_store(*key)

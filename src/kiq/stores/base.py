@@ -57,6 +57,10 @@ class PartitionStore(abc.ABC):
         For a partition that must restore from the start of its topic.
         """
 
+    def has_room(self) -> bool:
+        """Whether a write is likely to fit: a store that refused one is reopened only then."""
+        return True
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the store; idempotent. Later calls raise ``StoreClosedError``."""

@@ -9,6 +9,7 @@ WriteBatch: with the WAL on, RocksDB recovers such a batch whole or not at all.
 from __future__ import annotations
 
 import logging
+import shutil
 import struct
 import threading
 from collections.abc import Sequence
@@ -53,6 +54,9 @@ _WRITE_BUFFERS = WriteBufferManager.new_write_buffer_manager_with_cache(
 # files and 64 MiB files below), so this cap rarely closes one; it bounds a node's
 # descriptors at stores x cap whatever a table grows to.
 MAX_OPEN_FILES = 64
+# Free space below which a store that refused a write is not reopened yet (reopening
+# closes it, and a reader finds no store meanwhile): a memtable's flush needs about this.
+MIN_FREE_BYTES = 8 * _MIB
 
 
 def set_memory_budget(total_bytes: int) -> None:
@@ -245,6 +249,12 @@ class RocksDBPartitionStore(PartitionStore):
             self._generation += 1
             self._hot.clear()
             self._db.compact_range(None, None)  # reclaim the space, make count() exact
+
+    def has_room(self) -> bool:
+        try:
+            return shutil.disk_usage(self._path).free >= MIN_FREE_BYTES
+        except OSError:
+            return False
 
     def close(self) -> None:
         with self._lock:

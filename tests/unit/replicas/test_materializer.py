@@ -135,6 +135,9 @@ class FullDiskStore(MemoryPartitionStore):
             raise OSError("IO error: No space left on device")
         super().apply(batch, applied_offset)
 
+    def has_room(self) -> bool:
+        return not self.full
+
     def close(self) -> None:
         self.closes = getattr(self, "closes", 0) + 1
 
@@ -182,8 +185,12 @@ def test_a_refused_write_loses_nothing_and_is_retried_from_the_applied_offset():
     assert stores[1].get(b"x") == (b"9", 0)  # the other partition went on
     assert m.replicas[("t", 1)].fault is None
 
-    stores[0].full = False
     reader.assigned.clear()
+    m._retry_faulted(now=float("inf"))  # still full: not closed, it goes on serving reads
+    assert getattr(stores[0], "closes", 0) == 0 and reader.assigned == []
+    assert stores[0].get(b"a") == (b"1", 0)
+
+    stores[0].full = False
     m._retry_faulted(now=float("inf"))
     assert reader.assigned == [("topic-t", 0, 1)]  # read again from its own applied offset
     assert stores[0].closes == 1  # reopened: RocksDB refuses writes until it is
