@@ -23,7 +23,7 @@ from typing import Any, Protocol, cast
 import orjson
 from starlette.responses import Response
 
-from kiq.api.asgi import MAX_BODY, Receive, Scope, Send, header, query, read_body
+from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
 from kiq.api.batches import MAX_RANGE_LIMIT, Batches, value_json
 from kiq.api.errors import BadRequest, Unavailable, UnknownTable
 from kiq.api.lookups import Enrich, Lookups
@@ -205,6 +205,7 @@ class _Services:
     lookups: Lookups
     batches: Batches
     writer: Writer
+    max_body: int
 
 
 class Request:
@@ -236,9 +237,10 @@ class Request:
         """A whole-number query parameter, None when absent; a 400 when not in [low, high]."""
         return int_param(self.query, name, low, high)
 
-    async def body(self, limit: int = MAX_BODY) -> bytes:
-        """The body; more than ``limit`` bytes is a 400."""
-        return await read_body(self._receive, limit)
+    async def body(self, limit: int | None = None) -> bytes:
+        """The body; more than ``limit`` bytes (default: the node's ``[limits]
+        max_body_bytes``) is a 413."""
+        return await read_body(self._receive, limit or self._services.max_body)
 
     async def json(self, invalid: str = "the body must be JSON") -> Any:
         """The body as JSON; a 400 saying ``invalid`` when it is not."""
@@ -355,6 +357,7 @@ def endpoints_for(
     lookups: Lookups,
     batches: Batches,
     writer: Writer,
+    max_body: int,
 ) -> list[tuple[str, str, Endpoint]]:
-    services = _Services(lookups, batches, writer)
+    services = _Services(lookups, batches, writer, max_body)
     return [(method, path, Endpoint(handler, services)) for method, path, handler in routes]

@@ -79,11 +79,13 @@ class Endpoints:
         lookups: Lookups,
         batches: Batches,
         peers: Peers,
+        max_body: int,
     ) -> None:
         self._node = node
         self._lookups = lookups
         self._batches = batches
         self._peers = peers
+        self._max_body = max_body
 
     def router(self, custom: Sequence[tuple[str, str, ASGIApp]] = ()) -> Router:
         """The core routes, then ``custom`` ones (method, path, ASGI endpoint)."""
@@ -110,7 +112,7 @@ class Endpoints:
         return _json(admin.tables(self._node))
 
     async def multiget(self, request: Request) -> Response:
-        body = await read_body(request.receive)
+        body = await read_body(request.receive, self._max_body)
         table = request.path_params["table"]
         return _json(await self._batches.multiget(table, body, _auth(request)))
 
@@ -133,15 +135,15 @@ class Endpoints:
         return Response(admin.metrics(self._node), media_type=PROMETHEUS)
 
     async def internal_lookups(self, request: Request) -> Response:
-        body = await self._lookups.internal(await read_body(request.receive))
+        body = await self._lookups.internal(await read_body(request.receive, self._max_body))
         return Response(body, media_type=MSGPACK)
 
     async def internal_multiget(self, request: Request) -> Response:
-        body = self._batches.internal_multiget(await read_body(request.receive))
+        body = self._batches.internal_multiget(await read_body(request.receive, self._max_body))
         return Response(body, media_type=MSGPACK)
 
     async def internal_scan(self, request: Request) -> Response:
-        body = self._batches.internal_scan(await read_body(request.receive))
+        body = self._batches.internal_scan(await read_body(request.receive, self._max_body))
         return Response(body, media_type=MSGPACK)
 
     async def internal_metadata(self, request: Request) -> Response:
