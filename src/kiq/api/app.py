@@ -13,9 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
 
+from starlette.routing import Route
+
 from kiq import catalog
+from kiq.api import openapi
 from kiq.api.batches import Batches
 from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
@@ -74,9 +78,19 @@ class KiqApp:
         self._writer = writer
         declared = declared_routes(endpoints, base)
         custom = endpoints_for(declared, self.lookups, self.batches, writer, limits.max_body_bytes)
-        self._routes: Asgi = Endpoints(
-            view, self.lookups, self.batches, peers, limits.max_body_bytes
-        ).router(custom)
+        core = Endpoints(view, self.lookups, self.batches, peers, limits.max_body_bytes)
+        router = core.router(custom)
+        self.routes: list[openapi.RouteDoc] = [
+            *((method, path, None) for method, path in openapi.RAW_ROUTES),
+            *(
+                (method, route.path, declared.docs.get((method, route.path)))
+                for route in router.routes
+                if isinstance(route, Route)
+                for method in sorted(route.methods or ())
+            ),
+        ]
+        core.document = openapi.render(self.routes, _version())
+        self._routes: Asgi = router
         # The two paths, behind the rate limiter only when it is on: decided here, once.
         self._lookup: Lookup = self.lookups.get
         self.limiter = RateLimiter.of(limits)
@@ -121,6 +135,13 @@ class KiqApp:
                     await asyncio.to_thread(self._node.stop)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _version() -> str:
+    try:
+        return version("kiq")
+    except PackageNotFoundError:
+        return "0"
 
 
 def create_app(
