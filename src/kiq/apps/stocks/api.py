@@ -51,6 +51,8 @@ def routes(app: Routes) -> None:
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _TEXT = {"type": "string"}
 _NUMBER = {"type": "number"}
+# Any ISO 8601 time is taken (a date alone, minutes, no offset); date-time is the usual one.
+_TIME = {"type": "string", "format": "date-time"}
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
@@ -139,11 +141,11 @@ BARS_DOC = {
     "parameters": [
         _SYMBOL_PARAM,
         *(
-            {"name": name, "in": "query", "description": text, "schema": _TEXT}
-            for name, text in [
-                ("from", "ISO 8601, inclusive (UTC unless an offset is given)"),
-                ("to", "ISO 8601, exclusive"),
-                ("cursor", "next_cursor of the previous page"),
+            {"name": name, "in": "query", "description": text, "schema": schema}
+            for name, text, schema in [
+                ("from", "ISO 8601, inclusive (UTC unless an offset is given)", _TIME),
+                ("to", "ISO 8601, exclusive", _TIME),
+                ("cursor", "next_cursor of the previous page", _TEXT),
             ]
         ),
         {
@@ -186,10 +188,10 @@ def minute_key(raw: str, name: str) -> str:
         text = text[:-1] + "+00:00"
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError as exc:
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(UTC)  # overflows a day from either end of time
+    except (ValueError, OverflowError) as exc:
         raise BadRequest(f"{name} must be ISO 8601 (e.g. 2026-11-20T14:30Z), got {raw!r}") from exc
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M")
 
 
