@@ -205,7 +205,7 @@ class LimitsSettings(_Section):
 
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="request body")
     max_multiget_keys: int = Field(10_000, ge=1, description="keys per multiget")
-    max_connections: int = Field(1024, ge=1, description="open connections per node")
+    max_connections: int = Field(2048, ge=1, description="open connections per node")
     header_timeout_s: float = Field(
         30.0, gt=0, le=60, description="to send a request's headers, and to idle between requests"
     )

@@ -68,7 +68,7 @@ def serve(
     max_multiget_keys: Annotated[int | None, typer.Option(help="keys per multiget [10000]")] = None,
     max_connections: Annotated[
         int | None,
-        typer.Option(help="open connections; more wait [1024]"),
+        typer.Option(help="open connections; more wait [2048]"),
     ] = None,
     header_timeout_s: Annotated[
         float | None,
