@@ -62,18 +62,18 @@ class RateLimiter:
     def retry_after(self, caller: str) -> float:
         """0 when ``caller`` may go on (its token taken), else the seconds until it may."""
         now = self._clock()
-        full_at = self._full_at.get(caller)
-        if full_at is None:
-            if now >= self._next_sweep or len(self._full_at) >= self.clients:
+        table = self._full_at
+        full_at = table.get(caller)
+        if full_at is None:  # a new caller (or one swept away): a full bucket
+            if now >= self._next_sweep or len(table) >= self.clients:
                 self._make_room(now)
+                table = self._full_at
             full_at = now
-        elif full_at < now:
-            full_at = now
-        after = full_at + self.interval
+        after = (full_at if full_at > now else now) + self.interval
         wait = after - now - self.capacity
         if wait > 1e-9:
             return wait
-        self._full_at[caller] = after
+        table[caller] = after
         return 0.0
 
     def __len__(self) -> int:
@@ -92,11 +92,11 @@ class RateLimiter:
 
 def caller_of(scope: Scope) -> str:
     """Who a request counts against: the token's subject, else the client's address."""
-    subject = scope.get("kiq.subject")
-    if subject:
-        return str(subject)
+    subject: str | None = scope.get("kiq.subject")
+    if subject is not None:
+        return subject
     client = scope.get("client")
-    return str(client[0]) if client else ""
+    return client[0] if client else ""
 
 
 def refusal(wait_s: float) -> RateLimited:
