@@ -9,6 +9,7 @@ directory when it exists.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from contextvars import ContextVar
@@ -190,6 +191,39 @@ class ServeSettings(_Section):
     @property
     def advertised_url(self) -> str:
         return (self.advertise or f"http://{self.host}:{self.port}").rstrip("/")
+
+
+class LimitsSettings(_Section):
+    """A node's limits against abuse: bodies, batch sizes, connections, slow and greedy clients.
+
+    The connection limit and the header timeout are granian's own (``backpressure``:
+    a connection holds a permit while open, later ones wait in the backlog; its HTTP/1
+    header read timer also runs while a kept-alive connection waits for its next
+    request, so it is the idle timeout too). The rate limit (api/limits.py) is per
+    client, by token subject else address, and off at 0.
+    """
+
+    table: ClassVar[str] = "limits"
+    model_config = SettingsConfigDict(env_prefix="KIQ_LIMITS_", frozen=True, extra="forbid")
+
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="request body")
+    max_multiget_keys: int = Field(10_000, ge=1, description="keys per multiget")
+    max_connections: int = Field(2048, ge=1, description="open connections per node")
+    header_timeout_s: float = Field(
+        30.0, gt=0, le=60, description="to send a request's headers, and to idle between requests"
+    )
+    rate_limit: float = Field(0.0, ge=0, description="requests per second per client; 0: off")
+    rate_burst: int = Field(0, ge=0, description="requests at once; 0: one second's worth")
+    rate_clients: int = Field(100_000, ge=1, description="clients the rate limit remembers")
+
+    @property
+    def burst(self) -> int:
+        return self.rate_burst or max(1, math.ceil(self.rate_limit))
+
+    def as_env(self) -> dict[str, str]:
+        """These limits as the environment of a child `kiq serve` (what `kiq up` hands on)."""
+        prefix = self.model_config.get("env_prefix", "")
+        return {f"{prefix}{name.upper()}": str(value) for name, value in self}
 
 
 class AppSettings(_Section):

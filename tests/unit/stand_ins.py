@@ -31,7 +31,7 @@ from kiq.node import Node, store_opener
 from kiq.partitioning import partition_for
 from kiq.replicas import Materializer, ReplicaState
 from kiq.routing import Peers, Router
-from kiq.settings import ServeSettings
+from kiq.settings import LimitsSettings, ServeSettings
 from kiq.tables import TableRuntime, codec_for, parse_table
 
 # -- Kafka's side -------------------------------------------------------------------
@@ -152,10 +152,11 @@ def start_node(
     tables: dict[str, int],
     node_id: str = "n1",
     endpoints: Iterable[Any] = SHIPPED_ENDPOINTS,
+    limits: LimitsSettings | None = None,
     **settings: Any,
 ) -> LocalNode:
     """A started node serving ``tables`` (``"name=topic,options": partitions``)."""
-    local = make_node(data_dir, cluster, tables, node_id, endpoints, **settings)
+    local = make_node(data_dir, cluster, tables, node_id, endpoints, limits, **settings)
     local.node.start()
     return local
 
@@ -166,6 +167,7 @@ def make_node(
     tables: dict[str, int],
     node_id: str = "n1",
     endpoints: Iterable[Any] = SHIPPED_ENDPOINTS,
+    limits: LimitsSettings | None = None,
     **settings: Any,
 ) -> LocalNode:
     """A node serving ``tables``, its group seat taken in ``cluster``; not started.
@@ -200,7 +202,7 @@ def make_node(
     network = cluster.transport
     peers = Peers(node_id, Router(node_id), conf.forward_timeout_ms, transport=network)
     writer = Writer()
-    app = create_app(node, writer, peers, start_node=False, endpoints=endpoints)
+    app = create_app(node, writer, peers, start_node=False, endpoints=endpoints, limits=limits)
     cluster.network[url] = app
     return LocalNode(node, materializer, app, peers, writer)
 

@@ -73,3 +73,23 @@ def test_the_shipped_demo_file_is_a_valid_application():
         "word-counts",
     }
     assert plan.app.home_dir.as_posix() == ".kiq/demo" and plan.app.nodes == 3
+
+
+def test_kiq_up_hands_the_limits_to_its_nodes(tmp_path, monkeypatch):
+    import threading
+
+    from kiq.cli.up import Plan, Running
+
+    monkeypatch.delenv("KIQ_LIMITS_RATE_LIMIT", raising=False)
+    config = tmp_path / "app.toml"
+    config.write_text('[serve]\ntables = ["t=t"]\n[limits]\nrate_limit = 5\nmax_connections = 7\n')
+    plan = Plan.load(config, None, {"max_connections": 9}, endpoints=[])
+    assert (plan.limits.rate_limit, plan.limits.max_connections) == (5, 9)  # the flag wins
+    node = Running(plan, threading.Event()).nodes[0]
+    assert node.env["KIQ_LIMITS_RATE_LIMIT"] == "5.0"
+    assert node.env["KIQ_LIMITS_MAX_CONNECTIONS"] == "9"
+
+
+def test_bad_limits_are_a_one_line_error(tmp_path):
+    result = runner.invoke(app, ["serve", "--bootstrap", "127.0.0.1:1", "--rate-limit", "-1"])
+    assert result.exit_code == 1 and "KIQ_LIMITS_RATE_LIMIT" in result.output

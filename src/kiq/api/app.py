@@ -13,16 +13,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
 
+from starlette.routing import Route
+
 from kiq import catalog
+from kiq.api import openapi
 from kiq.api.batches import Batches
 from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
+from kiq.api.limits import Asgi, Lookup, RateLimiter, limit_lookups, limit_routes
 from kiq.api.lookups import Lookups
 from kiq.api.routes import Endpoints
 from kiq.node import Node, NodeView
 from kiq.routing import HedgePolicy, Peers, Router
+from kiq.settings import LimitsSettings
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +57,9 @@ class KiqApp:
         start_node: bool = True,
         endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
         base: str | None = None,
+        limits: LimitsSettings | None = None,
     ) -> None:
+        limits = limits if limits is not None else LimitsSettings()
         view = NodeView(node)
         self._node = node
         self._start_node = start_node
@@ -66,10 +74,29 @@ class KiqApp:
             )
         self.peers = peers
         self.lookups = Lookups(view, self.router, peers)
-        self.batches = Batches(view, self.router, peers)
+        self.batches = Batches(view, self.router, peers, limits.max_multiget_keys)
         self._writer = writer
-        custom = endpoints_for(declared_routes(endpoints, base), self.lookups, self.batches, writer)
-        self._routes = Endpoints(view, self.lookups, self.batches, peers).router(custom)
+        declared = declared_routes(endpoints, base)
+        custom = endpoints_for(declared, self.lookups, self.batches, writer, limits.max_body_bytes)
+        core = Endpoints(view, self.lookups, self.batches, peers, limits.max_body_bytes)
+        router = core.router(custom)
+        self.routes: list[openapi.RouteDoc] = [
+            *((method, path, None) for method, path in openapi.RAW_ROUTES),
+            *(
+                (method, route.path, declared.docs.get((method, route.path)))
+                for route in router.routes
+                if isinstance(route, Route)
+                for method in sorted(route.methods or ())
+            ),
+        ]
+        core.document = openapi.render(self.routes, _version())
+        self._routes: Asgi = router
+        # The two paths, behind the rate limiter only when it is on: decided here, once.
+        self._lookup: Lookup = self.lookups.get
+        self.limiter = RateLimiter.of(limits)
+        if self.limiter is not None:
+            self._lookup = limit_lookups(self.limiter, self.lookups.get)
+            self._routes = limit_routes(self.limiter, self._routes)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -80,7 +107,7 @@ class KiqApp:
                     raw = scope.get("raw_path") or path.encode()
                     table, sep, key = raw[len(_TABLES) :].partition(b"/keys/")
                     if sep and b"/" not in table:
-                        await self.lookups.get(scope, send, table.decode("latin-1"), key)
+                        await self._lookup(scope, send, table.decode("latin-1"), key)
                         return
             try:
                 await self._routes(scope, receive, send)
@@ -110,6 +137,13 @@ class KiqApp:
                 return
 
 
+def _version() -> str:
+    try:
+        return version("kiq")
+    except PackageNotFoundError:
+        return "0"
+
+
 def create_app(
     node: Node,
     writer: RecordWriter,
@@ -117,6 +151,7 @@ def create_app(
     start_node: bool = True,
     endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
     base: str | None = None,
+    limits: LimitsSettings | None = None,
 ) -> KiqApp:
     """The app serving ``node``; ``writer`` takes the application's writes.
 
@@ -124,6 +159,7 @@ def create_app(
     (``module:function``, ``file.py:function`` looked for beside ``base`` first);
     by default the shipped stock and word-count routes. ``peers`` carries requests
     to other nodes (made from the node's settings when not given); the app closes
-    it and the writer, and starts and stops the node unless told not to.
+    it and the writer, and starts and stops the node unless told not to. ``limits``:
+    the ``[limits]`` the API enforces itself (body size, multiget keys, the rate).
     """
-    return KiqApp(node, writer, peers, start_node, endpoints, base)
+    return KiqApp(node, writer, peers, start_node, endpoints, base, limits)

@@ -34,12 +34,9 @@ def query(scope: Scope) -> dict[str, str]:
     return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
 
 
-MAX_BODY = 4 * 1024 * 1024
-
-
-async def read_body(receive: Receive, limit: int = MAX_BODY) -> bytes:
-    """The request body, refusing more than ``limit`` bytes."""
-    from kiq.api.errors import BadRequest
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The request body, refusing more than ``limit`` bytes (``[limits] max_body_bytes``)."""
+    from kiq.api.errors import TooLarge
 
     chunks: list[bytes] = []
     size = 0
@@ -48,7 +45,7 @@ async def read_body(receive: Receive, limit: int = MAX_BODY) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise BadRequest(f"request body larger than {limit} bytes")
+            raise TooLarge(f"request body larger than {limit} bytes", limit=limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)

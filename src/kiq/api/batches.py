@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from kiq.api.errors import BadRequest, NotHere, Unavailable, UnknownTable
+from kiq.api.errors import BadRequest, NotHere, TooLarge, Unavailable, UnknownTable
 from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param, prefix_end
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
@@ -41,7 +41,6 @@ from kiq.tables import TableRuntime
 
 log = logging.getLogger(__name__)
 
-MAX_MULTIGET_KEYS = 10_000
 MAX_RANGE_LIMIT = 1000
 
 
@@ -53,10 +52,13 @@ def value_json(runtime: TableRuntime, value: bytes) -> Any:
 
 
 class Batches:
-    def __init__(self, node: NodeView, router: Router, peers: Peers) -> None:
+    def __init__(
+        self, node: NodeView, router: Router, peers: Peers, max_keys: int = 10_000
+    ) -> None:
         self.node = node
         self.router = router
         self.peers = peers
+        self.max_keys = max_keys  # per public multiget: [limits] max_multiget_keys
 
     def _table(self, name: str) -> TableRuntime:
         runtime = self.node.tables.get(name)
@@ -78,8 +80,8 @@ class Batches:
             raise BadRequest('body must be {"keys": ["...", ...]}') from exc
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise BadRequest('"keys" must be a list of strings')
-        if len(keys) > MAX_MULTIGET_KEYS:
-            raise BadRequest(f"at most {MAX_MULTIGET_KEYS} keys per request", count=len(keys))
+        if len(keys) > self.max_keys:
+            raise TooLarge(f"at most {self.max_keys} keys per request", count=len(keys))
         found, missing, unavailable = await self.get_many(runtime, keys, auth)
         out: dict[str, Any] = {
             "found": {k: value_json(runtime, v) for k, v in found.items()},

@@ -23,7 +23,7 @@ from typing import Any, Protocol, cast
 import orjson
 from starlette.responses import Response
 
-from kiq.api.asgi import MAX_BODY, Receive, Scope, Send, header, query, read_body
+from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
 from kiq.api.batches import MAX_RANGE_LIMIT, Batches, value_json
 from kiq.api.errors import BadRequest, Unavailable, UnknownTable
 from kiq.api.lookups import Enrich, Lookups
@@ -46,7 +46,14 @@ __all__ = [
 JSON = "application/json"
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 # The core API's paths: an application's routes may not take them.
-RESERVED = ("/v1/tables", "/v1/internal", "/v1/metadata", "/v1/health", "/metrics")
+RESERVED = (
+    "/v1/tables",
+    "/v1/internal",
+    "/v1/metadata",
+    "/v1/health",
+    "/metrics",
+    "/openapi.json",
+)
 
 
 class Writer(Protocol):
@@ -205,6 +212,7 @@ class _Services:
     lookups: Lookups
     batches: Batches
     writer: Writer
+    max_body: int
 
 
 class Request:
@@ -236,9 +244,10 @@ class Request:
         """A whole-number query parameter, None when absent; a 400 when not in [low, high]."""
         return int_param(self.query, name, low, high)
 
-    async def body(self, limit: int = MAX_BODY) -> bytes:
-        """The body; more than ``limit`` bytes is a 400."""
-        return await read_body(self._receive, limit)
+    async def body(self, limit: int | None = None) -> bytes:
+        """The body; more than ``limit`` bytes (default: the node's ``[limits]
+        max_body_bytes``) is a 413."""
+        return await read_body(self._receive, limit or self._services.max_body)
 
     async def json(self, invalid: str = "the body must be JSON") -> Any:
         """The body as JSON; a 400 saying ``invalid`` when it is not."""
@@ -290,19 +299,25 @@ class Routes:
     """Where an application's ``routes(app)`` declares its handlers.
 
     Paths are Starlette's: ``/v1/orders/{id}`` puts ``id`` in ``Request.path_params``.
-    A route answers its one method; the core API's paths are not to be taken.
+    A route answers its one method; the core API's paths are not to be taken. ``doc``
+    is the route's OpenAPI operation (``summary``, ``parameters``, ``requestBody``,
+    ``responses``; ``#/components/schemas/Error`` is kiq's error body) for the node's
+    /openapi.json; without one the route appears there with a generic JSON answer.
     """
 
     def __init__(self) -> None:
         self._routes: list[tuple[str, str, Handler]] = []
+        self.docs: dict[tuple[str, str], Mapping[str, Any]] = {}
 
-    def get(self, path: str, handler: Handler) -> None:
-        self.add("GET", path, handler)
+    def get(self, path: str, handler: Handler, doc: Mapping[str, Any] | None = None) -> None:
+        self.add("GET", path, handler, doc)
 
-    def post(self, path: str, handler: Handler) -> None:
-        self.add("POST", path, handler)
+    def post(self, path: str, handler: Handler, doc: Mapping[str, Any] | None = None) -> None:
+        self.add("POST", path, handler, doc)
 
-    def add(self, method: str, path: str, handler: Handler) -> None:
+    def add(
+        self, method: str, path: str, handler: Handler, doc: Mapping[str, Any] | None = None
+    ) -> None:
         method = method.upper()
         if method not in METHODS:
             raise ConfigError(f"route {path}: method {method} is not one of {sorted(METHODS)}")
@@ -313,6 +328,8 @@ class Routes:
         if any(m == method and p == path for m, p, _ in self._routes):
             raise ConfigError(f"route {method} {path} is declared twice")
         self._routes.append((method, path, handler))
+        if doc is not None:
+            self.docs[(method, path)] = doc
 
     def __iter__(self) -> Any:
         return iter(self._routes)
@@ -337,9 +354,7 @@ class Endpoint:
 Declare = Callable[[Routes], None]
 
 
-def declared_routes(
-    endpoints: Iterable[str | Declare], base: str | None = None
-) -> list[tuple[str, str, Handler]]:
+def declared_routes(endpoints: Iterable[str | Declare], base: str | None = None) -> Routes:
     """The routes the application's functions declare: each given, or a target
     (``module:function``, ``path/file.py:function``; a relative file is looked for beside
     ``base``, the application file, first)."""
@@ -347,7 +362,7 @@ def declared_routes(
     for entry in endpoints:
         declare = resolve(entry, "endpoints", base) if isinstance(entry, str) else entry
         declare(routes)
-    return list(routes)
+    return routes
 
 
 def endpoints_for(
@@ -355,6 +370,7 @@ def endpoints_for(
     lookups: Lookups,
     batches: Batches,
     writer: Writer,
+    max_body: int,
 ) -> list[tuple[str, str, Endpoint]]:
-    services = _Services(lookups, batches, writer)
+    services = _Services(lookups, batches, writer, max_body)
     return [(method, path, Endpoint(handler, services)) for method, path, handler in routes]

@@ -6,7 +6,9 @@
         ├── UnknownTable   404 unknown_table        -          -
         ├── KeyNotFound    404 not_found            -          -
         ├── NoRoute        404 no_route             -          -
+        ├── TooLarge       413 too_large            -          -
         ├── NotHere        421 not_here             yes        yes
+        ├── RateLimited    429 rate_limited         yes        -   (+ Retry-After)
         └── Unavailable    503 unavailable          yes        -
 
 ``error_response`` answers for every route, the raw lookup path included: an
@@ -22,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from kiq.api.asgi import Send, respond
+from kiq.api.asgi import JSON, Headers, Send, respond
 from kiq.errors import KiqError
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 class ApiError(KiqError):
     status = 500
     code = "internal"
+    headers: Headers = (JSON,)  # of the answer; a subclass may add its own
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -57,6 +60,10 @@ class NoRoute(ApiError):
     status, code = 404, "no_route"
 
 
+class TooLarge(ApiError):
+    status, code = 413, "too_large"
+
+
 class NotHere(ApiError):
     """This node holds no usable replica; the caller should try the next replica."""
 
@@ -69,6 +76,17 @@ class Unavailable(ApiError):
 
     status, code = 503, "unavailable"
     retriable = True
+
+
+class RateLimited(ApiError):
+    """The caller sent more than its rate allows; ``Retry-After`` says when to try again."""
+
+    status, code = 429, "rate_limited"
+    retriable = True
+
+    def __init__(self, message: str, retry_after_s: int, **details: Any) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, **details)
+        self.headers = (JSON, (b"retry-after", str(retry_after_s).encode()))
 
 
 _INTERNAL = ApiError("internal error; the node's log says more").body()
@@ -90,8 +108,9 @@ def error_response(exc: Exception, scope: Mapping[str, Any]) -> tuple[int, bytes
 async def send_error(send: Send, exc: Exception, scope: Mapping[str, Any]) -> int:
     """Answers with ``error_response`` and returns the status sent."""
     status, body = error_response(exc, scope)
+    headers = exc.headers if isinstance(exc, ApiError) else (JSON,)
     try:
-        await respond(send, status, body)
+        await respond(send, status, body, headers)
     except Exception:  # e.g. a response had already started: the server closes the connection
         log.warning("could not send the %d answer path=%s", status, scope.get("path"))
     return status

@@ -6,6 +6,7 @@
   GET  /v1/metadata                         nodes, actives, standbys, offsets, lag
   GET  /v1/health/live, /v1/health/ready    liveness, readiness
   GET  /metrics                             Prometheus
+  GET  /openapi.json                        the OpenAPI 3.1 document (openapi.py)
   POST /v1/internal/lookups, /v1/internal/multiget, /v1/internal/scan,
   GET  /v1/internal/metadata                node-to-node calls (msgpack; routing/wire.py)
 
@@ -32,6 +33,7 @@ from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
 from kiq.api.batches import Batches
 from kiq.api.errors import NoRoute
 from kiq.api.lookups import Lookups
+from kiq.api.openapi import OPENAPI_PATH
 from kiq.node import NodeView
 from kiq.routing import Peers
 from kiq.routing.wire import (
@@ -79,11 +81,14 @@ class Endpoints:
         lookups: Lookups,
         batches: Batches,
         peers: Peers,
+        max_body: int,
     ) -> None:
         self._node = node
         self._lookups = lookups
         self._batches = batches
         self._peers = peers
+        self._max_body = max_body
+        self.document = b"{}"  # /openapi.json, set once the routes are known (openapi.py)
 
     def router(self, custom: Sequence[tuple[str, str, ASGIApp]] = ()) -> Router:
         """The core routes, then ``custom`` ones (method, path, ASGI endpoint)."""
@@ -96,6 +101,7 @@ class Endpoints:
                 _Route("GET", "/v1/health/live", self.live),
                 _Route("GET", "/v1/health/ready", self.ready),
                 _Route("GET", "/metrics", self.metrics),
+                _Route("GET", OPENAPI_PATH, self.openapi),
                 _Route("POST", INTERNAL_LOOKUPS, self.internal_lookups),
                 _Route("POST", INTERNAL_MULTIGET, self.internal_multiget),
                 _Route("POST", INTERNAL_SCAN, self.internal_scan),
@@ -110,7 +116,7 @@ class Endpoints:
         return _json(admin.tables(self._node))
 
     async def multiget(self, request: Request) -> Response:
-        body = await read_body(request.receive)
+        body = await read_body(request.receive, self._max_body)
         table = request.path_params["table"]
         return _json(await self._batches.multiget(table, body, _auth(request)))
 
@@ -132,16 +138,19 @@ class Endpoints:
     async def metrics(self, request: Request) -> Response:
         return Response(admin.metrics(self._node), media_type=PROMETHEUS)
 
+    async def openapi(self, request: Request) -> Response:
+        return _json(self.document)
+
     async def internal_lookups(self, request: Request) -> Response:
-        body = await self._lookups.internal(await read_body(request.receive))
+        body = await self._lookups.internal(await read_body(request.receive, self._max_body))
         return Response(body, media_type=MSGPACK)
 
     async def internal_multiget(self, request: Request) -> Response:
-        body = self._batches.internal_multiget(await read_body(request.receive))
+        body = self._batches.internal_multiget(await read_body(request.receive, self._max_body))
         return Response(body, media_type=MSGPACK)
 
     async def internal_scan(self, request: Request) -> Response:
-        body = self._batches.internal_scan(await read_body(request.receive))
+        body = self._batches.internal_scan(await read_body(request.receive, self._max_body))
         return Response(body, media_type=MSGPACK)
 
     async def internal_metadata(self, request: Request) -> Response:

@@ -62,6 +62,28 @@ def serve(
             help="MODULE:FUNCTION or FILE.py:FUNCTION declaring routes (default: the shipped apps')"
         ),
     ] = None,
+    max_body_bytes: Annotated[
+        int | None, typer.Option(help="largest request body [4194304]")
+    ] = None,
+    max_multiget_keys: Annotated[int | None, typer.Option(help="keys per multiget [10000]")] = None,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(help="open connections; more wait [2048]"),
+    ] = None,
+    header_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            help="seconds to send headers, and to idle between requests [30]",
+        ),
+    ] = None,
+    rate_limit: Annotated[
+        float | None,
+        typer.Option(help="requests/s per client, 0 off [0]"),
+    ] = None,
+    rate_burst: Annotated[
+        int | None,
+        typer.Option(help="requests at once per client [one second's]"),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Serve tables from Kafka topics; any node answers any key.
@@ -85,6 +107,18 @@ def serve(
             cluster=cluster,
         )
     )
+    limits = run_or_exit(
+        lambda: settings.load(
+            settings.LimitsSettings,
+            config_file,
+            max_body_bytes=max_body_bytes,
+            max_multiget_keys=max_multiget_keys,
+            max_connections=max_connections,
+            header_timeout_s=header_timeout_s,
+            rate_limit=rate_limit,
+            rate_burst=rate_burst,
+        )
+    )
     app = run_or_exit(lambda: settings.load(settings.AppSettings, config_file, endpoints=endpoint))
     declared = run_or_exit(lambda: _endpoints(app.endpoints, config_file))
     from kiq.node_build import build_node
@@ -92,7 +126,7 @@ def serve(
     node = run_or_exit(lambda: build_node(conf))
     import uvloop
 
-    uvloop.run(_serve(node, conf, declared))
+    uvloop.run(_serve(node, conf, declared, limits))
 
 
 def _endpoints(targets: list[str], config_file: Path | None) -> list[Declare]:
@@ -104,8 +138,14 @@ def _endpoints(targets: list[str], config_file: Path | None) -> list[Declare]:
     return [resolve(target, "[app] endpoints", base) for target in targets]
 
 
-async def _serve(node: Node, conf: settings.ServeSettings, endpoints: list[Declare]) -> None:
+async def _serve(
+    node: Node,
+    conf: settings.ServeSettings,
+    endpoints: list[Declare],
+    limits: settings.LimitsSettings,
+) -> None:
     from granian.constants import Interfaces
+    from granian.http import HTTP1Settings
     from granian.server.embed import Server
 
     from kiq.api import create_app
@@ -113,12 +153,18 @@ async def _serve(node: Node, conf: settings.ServeSettings, endpoints: list[Decla
 
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
     server = Server(
-        create_app(node, LogWriter(conf.bootstrap), endpoints=endpoints),
+        create_app(node, LogWriter(conf.bootstrap), endpoints=endpoints, limits=limits),
         address=conf.host,
         port=conf.port,
         interface=Interfaces.ASGI,
         log_enabled=False,
         backlog=2048,
+        # granian holds a permit per open connection: these many at once, the rest wait.
+        backpressure=limits.max_connections,
+        # Its HTTP/1 header timer also runs while a kept-alive connection idles.
+        http1_settings=HTTP1Settings(
+            header_read_timeout=max(1, round(limits.header_timeout_s * 1000))
+        ),
     )
     loop = asyncio.get_running_loop()
 

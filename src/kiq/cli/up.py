@@ -61,6 +61,12 @@ def up(
     ] = None,
     trigger: Annotated[str | None, typer.Option(help="microbatch or realtime")] = None,
     feeds: Annotated[bool, typer.Option(help="run the file's feeds")] = True,
+    max_body_bytes: Annotated[int | None, typer.Option(help="nodes' largest body")] = None,
+    max_multiget_keys: Annotated[int | None, typer.Option(help="keys per multiget")] = None,
+    max_connections: Annotated[int | None, typer.Option(help="per node")] = None,
+    header_timeout_s: Annotated[float | None, typer.Option(help="headers and idle")] = None,
+    rate_limit: Annotated[float | None, typer.Option(help="requests/s per client")] = None,
+    rate_burst: Annotated[int | None, typer.Option(help="requests at once per client")] = None,
 ) -> None:
     """Run the application its file describes: broker, topics, pipelines, nodes, feeds."""
     state: CliState = ctx.obj
@@ -74,12 +80,25 @@ def up(
     }
     if not feeds:
         flags["feeds"] = []
-    run_app(state.config_file(config), trigger=trigger, **flags)
+    limits = {
+        "max_body_bytes": max_body_bytes,
+        "max_multiget_keys": max_multiget_keys,
+        "max_connections": max_connections,
+        "header_timeout_s": header_timeout_s,
+        "rate_limit": rate_limit,
+        "rate_burst": rate_burst,
+    }
+    run_app(state.config_file(config), trigger=trigger, limits=limits, **flags)
 
 
-def run_app(config: Path | None, trigger: str | None = None, **flags: Any) -> None:
+def run_app(
+    config: Path | None,
+    trigger: str | None = None,
+    limits: dict[str, Any] | None = None,
+    **flags: Any,
+) -> None:
     """`kiq up` (and `kiq demo`, on the shipped stock application's file)."""
-    plan = run_or_exit(lambda: Plan.load(config, trigger, **flags))
+    plan = run_or_exit(lambda: Plan.load(config, trigger, limits, **flags))
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
@@ -95,9 +114,16 @@ class Plan:
     tables: list[TableSpec]
     broker: settings.BrokerSettings
     trigger: str
+    limits: settings.LimitsSettings
 
     @classmethod
-    def load(cls, config: Path | None, trigger: str | None, **flags: Any) -> Plan:
+    def load(
+        cls,
+        config: Path | None,
+        trigger: str | None,
+        limits: dict[str, Any] | None = None,
+        **flags: Any,
+    ) -> Plan:
         from kiq.api.targets import resolve
         from kiq.node_build import table_specs
 
@@ -118,6 +144,7 @@ class Plan:
             tables,
             settings.load(settings.BrokerSettings, file),
             pipeline.trigger,
+            settings.load(settings.LimitsSettings, file, **(limits or {})),
         )
 
 
@@ -151,6 +178,7 @@ class Running:
                 self.home / f"n{i}",
                 self.home / f"n{i}.log",
                 port=app.port + i - 1,
+                env=plan.limits.as_env(),  # the file's [limits], and kiq up's flags over them
             )
             for i in range(1, app.nodes + 1)
         ]

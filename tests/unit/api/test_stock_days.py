@@ -52,3 +52,15 @@ def test_without_day_statistics_served_the_day_is_null():
     quotes = [quote("AAPL", MIDNIGHT - 1)]
     asyncio.run(add_days(quotes, tables))  # type: ignore[arg-type]
     assert quotes[0]["day"] is None and tables.asked == []
+
+
+def test_bar_times_at_the_ends_of_time_are_a_400_not_a_500():
+    import pytest
+
+    from kiq import BadRequest
+    from kiq.apps.stocks.api import minute_key
+
+    assert minute_key("2026-11-20T14:30+01:00", "from") == "2026-11-20T13:30"
+    for raw in ["0001-01-01T00:00+14:00", "9999-12-31T23:59-14:00", "yesterday"]:
+        with pytest.raises(BadRequest):
+            minute_key(raw, "from")

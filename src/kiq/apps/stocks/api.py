@@ -40,10 +40,137 @@ _SYMBOL = re.compile(r"[A-Z0-9.-]{1,12}")
 
 
 def routes(app: Routes) -> None:
-    app.get("/v1/stocks", quotes)
-    app.get("/v1/stocks/", quote)  # no symbol: the quote's 400 says what one looks like
-    app.get("/v1/stocks/{symbol}", quote)
-    app.get("/v1/stocks/{symbol}/bars", bars)
+    app.get("/v1/stocks", quotes, QUOTES_DOC)
+    app.get("/v1/stocks/", quote, NO_SYMBOL_DOC)  # the quote's 400 says what a symbol is
+    app.get("/v1/stocks/{symbol}", quote, QUOTE_DOC)
+    app.get("/v1/stocks/{symbol}/bars", bars, BARS_DOC)
+
+
+# -- the routes' OpenAPI operations (GET /openapi.json) ------------------------------------
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_TEXT = {"type": "string"}
+_NUMBER = {"type": "number"}
+# Any ISO 8601 time is taken (a date alone, minutes, no offset); date-time is the usual one.
+_TIME = {"type": "string", "format": "date-time"}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    texts = {
+        400: "a malformed symbol or parameter",
+        404: "unknown symbol, or the cluster does not serve the stock tables",
+        503: "no replica could answer; retry shortly",
+    }
+    return {
+        str(s): {"description": texts[s], "content": {"application/json": {"schema": _ERROR}}}
+        for s in statuses
+    }
+
+
+def _ok(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_SYMBOL_PARAM = {
+    "name": "symbol",
+    "in": "path",
+    "required": True,
+    "description": "case-insensitive, [A-Z0-9.-]{1,12}",
+    "schema": {"type": "string", "minLength": 1},
+}
+_QUOTE = {
+    "type": "object",
+    "required": ["symbol", "exchanges", "day"],
+    "properties": {
+        "symbol": _TEXT,
+        "exchanges": {"type": "object", "additionalProperties": {"type": "object"}},
+        "best_bid": {"type": ["object", "null"]},
+        "best_ask": {"type": ["object", "null"]},
+        "last": {"type": ["object", "null"]},
+        "day": {"type": ["object", "null"], "description": "the last trade's UTC date"},
+        "updated_at": {},
+    },
+}
+QUOTE_DOC = {
+    "summary": "One symbol's quote: per exchange, best bid and ask, last trade, day",
+    "tags": ["stocks"],
+    "parameters": [_SYMBOL_PARAM],
+    "responses": {"200": _ok("the quote (X-Kiq-* headers as a lookup)", _QUOTE)}
+    | _errors(400, 404, 503),
+}
+NO_SYMBOL_DOC = {
+    "summary": "No symbol: says what one looks like",
+    "tags": ["stocks"],
+    "responses": _errors(400, 404),
+}
+QUOTES_DOC = {
+    "summary": f"Many quotes at once (up to {MAX_SYMBOLS})",
+    "tags": ["stocks"],
+    "parameters": [
+        {
+            "name": "symbols",
+            "in": "query",
+            "required": True,
+            "description": "AAPL,MSFT,...",
+            "schema": _TEXT,
+        }
+    ],
+    "responses": {
+        "200": _ok(
+            "the quotes found, and the symbols not",
+            {
+                "type": "object",
+                "required": ["quotes", "missing"],
+                "properties": {
+                    "quotes": {"type": "object", "additionalProperties": _QUOTE},
+                    "missing": {"type": "array", "items": _TEXT},
+                    "unavailable": {"type": "array", "items": _TEXT},
+                },
+            },
+        )
+    }
+    | _errors(400, 404),
+}
+_BAR = {
+    "type": "object",
+    "properties": {"open": _NUMBER, "high": _NUMBER, "low": _NUMBER, "close": _NUMBER},
+}
+BARS_DOC = {
+    "summary": "One-minute bars in time order, a page at a time",
+    "tags": ["stocks"],
+    "parameters": [
+        _SYMBOL_PARAM,
+        *(
+            {"name": name, "in": "query", "description": text, "schema": schema}
+            for name, text, schema in [
+                ("from", "ISO 8601, inclusive (UTC unless an offset is given)", _TIME),
+                ("to", "ISO 8601, exclusive", _TIME),
+                ("cursor", "next_cursor of the previous page", _TEXT),
+            ]
+        ),
+        {
+            "name": "limit",
+            "in": "query",
+            "description": f"bars per page [{MAX_RANGE_LIMIT}]",
+            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_RANGE_LIMIT},
+        },
+    ],
+    "responses": {
+        "200": _ok(
+            "bars and where to go on",
+            {
+                "type": "object",
+                "required": ["symbol", "bars", "next_cursor"],
+                "properties": {
+                    "symbol": _TEXT,
+                    "bars": {"type": "array", "items": _BAR},
+                    "next_cursor": {"type": ["string", "null"]},
+                },
+            },
+        )
+    }
+    | _errors(400, 404, 503),
+}
 
 
 def symbol_of(raw: str) -> str:
@@ -61,10 +188,10 @@ def minute_key(raw: str, name: str) -> str:
         text = text[:-1] + "+00:00"
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError as exc:
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(UTC)  # overflows a day from either end of time
+    except (ValueError, OverflowError) as exc:
         raise BadRequest(f"{name} must be ISO 8601 (e.g. 2026-11-20T14:30Z), got {raw!r}") from exc
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 from kiq import (
     BadRequest,
@@ -30,8 +31,84 @@ _WORD = re.compile(r"[\w'-]+")
 
 
 def routes(app: Routes) -> None:
-    app.post("/v1/words", post_words)
-    app.get("/v1/words/{word}", word_count)
+    app.post("/v1/words", post_words, POST_DOC)
+    app.get("/v1/words/{word}", word_count, COUNT_DOC)
+
+
+# -- the routes' OpenAPI operations (GET /openapi.json) ------------------------------------
+
+_TEXT = {"type": "string"}
+_INT = {"type": "integer"}
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(description, {"$ref": "#/components/schemas/Error"})
+
+
+POST_DOC = {
+    "summary": "Write words to the words topic, to be counted",
+    "tags": ["words"],
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"word": _TEXT, "text": _TEXT},
+                    "description": '{"word": "..."} or {"text": "..."}',
+                }
+            }
+        },
+    },
+    "responses": {
+        "202": _json(
+            "where each word was written",
+            {
+                "type": "object",
+                "required": ["words", "written"],
+                "properties": {
+                    "words": _INT,
+                    "written": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["word", "partition", "offset"],
+                            "properties": {"word": _TEXT, "partition": _INT, "offset": _INT},
+                        },
+                    },
+                },
+            },
+        ),
+        "400": _error("not JSON, no word or text, no words in it, or too many"),
+        "413": _error("a body over the node's limit"),
+        "503": _error("Kafka did not take the words"),
+    },
+}
+COUNT_DOC = {
+    "summary": "How often a word was seen",
+    "tags": ["words"],
+    "parameters": [
+        {
+            "name": "word",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "minLength": 1},
+        }
+    ],
+    "responses": {
+        "200": _json(
+            "the count (X-Kiq-* headers as a lookup)",
+            {"type": "object", "properties": {"word": _TEXT, "count": _INT}},
+        ),
+        "400": _error("not one word"),
+        "404": _error("never seen, or the cluster does not serve word-counts"),
+        "503": _error("no replica could answer; retry shortly"),
+    },
+}
 
 
 def split_words(text: str) -> list[str]:

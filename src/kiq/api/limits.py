@@ -1,0 +1,133 @@
+"""The per-client rate limit: a token bucket per caller, answered with 429 and Retry-After.
+
+A caller is the token subject the authentication put in the scope
+(``scope["kiq.subject"]``), else its address. Each bucket holds up to ``burst``
+requests and refills at ``rate`` per second. It is kept as one number, the time
+at which it will be full again (``full_at``): a request takes one token, which
+pushes ``full_at`` one interval later, and is refused when that would leave the
+bucket below empty. A bucket full again is the same as no bucket, so idle
+callers are dropped when the table is swept, and the table never holds more than
+``clients`` buckets (the oldest go first when every caller is busy).
+
+Node-to-node requests (``/v1/internal/...``: one node forwards for many callers)
+and health probes are never limited. ``KiqApp`` puts the guards in front of its
+two paths only when the limit is on, so an unlimited node pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kiq.api.asgi import Receive, Scope, Send
+from kiq.api.errors import RateLimited, send_error
+from kiq.settings import LimitsSettings
+
+# Paths no caller is limited on: other nodes' calls, and load balancers' probes.
+EXEMPT = ("/v1/internal/", "/v1/health/")
+SWEEP_INTERVAL_S = 10.0
+
+Lookup = Callable[[dict[str, Any], Send, str, bytes], Awaitable[None]]
+Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class RateLimiter:
+    """Token buckets by caller; ``retry_after`` is the whole call per request."""
+
+    def __init__(
+        self,
+        rate: float,
+        burst: int,
+        clients: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if rate <= 0 or burst < 1 or clients < 1:
+            raise ValueError("rate, burst and clients must be positive")
+        self.interval = 1.0 / rate
+        self.capacity = burst * self.interval  # how far ahead of now full_at may go
+        self.clients = clients
+        self._full_at: dict[str, float] = {}
+        self._clock = clock
+        self._next_sweep = clock() + SWEEP_INTERVAL_S
+
+    @classmethod
+    def of(cls, limits: LimitsSettings) -> RateLimiter | None:
+        """The node's limiter, or None when the rate limit is off."""
+        if limits.rate_limit <= 0:
+            return None
+        return cls(limits.rate_limit, limits.burst, limits.rate_clients)
+
+    def retry_after(self, caller: str) -> float:
+        """0 when ``caller`` may go on (its token taken), else the seconds until it may."""
+        now = self._clock()
+        table = self._full_at
+        full_at = table.get(caller)
+        if full_at is None:  # a new caller (or one swept away): a full bucket
+            if now >= self._next_sweep or len(table) >= self.clients:
+                self._make_room(now)
+                table = self._full_at
+            full_at = now
+        after = (full_at if full_at > now else now) + self.interval
+        wait = after - now - self.capacity
+        if wait > 1e-9:
+            return wait
+        table[caller] = after
+        return 0.0
+
+    def __len__(self) -> int:
+        return len(self._full_at)
+
+    def _make_room(self, now: float) -> None:
+        """Drops the callers whose buckets are full again; then, if still at the bound, the
+        oldest ones."""
+        if now >= self._next_sweep:
+            self._full_at = {k: t for k, t in self._full_at.items() if t > now}
+            self._next_sweep = now + SWEEP_INTERVAL_S
+        table = self._full_at
+        while len(table) >= self.clients:
+            del table[next(iter(table))]
+
+
+def caller_of(scope: Scope) -> str:
+    """Who a request counts against: the token's subject, else the client's address."""
+    subject: str | None = scope.get("kiq.subject")
+    if subject is not None:
+        return subject
+    client = scope.get("client")
+    return client[0] if client else ""
+
+
+def refusal(wait_s: float) -> RateLimited:
+    seconds = max(1, math.ceil(wait_s))
+    return RateLimited(f"too many requests: try again in {seconds} s", seconds)
+
+
+def limit_lookups(limiter: RateLimiter, get: Lookup) -> Lookup:
+    """The lookup path behind the limiter (``Lookups.get`` answers its own errors)."""
+    retry_after = limiter.retry_after
+
+    async def limited(scope: dict[str, Any], send: Send, table: str, key: bytes) -> None:
+        wait = retry_after(caller_of(scope))
+        if wait:
+            await send_error(send, refusal(wait), scope)
+            return
+        await get(scope, send, table, key)
+
+    return limited
+
+
+def limit_routes(limiter: RateLimiter, app: Asgi) -> Asgi:
+    """Every other route behind the limiter but ``EXEMPT``; a refusal is raised, for the app
+    to answer as any error."""
+    retry_after = limiter.retry_after
+
+    async def limited(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith(EXEMPT):
+            wait = retry_after(caller_of(scope))
+            if wait:
+                raise refusal(wait)
+        await app(scope, receive, send)
+
+    return limited
