@@ -189,6 +189,32 @@ class ServeSettings(_Section):
         return (self.advertise or f"http://{self.host}:{self.port}").rstrip("/")
 
 
+class AuthSettings(_Section):
+    """Who may ask a node what (kiq.security): bearer tokens, and the cluster's own secret.
+
+    Files, never secret values: the node reads them once at startup, so no secret is
+    in a setting, a log line or /v1/metadata. ``mode`` unset means ``none`` on a
+    loopback address; a node listening on any other refuses to start without it.
+    """
+
+    table: ClassVar[str] = "auth"
+    model_config = SettingsConfigDict(env_prefix="KIQ_AUTH_", frozen=True, extra="forbid")
+
+    mode: Literal["none", "jwt"] | None = Field(
+        None, description="jwt: bearer tokens on the API; unset: none, on loopback only"
+    )
+    jwt_secret_file: Path | None = Field(None, description="HS256/384/512 shared secret")
+    jwt_public_key_file: Path | None = Field(None, description="PEM: RS*/PS*, ES*, EdDSA")
+    jwt_jwks_file: Path | None = Field(None, description="JWKS, keys by kid, re-read on change")
+    jwt_audience: str | None = Field(None, description="required aud claim")
+    jwt_issuer: str | None = Field(None, description="required iss claim")
+    jwt_leeway_s: float = Field(30.0, ge=0, le=300, description="clock skew allowed on exp/nbf")
+    cluster_secret_file: Path | None = Field(
+        None, description="shared by every node: signs node-to-node requests"
+    )
+    token_cache_size: int = Field(10_000, ge=1, description="verified tokens remembered")
+
+
 class AppSettings(_Section):
     """An application: what `kiq up` runs, and the routes every `kiq serve` node mounts.
 

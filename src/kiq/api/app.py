@@ -4,6 +4,9 @@
 
 is matched first by hand, at the cost of a few string operations; every other
 route is declared in routes.py, the application's own (endpoints.py) last.
+A node with authentication is a ``SecuredKiqApp``, chosen once by ``create_app``:
+the same dispatch with the checks of api/auth.py in front, so a node without
+pays nothing for them.
 Whatever a route raises ends here, in ``send_error`` (api/errors.py), as it does
 inside ``Lookups.get``: one door from exceptions to responses.
 """
@@ -16,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from kiq import catalog
+from kiq.api.auth import Access
 from kiq.api.batches import Batches
 from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
@@ -23,6 +27,7 @@ from kiq.api.lookups import Lookups
 from kiq.api.routes import Endpoints
 from kiq.node import Node, NodeView
 from kiq.routing import HedgePolicy, Peers, Router
+from kiq.security import Security
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +56,14 @@ class KiqApp:
         start_node: bool = True,
         endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
         base: str | None = None,
+        security: Security | None = None,
     ) -> None:
         view = NodeView(node)
+        self.access = (
+            Access(security.tokens, security.cluster)
+            if security is not None and security.enabled
+            else None
+        )
         self._node = node
         self._start_node = start_node
         self.router = Router(view.node_id)
@@ -63,13 +74,18 @@ class KiqApp:
                 view.forward_timeout_ms,
                 hedging=HedgePolicy.of(node.settings),
                 hedge_stats=view.metrics.hedges,
+                extra_headers=security.cluster.headers
+                if security is not None and security.cluster is not None
+                else None,
             )
         self.peers = peers
         self.lookups = Lookups(view, self.router, peers)
         self.batches = Batches(view, self.router, peers)
         self._writer = writer
         custom = endpoints_for(declared_routes(endpoints, base), self.lookups, self.batches, writer)
-        self._routes = Endpoints(view, self.lookups, self.batches, peers).router(custom)
+        self._routes = Endpoints(view, self.lookups, self.batches, peers, self.access).router(
+            custom
+        )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -110,6 +126,37 @@ class KiqApp:
                 return
 
 
+class SecuredKiqApp(KiqApp):
+    """``KiqApp`` with authentication: the caller is checked before anything answers."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            access = self.access
+            assert access is not None
+            if scope["method"] == "GET":
+                path: str = scope["path"]
+                if path.startswith(_TABLES):
+                    raw = scope.get("raw_path") or path.encode()
+                    table, sep, key = raw[len(_TABLES) :].partition(b"/keys/")
+                    if sep and b"/" not in table:
+                        name = table.decode("latin-1")
+                        try:
+                            access.read(scope, name)
+                        except Exception as exc:
+                            await send_error(send, exc, scope)
+                            return
+                        await self.lookups.get(scope, send, name, key)
+                        return
+            try:
+                access.admit(scope)
+                await self._routes(scope, receive, send)
+            except Exception as exc:
+                await send_error(send, exc, scope)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+
 def create_app(
     node: Node,
     writer: RecordWriter,
@@ -117,6 +164,7 @@ def create_app(
     start_node: bool = True,
     endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
     base: str | None = None,
+    security: Security | None = None,
 ) -> KiqApp:
     """The app serving ``node``; ``writer`` takes the application's writes.
 
@@ -124,6 +172,8 @@ def create_app(
     (``module:function``, ``file.py:function`` looked for beside ``base`` first);
     by default the shipped stock and word-count routes. ``peers`` carries requests
     to other nodes (made from the node's settings when not given); the app closes
-    it and the writer, and starts and stops the node unless told not to.
+    it and the writer, and starts and stops the node unless told not to. With
+    ``security`` (``kiq.security.security_for``), callers and peers are checked.
     """
-    return KiqApp(node, writer, peers, start_node, endpoints, base)
+    cls = SecuredKiqApp if security is not None and security.tokens is not None else KiqApp
+    return cls(node, writer, peers, start_node, endpoints, base, security)

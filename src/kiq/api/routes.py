@@ -29,6 +29,7 @@ from starlette.types import ASGIApp
 
 from kiq.api import admin
 from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
+from kiq.api.auth import Access, caller
 from kiq.api.batches import Batches
 from kiq.api.errors import NoRoute
 from kiq.api.lookups import Lookups
@@ -79,11 +80,20 @@ class Endpoints:
         lookups: Lookups,
         batches: Batches,
         peers: Peers,
+        access: Access | None = None,
     ) -> None:
         self._node = node
         self._lookups = lookups
         self._batches = batches
         self._peers = peers
+        self._access = access  # None: a node without authentication
+
+    async def _from_member(self, request: Request, admin: bool = False) -> bytes:
+        """The body of a node-to-node request, once its sender is known to be a member."""
+        body = await read_body(request.receive)
+        if self._access is not None:
+            self._access.member(request.scope, body, admin)
+        return body
 
     def router(self, custom: Sequence[tuple[str, str, ASGIApp]] = ()) -> Router:
         """The core routes, then ``custom`` ones (method, path, ASGI endpoint)."""
@@ -133,16 +143,20 @@ class Endpoints:
         return Response(admin.metrics(self._node), media_type=PROMETHEUS)
 
     async def internal_lookups(self, request: Request) -> Response:
-        body = await self._lookups.internal(await read_body(request.receive))
-        return Response(body, media_type=MSGPACK)
+        body = await self._from_member(request)
+        answer = await self._lookups.internal(body, caller(request.scope))
+        return Response(answer, media_type=MSGPACK)
 
     async def internal_multiget(self, request: Request) -> Response:
-        body = self._batches.internal_multiget(await read_body(request.receive))
-        return Response(body, media_type=MSGPACK)
+        body = await self._from_member(request)
+        answer = self._batches.internal_multiget(body, caller(request.scope))
+        return Response(answer, media_type=MSGPACK)
 
     async def internal_scan(self, request: Request) -> Response:
-        body = self._batches.internal_scan(await read_body(request.receive))
-        return Response(body, media_type=MSGPACK)
+        body = await self._from_member(request)
+        answer = self._batches.internal_scan(body, caller(request.scope))
+        return Response(answer, media_type=MSGPACK)
 
     async def internal_metadata(self, request: Request) -> Response:
+        await self._from_member(request, admin=True)
         return Response(admin.node_status(self._node), media_type=MSGPACK)
