@@ -31,6 +31,7 @@ from kiq.node import Node, store_opener
 from kiq.partitioning import partition_for
 from kiq.replicas import Materializer, ReplicaState
 from kiq.routing import Peers, Router
+from kiq.security import Security
 from kiq.settings import ServeSettings
 from kiq.tables import TableRuntime, codec_for, parse_table
 
@@ -152,10 +153,11 @@ def start_node(
     tables: dict[str, int],
     node_id: str = "n1",
     endpoints: Iterable[Any] = SHIPPED_ENDPOINTS,
+    security: Security | None = None,
     **settings: Any,
 ) -> LocalNode:
     """A started node serving ``tables`` (``"name=topic,options": partitions``)."""
-    local = make_node(data_dir, cluster, tables, node_id, endpoints, **settings)
+    local = make_node(data_dir, cluster, tables, node_id, endpoints, security, **settings)
     local.node.start()
     return local
 
@@ -166,12 +168,14 @@ def make_node(
     tables: dict[str, int],
     node_id: str = "n1",
     endpoints: Iterable[Any] = SHIPPED_ENDPOINTS,
+    security: Security | None = None,
     **settings: Any,
 ) -> LocalNode:
     """A node serving ``tables``, its group seat taken in ``cluster``; not started.
 
     ``endpoints`` are the application's routes: functions taking a ``kiq.Routes``, or
-    targets; the shipped stock and word-count routes unless given.
+    targets; the shipped stock and word-count routes unless given. With ``security``,
+    the node checks tokens and peers as ``kiq serve --auth ...`` would.
     """
     url = f"http://{node_id}.test"
     conf = ServeSettings(
@@ -198,9 +202,10 @@ def make_node(
     group, changed = cluster.join(node_id, url)
     node = Node(conf, runtimes, materializer, metrics, group, changed)
     network = cluster.transport
-    peers = Peers(node_id, Router(node_id), conf.forward_timeout_ms, transport=network)
+    signer = security.cluster.headers if security is not None and security.cluster else None
+    peers = Peers(node_id, Router(node_id), conf.forward_timeout_ms, signer, transport=network)
     writer = Writer()
-    app = create_app(node, writer, peers, start_node=False, endpoints=endpoints)
+    app = create_app(node, writer, peers, start_node=False, endpoints=endpoints, security=security)
     cluster.network[url] = app
     return LocalNode(node, materializer, app, peers, writer)
 

@@ -19,6 +19,7 @@ from kiq.cli.context import CliState, ConfigOption, run_or_exit
 if TYPE_CHECKING:
     from kiq.api.endpoints import Declare
     from kiq.node import Node
+    from kiq.security import Security
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,30 @@ def serve(
             help="MODULE:FUNCTION or FILE.py:FUNCTION declaring routes (default: the shipped apps')"
         ),
     ] = None,
+    auth: Annotated[
+        str | None,
+        typer.Option(
+            "--auth", help="none|jwt: bearer tokens on the API [none, on a loopback host only]"
+        ),
+    ] = None,
+    jwt_secret_file: Annotated[
+        Path | None, typer.Option(help="file holding the HS256/384/512 secret")
+    ] = None,
+    jwt_public_key_file: Annotated[
+        Path | None, typer.Option(help="PEM public key: RS*/PS*, ES*, EdDSA tokens")
+    ] = None,
+    jwt_jwks_file: Annotated[
+        Path | None, typer.Option(help="JWKS file, keys by kid, re-read when it changes")
+    ] = None,
+    jwt_audience: Annotated[str | None, typer.Option(help="the aud tokens must name")] = None,
+    jwt_issuer: Annotated[str | None, typer.Option(help="the iss tokens must name")] = None,
+    jwt_leeway_s: Annotated[
+        float | None, typer.Option(help="clock skew allowed on exp and nbf [30]")
+    ] = None,
+    cluster_secret_file: Annotated[
+        Path | None,
+        typer.Option(help="secret shared by every node; signs node-to-node requests"),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Serve tables from Kafka topics; any node answers any key.
@@ -85,6 +110,23 @@ def serve(
             cluster=cluster,
         )
     )
+    auth_conf = run_or_exit(
+        lambda: settings.load(
+            settings.AuthSettings,
+            config_file,
+            mode=auth,
+            jwt_secret_file=jwt_secret_file,
+            jwt_public_key_file=jwt_public_key_file,
+            jwt_jwks_file=jwt_jwks_file,
+            jwt_audience=jwt_audience,
+            jwt_issuer=jwt_issuer,
+            jwt_leeway_s=jwt_leeway_s,
+            cluster_secret_file=cluster_secret_file,
+        )
+    )
+    from kiq.security import security_for
+
+    security = run_or_exit(lambda: security_for(auth_conf, conf.host))
     app = run_or_exit(lambda: settings.load(settings.AppSettings, config_file, endpoints=endpoint))
     declared = run_or_exit(lambda: _endpoints(app.endpoints, config_file))
     from kiq.node_build import build_node
@@ -92,7 +134,7 @@ def serve(
     node = run_or_exit(lambda: build_node(conf))
     import uvloop
 
-    uvloop.run(_serve(node, conf, declared))
+    uvloop.run(_serve(node, conf, declared, security))
 
 
 def _endpoints(targets: list[str], config_file: Path | None) -> list[Declare]:
@@ -104,7 +146,9 @@ def _endpoints(targets: list[str], config_file: Path | None) -> list[Declare]:
     return [resolve(target, "[app] endpoints", base) for target in targets]
 
 
-async def _serve(node: Node, conf: settings.ServeSettings, endpoints: list[Declare]) -> None:
+async def _serve(
+    node: Node, conf: settings.ServeSettings, endpoints: list[Declare], security: Security
+) -> None:
     from granian.constants import Interfaces
     from granian.server.embed import Server
 
@@ -113,7 +157,7 @@ async def _serve(node: Node, conf: settings.ServeSettings, endpoints: list[Decla
 
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
     server = Server(
-        create_app(node, LogWriter(conf.bootstrap), endpoints=endpoints),
+        create_app(node, LogWriter(conf.bootstrap), endpoints=endpoints, security=security),
         address=conf.host,
         port=conf.port,
         interface=Interfaces.ASGI,
@@ -134,5 +178,11 @@ async def _serve(node: Node, conf: settings.ServeSettings, endpoints: list[Decla
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, shut_down)
-    log.info("serving node=%s url=%s", conf.node_id, conf.advertised_url)
+    log.info(
+        "serving node=%s url=%s auth=%s node-to-node=%s",
+        conf.node_id,
+        conf.advertised_url,
+        "jwt" if security.tokens is not None else "none",
+        "signed" if security.cluster is not None else "open",
+    )
     await server.serve()
