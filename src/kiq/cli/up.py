@@ -95,6 +95,7 @@ class Plan:
     tables: list[TableSpec]
     broker: settings.BrokerSettings
     trigger: str
+    auth: settings.AuthSettings
 
     @classmethod
     def load(cls, config: Path | None, trigger: str | None, **flags: Any) -> Plan:
@@ -118,6 +119,7 @@ class Plan:
             tables,
             settings.load(settings.BrokerSettings, file),
             pipeline.trigger,
+            settings.load(settings.AuthSettings, file),
         )
 
 
@@ -143,6 +145,11 @@ class Running:
                 trigger=plan.trigger,
                 partitions=app.table_partitions,
             )
+        from kiq.security import operator_token
+
+        # The nodes read [auth] from the file (or KIQ_AUTH_*) themselves; with a shared
+        # secret, `kiq up` signs itself a token to watch their metadata.
+        watch = operator_token(plan.auth, "kiq:admin")
         self.nodes = [
             LocalNode(
                 f"n{i}",
@@ -151,6 +158,7 @@ class Running:
                 self.home / f"n{i}",
                 self.home / f"n{i}.log",
                 port=app.port + i - 1,
+                authorization=f"Bearer {watch}" if watch else None,
             )
             for i in range(1, app.nodes + 1)
         ]
@@ -366,8 +374,7 @@ def _tables_with_data(nodes: list[LocalNode]) -> set[str]:
     found: set[str] = set()
     for node in nodes:
         try:
-            with urllib.request.urlopen(f"{node.url}/v1/metadata", timeout=2) as resp:
-                meta = json.loads(resp.read())
+            meta = node.metadata()
         except (OSError, ValueError):
             continue
         for name, table in meta.get("tables", {}).items():

@@ -13,7 +13,7 @@ from kiq.security.cluster import HEADER as CLUSTER_HEADER
 from kiq.security.cluster import ClusterKey
 from kiq.security.errors import CredentialRejected, TokenRejected
 from kiq.security.scopes import ADMIN, READ, WRITE, Grants, Principal, read_scope
-from kiq.security.setup import Security, auth_mode, is_loopback, security_for
+from kiq.security.setup import Security, auth_mode, is_loopback, operator_token, security_for
 from kiq.security.tokens import TokenCache, TokenVerifier
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "TokenVerifier",
     "auth_mode",
     "is_loopback",
+    "operator_token",
     "read_scope",
     "security_for",
 ]

@@ -7,11 +7,14 @@ Secrets are read from their files here and kept only inside ``SecretKey`` and
 from __future__ import annotations
 
 import ipaddress
+import time
 from dataclasses import dataclass
+
+import jwt
 
 from kiq.errors import ConfigError
 from kiq.security.cluster import ClusterKey
-from kiq.security.keys import JwksFile, Keys, PublicKey, SecretKey
+from kiq.security.keys import JwksFile, Keys, PublicKey, SecretKey, read_secret
 from kiq.security.tokens import TokenCache, TokenVerifier
 from kiq.settings import AuthSettings
 
@@ -88,3 +91,17 @@ def security_for(auth: AuthSettings, host: str) -> Security:
         keys = JwksFile(auth.jwt_jwks_file)
     verifier = TokenVerifier(keys, auth.jwt_audience, auth.jwt_issuer, auth.jwt_leeway_s)
     return Security(TokenCache(verifier, auth.token_cache_size), cluster)
+
+
+def operator_token(auth: AuthSettings, scope: str, ttl_s: float = 3600.0) -> str | None:
+    """A token of the nodes' own secret for kiq's own calls (``kiq up`` watching its nodes),
+    or None when the nodes check no tokens or only an identity provider can sign them."""
+    if auth.mode != "jwt" or auth.jwt_secret_file is None:
+        return None
+    claims: dict[str, object] = {"sub": "kiq", "exp": int(time.time() + ttl_s), "scope": scope}
+    if auth.jwt_audience:
+        claims["aud"] = auth.jwt_audience
+    if auth.jwt_issuer:
+        claims["iss"] = auth.jwt_issuer
+    secret = read_secret(auth.jwt_secret_file, "--jwt-secret-file")
+    return jwt.encode(claims, secret, algorithm="HS256")

@@ -9,7 +9,7 @@ import pytest
 
 from kiq import settings
 from kiq.errors import ConfigError
-from kiq.security import auth_mode, is_loopback, security_for
+from kiq.security import auth_mode, is_loopback, operator_token, security_for
 from kiq.settings import AuthSettings
 from tests.unit.security.keys import SECRET, secret_file
 
@@ -81,3 +81,21 @@ def test_no_secret_value_in_settings_or_their_repr(tmp_path: Path):
     security = security_for(auth, "127.0.0.1")
     for text in (repr(auth), repr(security), str(auth.model_dump())):
         assert SECRET.decode() not in text
+
+
+def test_kiq_up_signs_itself_a_token_only_with_a_shared_secret(tmp_path: Path):
+    secret = secret_file(tmp_path)
+    auth = AuthSettings(
+        mode="jwt",
+        jwt_secret_file=secret,
+        jwt_audience="kiq",
+        jwt_issuer="idp",
+        cluster_secret_file=secret,
+    )
+    token = operator_token(auth, "kiq:admin")
+    assert token is not None
+    tokens = security_for(auth, "127.0.0.1").tokens
+    assert tokens is not None and tokens.principal(token).grants.admin
+    assert operator_token(AuthSettings(mode="none"), "kiq:admin") is None
+    pem = tmp_path / "key.pem"
+    assert operator_token(AuthSettings(mode="jwt", jwt_public_key_file=pem), "kiq:admin") is None
