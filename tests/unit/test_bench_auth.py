@@ -20,7 +20,7 @@ def test_the_bench_token_is_accepted_by_nodes_started_with_its_env(
         monkeypatch.setenv(name, value)
     security = security_for(settings.load(settings.AuthSettings), "127.0.0.1")
     assert security.tokens is not None and security.cluster is not None
-    principal = security.tokens.principal(auth.token)
+    principal = security.tokens.principal(auth.authorization.encode())
     assert principal.subject == "bench"
     assert principal.grants.read_all and principal.grants.admin
     assert auth.authorization == f"Bearer {auth.token}"

@@ -3,8 +3,9 @@
 ``TokenVerifier.verify`` checks the signature with the configured key and only
 the algorithms that key allows (``keys.py``), then ``exp`` (required), ``nbf``,
 ``aud`` and ``iss``, each time check with a small leeway for clocks that differ.
-``TokenCache`` keeps what it found per raw token, so a caller's second request
-costs a dict lookup and a clock read: a lookup stays on the fast path.
+``TokenCache`` keeps what it found per raw ``Authorization`` value (the header's
+bytes as they came, ``Bearer`` and all), so a caller's second request costs a dict
+lookup and a clock read, not even a decode: a lookup stays on the fast path.
 """
 
 from __future__ import annotations
@@ -92,9 +93,18 @@ def _reason(exc: jwt.PyJWTError) -> str:
     return f"invalid token: {exc}"
 
 
+def bearer_token(authorization: bytes) -> str:
+    """The token of an ``Authorization: Bearer TOKEN`` header value."""
+    scheme, _, token = authorization.strip().partition(b" ")
+    if scheme.lower() != b"bearer" or not token.strip():
+        raise TokenRejected("the Authorization header is not 'Bearer TOKEN'")
+    return token.strip().decode("latin-1")
+
+
 class TokenCache:
-    """``TokenVerifier.verify`` remembered per raw token: at most ``max_entries``, oldest
-    out first; an entry lasts until the token expires (at most ``MAX_CACHED_S``)."""
+    """``TokenVerifier.verify`` remembered per raw Authorization value: at most
+    ``max_entries``, oldest out first; an entry lasts until the token expires (at most
+    ``MAX_CACHED_S``), a refusal ``REFUSED_CACHED_S``."""
 
     def __init__(
         self,
@@ -105,31 +115,32 @@ class TokenCache:
         self._verify = verifier.verify
         self._max = max_entries
         self._clock = clock
-        # token → (valid until, the principal, or the reason it was refused)
-        self._entries: dict[str, tuple[float, Principal | str]] = {}
+        # header value → (valid until, the principal, or the reason it was refused)
+        self._entries: dict[bytes, tuple[float, Principal | str]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def principal(self, token: str) -> Principal:
+    def principal(self, authorization: bytes) -> Principal:
+        """The caller an ``Authorization`` header value names; ``TokenRejected`` if none."""
         now = self._clock()
-        hit = self._entries.get(token)
+        hit = self._entries.get(authorization)
         if hit is not None and now < hit[0]:
             found = hit[1]
             if type(found) is Principal:
                 return found
             raise TokenRejected(str(found))
         try:
-            principal = self._verify(token)
+            principal = self._verify(bearer_token(authorization))
         except TokenRejected as exc:
-            self._store(token, now + REFUSED_CACHED_S, exc.reason)
+            self._store(authorization, now + REFUSED_CACHED_S, exc.reason)
             raise
-        self._store(token, min(principal.expires_at, now + MAX_CACHED_S), principal)
+        self._store(authorization, min(principal.expires_at, now + MAX_CACHED_S), principal)
         return principal
 
-    def _store(self, token: str, until: float, found: Principal | str) -> None:
+    def _store(self, key: bytes, until: float, found: Principal | str) -> None:
         entries = self._entries
-        entries.pop(token, None)
+        entries.pop(key, None)
         while len(entries) >= self._max:
             del entries[next(iter(entries))]
-        entries[token] = (until, found)
+        entries[key] = (until, found)

@@ -95,7 +95,7 @@ def test_kiq_up_signs_itself_a_token_only_with_a_shared_secret(tmp_path: Path):
     token = operator_token(auth, "kiq:admin")
     assert token is not None
     tokens = security_for(auth, "127.0.0.1").tokens
-    assert tokens is not None and tokens.principal(token).grants.admin
+    assert tokens is not None and tokens.principal(f"Bearer {token}".encode()).grants.admin
     assert operator_token(AuthSettings(mode="none"), "kiq:admin") is None
     pem = tmp_path / "key.pem"
     assert operator_token(AuthSettings(mode="jwt", jwt_public_key_file=pem), "kiq:admin") is None

@@ -213,8 +213,21 @@ class Clock:
         return self.now
 
 
-def cache(verifier: Counting, clock: Clock, size: int = 100) -> TokenCache:
-    return TokenCache(verifier, size, clock)  # type: ignore[arg-type]
+class Cache:
+    """A ``TokenCache`` asked with bare tokens, as a header ``Bearer TOKEN`` carries them."""
+
+    def __init__(self, verifier: Counting, clock: Clock, size: int) -> None:
+        self.inner = TokenCache(verifier, size, clock)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def principal(self, token: str) -> Principal:
+        return self.inner.principal(f"Bearer {token}".encode())
+
+
+def cache(verifier: Counting, clock: Clock, size: int = 100) -> Cache:
+    return Cache(verifier, clock, size)
 
 
 def test_a_cached_token_is_verified_once_until_it_expires():
@@ -266,7 +279,11 @@ def test_a_refused_token_is_refused_from_the_cache_briefly():
 
 def test_the_real_verifier_behind_the_cache(verifier: TokenVerifier):
     tokens = TokenCache(verifier)
-    token = hs256()
-    assert tokens.principal(token) is tokens.principal(token)
+    header = f"Bearer {hs256()}".encode()
+    assert tokens.principal(header) is tokens.principal(header)
+    assert tokens.principal(header.replace(b"Bearer", b"bearer")).subject == "alice"
     with pytest.raises(TokenRejected):
-        tokens.principal(hs256(secret=b"z" * 64))
+        tokens.principal(f"Bearer {hs256(secret=b'z' * 64)}".encode())
+    for malformed in (b"Basic abc", b"Bearer", b"Bearer  ", b"token", hs256().encode()):
+        with pytest.raises(TokenRejected, match="not 'Bearer TOKEN'"):
+            tokens.principal(malformed)
