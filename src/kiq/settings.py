@@ -69,6 +69,8 @@ class _Section(BaseSettings):
     """Base for one TOML table; subclasses set ``table`` and the env prefix."""
 
     table: ClassVar[str]
+    # Flags named otherwise than their setting (the issue that asked for them named them).
+    flag_names: ClassVar[dict[str, str]] = {}
 
     model_config = SettingsConfigDict(frozen=True, extra="forbid")
 
@@ -198,6 +200,7 @@ class AuthSettings(_Section):
     """
 
     table: ClassVar[str] = "auth"
+    flag_names: ClassVar[dict[str, str]] = {"mode": "--auth"}
     model_config = SettingsConfigDict(env_prefix="KIQ_AUTH_", frozen=True, extra="forbid")
 
     mode: Literal["none", "jwt"] | None = Field(
@@ -307,8 +310,9 @@ def _describe(section: type[_Section], exc: Any) -> str:
     lines = [f"invalid [{section.table}] settings:"]
     for err in exc.errors():
         name = ".".join(str(p) for p in err["loc"])
+        flag = section.flag_names.get(name, "--" + name.replace("_", "-"))
         lines.append(
-            f"  {name}: {err['msg']} (flag --{name.replace('_', '-')}, "
+            f"  {name}: {err['msg']} (flag {flag}, "
             f"env {prefix}{name.upper()}, TOML [{section.table}] {name})"
         )
     return "\n".join(lines)

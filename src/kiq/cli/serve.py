@@ -66,7 +66,7 @@ def serve(
     auth: Annotated[
         str | None,
         typer.Option(
-            "--auth", help="none|jwt: bearer tokens on the API [none, on a loopback host only]"
+            "--auth", help="none|jwt: bearer tokens on the API (unset: none, on loopback only)"
         ),
     ] = None,
     jwt_secret_file: Annotated[

@@ -71,7 +71,7 @@ def test_settings_come_from_flags_env_and_toml(monkeypatch: pytest.MonkeyPatch, 
     auth = settings.load(AuthSettings, config, jwt_leeway_s=5)
     assert (auth.mode, auth.jwt_audience, auth.jwt_issuer) == ("jwt", "env", "idp")
     assert auth.cluster_secret_file == Path("/run/secrets/cluster") and auth.jwt_leeway_s == 5
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="flag --auth, env KIQ_AUTH_MODE, TOML \\[auth\\] mode"):
         settings.load(AuthSettings, None, mode="basic")
 
 
