@@ -70,6 +70,8 @@ class _Section(BaseSettings):
     """Base for one TOML table; subclasses set ``table`` and the env prefix."""
 
     table: ClassVar[str]
+    # Flags named otherwise than their setting (the issue that asked for them named them).
+    flag_names: ClassVar[dict[str, str]] = {}
 
     model_config = SettingsConfigDict(frozen=True, extra="forbid")
 
@@ -226,6 +228,33 @@ class LimitsSettings(_Section):
         return {f"{prefix}{name.upper()}": str(value) for name, value in self}
 
 
+class AuthSettings(_Section):
+    """Who may ask a node what (kiq.security): bearer tokens, and the cluster's own secret.
+
+    Files, never secret values: the node reads them once at startup, so no secret is
+    in a setting, a log line or /v1/metadata. ``mode`` unset means ``none`` on a
+    loopback address; a node listening on any other refuses to start without it.
+    """
+
+    table: ClassVar[str] = "auth"
+    flag_names: ClassVar[dict[str, str]] = {"mode": "--auth"}
+    model_config = SettingsConfigDict(env_prefix="KIQ_AUTH_", frozen=True, extra="forbid")
+
+    mode: Literal["none", "jwt"] | None = Field(
+        None, description="jwt: bearer tokens on the API; unset: none, on loopback only"
+    )
+    jwt_secret_file: Path | None = Field(None, description="HS256/384/512 shared secret")
+    jwt_public_key_file: Path | None = Field(None, description="PEM: RS*/PS*, ES*, EdDSA")
+    jwt_jwks_file: Path | None = Field(None, description="JWKS, keys by kid, re-read on change")
+    jwt_audience: str | None = Field(None, description="required aud claim")
+    jwt_issuer: str | None = Field(None, description="required iss claim")
+    jwt_leeway_s: float = Field(30.0, ge=0, le=300, description="clock skew allowed on exp/nbf")
+    cluster_secret_file: Path | None = Field(
+        None, description="shared by every node: signs node-to-node requests"
+    )
+    token_cache_size: int = Field(10_000, ge=1, description="verified tokens remembered")
+
+
 class AppSettings(_Section):
     """An application: what `kiq up` runs, and the routes every `kiq serve` node mounts.
 
@@ -318,8 +347,9 @@ def _describe(section: type[_Section], exc: Any) -> str:
     lines = [f"invalid [{section.table}] settings:"]
     for err in exc.errors():
         name = ".".join(str(p) for p in err["loc"])
+        flag = section.flag_names.get(name, "--" + name.replace("_", "-"))
         lines.append(
-            f"  {name}: {err['msg']} (flag --{name.replace('_', '-')}, "
+            f"  {name}: {err['msg']} (flag {flag}, "
             f"env {prefix}{name.upper()}, TOML [{section.table}] {name})"
         )
     return "\n".join(lines)

@@ -31,6 +31,7 @@ from kiq.node import Node, store_opener
 from kiq.partitioning import partition_for
 from kiq.replicas import Materializer, ReplicaState
 from kiq.routing import Peers, Router
+from kiq.security import Security
 from kiq.settings import LimitsSettings, ServeSettings
 from kiq.tables import TableRuntime, codec_for, parse_table
 
@@ -153,10 +154,11 @@ def start_node(
     node_id: str = "n1",
     endpoints: Iterable[Any] = SHIPPED_ENDPOINTS,
     limits: LimitsSettings | None = None,
+    security: Security | None = None,
     **settings: Any,
 ) -> LocalNode:
     """A started node serving ``tables`` (``"name=topic,options": partitions``)."""
-    local = make_node(data_dir, cluster, tables, node_id, endpoints, limits, **settings)
+    local = make_node(data_dir, cluster, tables, node_id, endpoints, limits, security, **settings)
     local.node.start()
     return local
 
@@ -168,12 +170,14 @@ def make_node(
     node_id: str = "n1",
     endpoints: Iterable[Any] = SHIPPED_ENDPOINTS,
     limits: LimitsSettings | None = None,
+    security: Security | None = None,
     **settings: Any,
 ) -> LocalNode:
     """A node serving ``tables``, its group seat taken in ``cluster``; not started.
 
     ``endpoints`` are the application's routes: functions taking a ``kiq.Routes``, or
-    targets; the shipped stock and word-count routes unless given.
+    targets; the shipped stock and word-count routes unless given. With ``security``,
+    the node checks tokens and peers as ``kiq serve --auth ...`` would.
     """
     url = f"http://{node_id}.test"
     conf = ServeSettings(
@@ -200,9 +204,18 @@ def make_node(
     group, changed = cluster.join(node_id, url)
     node = Node(conf, runtimes, materializer, metrics, group, changed)
     network = cluster.transport
-    peers = Peers(node_id, Router(node_id), conf.forward_timeout_ms, transport=network)
+    signer = security.cluster.headers if security is not None and security.cluster else None
+    peers = Peers(node_id, Router(node_id), conf.forward_timeout_ms, signer, transport=network)
     writer = Writer()
-    app = create_app(node, writer, peers, start_node=False, endpoints=endpoints, limits=limits)
+    app = create_app(
+        node,
+        writer,
+        peers,
+        start_node=False,
+        endpoints=endpoints,
+        limits=limits,
+        security=security,
+    )
     cluster.network[url] = app
     return LocalNode(node, materializer, app, peers, writer)
 

@@ -4,6 +4,9 @@
 
 is matched first by hand, at the cost of a few string operations; every other
 route is declared in routes.py, the application's own (endpoints.py) last.
+A node with authentication is a ``SecuredKiqApp``, chosen once by ``create_app``:
+the same dispatch with the checks of api/auth.py in front, so a node without
+pays nothing for them.
 Whatever a route raises ends here, in ``send_error`` (api/errors.py), as it does
 inside ``Lookups.get``: one door from exceptions to responses.
 """
@@ -20,6 +23,7 @@ from starlette.routing import Route
 
 from kiq import catalog
 from kiq.api import openapi
+from kiq.api.auth import Access
 from kiq.api.batches import Batches
 from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
@@ -28,6 +32,7 @@ from kiq.api.lookups import Lookups
 from kiq.api.routes import Endpoints
 from kiq.node import Node, NodeView
 from kiq.routing import HedgePolicy, Peers, Router
+from kiq.security import Security
 from kiq.settings import LimitsSettings
 
 log = logging.getLogger(__name__)
@@ -58,9 +63,15 @@ class KiqApp:
         endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
         base: str | None = None,
         limits: LimitsSettings | None = None,
+        security: Security | None = None,
     ) -> None:
         limits = limits if limits is not None else LimitsSettings()
         view = NodeView(node)
+        self.access = (
+            Access(security.tokens, security.cluster)
+            if security is not None and security.enabled
+            else None
+        )
         self._node = node
         self._start_node = start_node
         self.router = Router(view.node_id)
@@ -71,6 +82,9 @@ class KiqApp:
                 view.forward_timeout_ms,
                 hedging=HedgePolicy.of(node.settings),
                 hedge_stats=view.metrics.hedges,
+                extra_headers=security.cluster.headers
+                if security is not None and security.cluster is not None
+                else None,
             )
         self.peers = peers
         self.lookups = Lookups(view, self.router, peers)
@@ -78,7 +92,9 @@ class KiqApp:
         self._writer = writer
         declared = declared_routes(endpoints, base)
         custom = endpoints_for(declared, self.lookups, self.batches, writer, limits.max_body_bytes)
-        core = Endpoints(view, self.lookups, self.batches, peers, limits.max_body_bytes)
+        core = Endpoints(
+            view, self.lookups, self.batches, peers, limits.max_body_bytes, self.access
+        )
         router = core.router(custom)
         self.routes: list[openapi.RouteDoc] = [
             *((method, path, None) for method, path in openapi.RAW_ROUTES),
@@ -89,7 +105,7 @@ class KiqApp:
                 for method in sorted(route.methods or ())
             ),
         ]
-        core.document = openapi.render(self.routes, _version())
+        core.document = openapi.render(self.routes, _version(), secured=self.access is not None)
         self._routes: Asgi = router
         # The two paths, behind the rate limiter only when it is on: decided here, once.
         self._lookup: Lookup = self.lookups.get
@@ -137,6 +153,37 @@ class KiqApp:
                 return
 
 
+class SecuredKiqApp(KiqApp):
+    """``KiqApp`` with authentication: the caller is checked before anything answers."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            access = self.access
+            assert access is not None
+            if scope["method"] == "GET":
+                path: str = scope["path"]
+                if path.startswith(_TABLES):
+                    raw = scope.get("raw_path") or path.encode()
+                    table, sep, key = raw[len(_TABLES) :].partition(b"/keys/")
+                    if sep and b"/" not in table:
+                        name = table.decode("latin-1")
+                        try:
+                            access.read(scope, name)
+                        except Exception as exc:
+                            await send_error(send, exc, scope)
+                            return
+                        await self._lookup(scope, send, name, key)
+                        return
+            try:
+                access.admit(scope)
+                await self._routes(scope, receive, send)
+            except Exception as exc:
+                await send_error(send, exc, scope)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+
 def _version() -> str:
     try:
         return version("kiq")
@@ -152,6 +199,7 @@ def create_app(
     endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
     base: str | None = None,
     limits: LimitsSettings | None = None,
+    security: Security | None = None,
 ) -> KiqApp:
     """The app serving ``node``; ``writer`` takes the application's writes.
 
@@ -160,6 +208,8 @@ def create_app(
     by default the shipped stock and word-count routes. ``peers`` carries requests
     to other nodes (made from the node's settings when not given); the app closes
     it and the writer, and starts and stops the node unless told not to. ``limits``:
-    the ``[limits]`` the API enforces itself (body size, multiget keys, the rate).
+    the ``[limits]`` the API enforces itself (body size, multiget keys, the rate). With
+    ``security`` (``kiq.security.security_for``), callers and peers are checked.
     """
-    return KiqApp(node, writer, peers, start_node, endpoints, base, limits)
+    cls = SecuredKiqApp if security is not None and security.tokens is not None else KiqApp
+    return cls(node, writer, peers, start_node, endpoints, base, limits, security)

@@ -24,7 +24,14 @@ from typing import Any
 
 import orjson
 
-from kiq.api.errors import BadRequest, NotHere, TooLarge, Unavailable, UnknownTable
+from kiq.api.errors import (
+    BadRequest,
+    InsufficientScope,
+    NotHere,
+    TooLarge,
+    Unavailable,
+    UnknownTable,
+)
 from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param, prefix_end
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
@@ -37,6 +44,7 @@ from kiq.routing.wire import (
     decode_scan,
     encode,
 )
+from kiq.security import Principal, read_scope
 from kiq.tables import TableRuntime
 
 log = logging.getLogger(__name__)
@@ -173,12 +181,17 @@ class Batches:
             return None
         return items
 
-    def internal_multiget(self, body: bytes) -> bytes:
-        """Another node's ``Peers.multiget``: keys from local replicas, partitions refused."""
+    def internal_multiget(self, body: bytes, caller: Principal | None = None) -> bytes:
+        """Another node's ``Peers.multiget``: keys from local replicas, partitions refused.
+
+        ``caller``: whose token came along (None without authentication); it must read
+        the table here too.
+        """
         try:
             request = decode_multiget(body)
         except DecodeError as exc:
             raise BadRequest(f"malformed multiget: {exc}") from exc
+        _may_read(caller, request.table)
         runtime = self.node.tables.get(request.table)
         if runtime is None:
             raise NotHere(f"no table named {request.table!r} here", table=request.table)
@@ -284,12 +297,14 @@ class Batches:
         except StoreClosedError:
             return None
 
-    def internal_scan(self, body: bytes) -> bytes:
-        """Another node's ``Peers.scan``: a page of a local replica, or 421."""
+    def internal_scan(self, body: bytes, caller: Principal | None = None) -> bytes:
+        """Another node's ``Peers.scan``: a page of a local replica, or 421; ``caller`` as
+        for ``internal_multiget``."""
         try:
             request = decode_scan(body)
         except DecodeError as exc:
             raise BadRequest(f"malformed scan: {exc}") from exc
+        _may_read(caller, request.table)
         if not 1 <= request.limit <= MAX_RANGE_LIMIT:
             raise BadRequest(f"limit must be between 1 and {MAX_RANGE_LIMIT}")
         table, partition = request.table, request.partition
@@ -297,3 +312,8 @@ class Batches:
         if items is None:
             raise NotHere(f"{self.node.node_id} holds no usable replica of {table}[{partition}]")
         return encode(ScanResult(items))
+
+
+def _may_read(caller: Principal | None, table: str) -> None:
+    if caller is not None and not caller.grants.may_read(table):
+        raise InsufficientScope(read_scope(table))

@@ -7,7 +7,10 @@ body, or ``Request.lookup`` for a table lookup's own answer (its value, status a
 X-Kiq-* headers, the raw path's fast case included), optionally enriched. Reads go
 through ``Request.tables``, which routes each partition to its replicas as the
 table API does and carries the caller's Authorization to other nodes; writes go
-through ``Request.write``, to the node's Kafka writer. Handlers raise ``ApiError``s
+through ``Request.write``, to the node's Kafka writer. On a node with
+authentication every route here needs a valid token, each table read through
+``Request.tables`` or ``Request.lookup`` needs read on that table, and
+``Request.write`` needs ``kiq:write`` (api/auth.py). Handlers raise ``ApiError``s
 (``BadRequest``, ``UnknownTable``, ...) for the answers ``send_error`` makes on
 every route.
 
@@ -24,12 +27,14 @@ import orjson
 from starlette.responses import Response
 
 from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
+from kiq.api.auth import caller, require_read, require_write
 from kiq.api.batches import MAX_RANGE_LIMIT, Batches, value_json
-from kiq.api.errors import BadRequest, Unavailable, UnknownTable
+from kiq.api.errors import BadRequest, InsufficientScope, Unavailable, UnknownTable
 from kiq.api.lookups import Enrich, Lookups
 from kiq.api.params import encode_cursor, int_param
 from kiq.api.targets import resolve
 from kiq.errors import ConfigError
+from kiq.security import Principal, read_scope
 from kiq.tables import TableRuntime
 
 __all__ = [
@@ -95,6 +100,7 @@ class _Lookup(Reply):
         self._enrich = enrich
 
     async def send(self, scope: Scope, receive: Receive, send: Send) -> None:
+        require_read(scope, self._table)
         await self._lookups.get(
             cast(dict[str, Any], scope), send, self._table, self._key, self._enrich
         )
@@ -139,17 +145,20 @@ class Page:
 class Tables:
     """Reads of the cluster's tables for one request, routed as the table API routes them."""
 
-    __slots__ = ("_auth", "_batches")
+    __slots__ = ("_auth", "_batches", "_caller")
 
-    def __init__(self, batches: Batches, auth: str | None) -> None:
+    def __init__(self, batches: Batches, auth: str | None, caller: Principal | None = None) -> None:
         self._batches = batches
         self._auth = auth
+        self._caller = caller  # None: no authentication on this node
 
     def serves(self, table: str) -> bool:
         """Whether this cluster serves ``table``."""
         return table in self._batches.node.tables
 
     def _runtime(self, table: str) -> TableRuntime:
+        if self._caller is not None and not self._caller.grants.may_read(table):
+            raise InsufficientScope(read_scope(table))
         runtime = self._batches.node.tables.get(table)
         if runtime is None:
             raise UnknownTable(f"no table named {table!r}", table=table)
@@ -262,7 +271,7 @@ class Request:
         """The cluster's tables, read on behalf of this request's caller."""
         if self._tables is None:
             auth = header(self.scope, b"authorization")
-            self._tables = Tables(self._services.batches, auth)
+            self._tables = Tables(self._services.batches, auth, caller(self.scope))
         return self._tables
 
     def lookup(
@@ -285,8 +294,10 @@ class Request:
     async def write(self, topic: str, key: bytes | str, value: bytes | str) -> tuple[int, int]:
         """Writes a record to ``topic``: (partition, offset) once Kafka has it.
 
-        Raises ``kiq.WriteFailed`` when it did not take it.
+        Raises ``kiq.WriteFailed`` when it did not take it; needs ``kiq:write`` on a node
+        with authentication.
         """
+        require_write(self.scope)
         k = key.encode() if isinstance(key, str) else key
         v = value.encode() if isinstance(value, str) else value
         return await self._services.writer.send(topic, k, v)

@@ -3,6 +3,12 @@
     KiqError (kiq.errors)                       retriable  owner_moved
     └── ApiError           500 internal             -          -
         ├── BadRequest     400 bad_request          -          -
+        ├── Unauthorized   401 unauthorized         -          -   no bearer token
+        │   └── InvalidToken  401 invalid_token     -          -   a token we do not accept
+        ├── Forbidden      403 forbidden            -          -
+        │   ├── InsufficientScope 403 insufficient_scope          a valid token without the scope
+        │   └── NotClusterMember  403 not_cluster_member          /v1/internal/* without a
+        │                                                         valid cluster credential
         ├── UnknownTable   404 unknown_table        -          -
         ├── KeyNotFound    404 not_found            -          -
         ├── NoRoute        404 no_route             -          -
@@ -13,7 +19,8 @@
 
 ``error_response`` answers for every route, the raw lookup path included: an
 ``ApiError`` as itself, another retriable ``KiqError`` as a 503, anything else as a
-logged 500 whose body says nothing about the code.
+logged 500 whose body says nothing about the code. An ``ApiError`` may add
+response headers (``headers``: the 401s' and 403s' ``WWW-Authenticate``).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ log = logging.getLogger(__name__)
 class ApiError(KiqError):
     status = 500
     code = "internal"
-    headers: Headers = (JSON,)  # of the answer; a subclass may add its own
+    headers: Headers = ()  # sent with the answer besides the content type
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -46,6 +53,42 @@ class ApiError(KiqError):
 
 class BadRequest(ApiError):
     status, code = 400, "bad_request"
+
+
+class Unauthorized(ApiError):
+    """No bearer token where one is needed (RFC 6750: a bare ``Bearer`` challenge)."""
+
+    status, code = 401, "unauthorized"
+    headers = ((b"www-authenticate", b'Bearer realm="kiq"'),)
+
+
+class InvalidToken(Unauthorized):
+    """A bearer token this node does not accept: malformed, badly signed, expired, not ours."""
+
+    code = "invalid_token"
+    headers = ((b"www-authenticate", b'Bearer realm="kiq", error="invalid_token"'),)
+
+
+class Forbidden(ApiError):
+    status, code = 403, "forbidden"
+
+
+class InsufficientScope(Forbidden):
+    """A valid token whose ``scope`` claim lacks ``scope``."""
+
+    code = "insufficient_scope"
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(f"the token's scope does not include {scope}", scope=scope)
+        quoted = "".join(c for c in scope if " " <= c <= "~" and c not in '"\\')
+        challenge = f'Bearer realm="kiq", error="insufficient_scope", scope="{quoted}"'
+        self.headers = ((b"www-authenticate", challenge.encode()),)
+
+
+class NotClusterMember(Forbidden):
+    """A node-to-node path asked without a valid cluster credential, whatever else it carries."""
+
+    code = "not_cluster_member"
 
 
 class UnknownTable(ApiError):
@@ -86,7 +129,7 @@ class RateLimited(ApiError):
 
     def __init__(self, message: str, retry_after_s: int, **details: Any) -> None:
         super().__init__(message, retry_after_s=retry_after_s, **details)
-        self.headers = (JSON, (b"retry-after", str(retry_after_s).encode()))
+        self.headers = ((b"retry-after", str(retry_after_s).encode()),)
 
 
 _INTERNAL = ApiError("internal error; the node's log says more").body()
@@ -108,7 +151,7 @@ def error_response(exc: Exception, scope: Mapping[str, Any]) -> tuple[int, bytes
 async def send_error(send: Send, exc: Exception, scope: Mapping[str, Any]) -> int:
     """Answers with ``error_response`` and returns the status sent."""
     status, body = error_response(exc, scope)
-    headers = exc.headers if isinstance(exc, ApiError) else (JSON,)
+    headers = (JSON, *exc.headers) if isinstance(exc, ApiError) and exc.headers else (JSON,)
     try:
         await respond(send, status, body, headers)
     except Exception:  # e.g. a response had already started: the server closes the connection

@@ -24,19 +24,29 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from kiq.api.asgi import JSON, Send, header, query, respond
-from kiq.api.errors import BadRequest, KeyNotFound, NotHere, Unavailable, UnknownTable, send_error
+from kiq.api.errors import (
+    BadRequest,
+    InsufficientScope,
+    KeyNotFound,
+    NotHere,
+    Unavailable,
+    UnknownTable,
+    send_error,
+)
 from kiq.api.params import bool_param, check_key, int_param, key_from_path
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
 from kiq.replicas import Replica, ReplicaState
 from kiq.routing import FAILED, FORWARDED, LOCAL, LookupResult, Peers, Router, servable
 from kiq.routing.wire import DecodeError, decode_lookups, encode
+from kiq.security import Principal, read_scope
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
 
 OCTETS = (b"content-type", b"application/octet-stream")
 MAX_WAIT_MS = 60_000
 _NOT_HERE = LookupResult(421, reason="no usable replica of this partition here")
 _NO_TABLE = LookupResult(421, reason="no such table here")
+_NO_SCOPE = LookupResult(403, reason="the caller's token does not read this table")
 
 # A found value → the value to answer with (an API adding what another table holds).
 Enrich = Callable[[bytes], Awaitable[bytes]]
@@ -184,6 +194,8 @@ class Lookups:
             if status == FAILED:
                 self._forward_failed.inc()
                 last_error = result.reason
+            elif status == 403:  # the owner applies the caller's scopes too
+                raise InsufficientScope(read_scope(table))
             else:  # 421, 503: this replica cannot answer (yet); the next one may
                 last_error = f"{target} answered {status}: {result.reason}"
         raise Unavailable(
@@ -224,8 +236,12 @@ class Lookups:
 
     # -- POST /v1/internal/lookups: another node's batch --------------------------
 
-    async def internal(self, body: bytes) -> bytes:
-        """Answers each item from the local replica only; items that wait, wait together."""
+    async def internal(self, body: bytes, caller: Principal | None = None) -> bytes:
+        """Answers each item from the local replica only; items that wait, wait together.
+
+        ``caller``: whose token came along (None without authentication); an item of a
+        table it may not read is refused with 403.
+        """
         started = time.perf_counter()
         try:
             items = decode_lookups(body)
@@ -238,6 +254,9 @@ class Lookups:
             runtime = tables.get(item.table)
             if runtime is None:
                 results.append(_NO_TABLE)
+                continue
+            if caller is not None and not caller.grants.may_read(item.table):
+                results.append(_NO_SCOPE)
                 continue
             key = item.key
             try:

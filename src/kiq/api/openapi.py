@@ -9,8 +9,9 @@ JSON answer. The errors every route may answer, the rate limit's 429 among them,
 are added to each operation from ``ERRORS``.
 
 Security: ``bearerAuth`` (an HTTP bearer JWT) is declared, and every operation
-but the open ones (health, this document) lists it in ``SECURED``, today as
-optional (``{}`` first: no token is also accepted).
+but the open ones (health, this document) lists it: required, with the 401 and 403
+answers, on a node that checks tokens (``[auth] mode = "jwt"``); optional
+(``SECURED``: ``{}`` first, no token is also accepted) on one that does not.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ OPENAPI_PATH = "/openapi.json"
 INTERNAL = "/v1/internal/"
 # The requirement every operation but the open ones carries; ``{}``: no token needed yet.
 SECURED: list[dict[str, list[str]]] = [{}, {"bearerAuth": []}]
+REQUIRED: list[dict[str, list[str]]] = [{"bearerAuth": []}]
 OPEN: list[dict[str, list[str]]] = []
 SECURITY_SCHEMES = {
     "bearerAuth": {
@@ -114,9 +116,19 @@ RESPONSES: dict[str, Any] = {
         {"Retry-After": {"description": "seconds", "schema": {"type": "integer", "minimum": 1}}},
     ),
     "Unavailable": _error("unavailable: no replica could answer; retry shortly"),
+    "Unauthorized": _error(
+        "unauthorized (no token) or invalid_token (bad signature, expired, wrong audience...)",
+        {"WWW-Authenticate": {"description": "Bearer challenge", "schema": {"type": "string"}}},
+    ),
+    "Forbidden": _error(
+        "insufficient_scope: the token lacks the scope this needs (named in the challenge)",
+        {"WWW-Authenticate": {"description": "Bearer challenge", "schema": {"type": "string"}}},
+    ),
 }
 ERRORS = {
     "400": "BadRequest",
+    "401": "Unauthorized",
+    "403": "Forbidden",
     "404": "NotFound",
     "413": "TooLarge",
     "429": "RateLimited",
@@ -317,24 +329,33 @@ def generic(path: str) -> Operation:
     }
 
 
-def operation(method: str, path: str, declared: Mapping[str, Any] | None) -> Operation:
+def operation(
+    method: str, path: str, declared: Mapping[str, Any] | None, secured: bool = False
+) -> Operation:
     """The route's operation: declared, core, or generic; with the security requirement and
-    the rate limit's 429 added where not open."""
+    the rate limit's 429 added where not open, and 401 and 403 where tokens are checked."""
     op = copy.deepcopy(dict(declared or CORE.get((method, path)) or generic(path)))
     op.setdefault("operationId", _operation_id(method, path))
     op.setdefault("security", SECURED)
     if op["security"] is not OPEN and op["security"]:
+        if secured:
+            op["security"] = REQUIRED
+            for status, response in errors(401, 403).items():
+                op["responses"].setdefault(status, response)
         op["responses"].setdefault("429", errors(429)["429"])
     return op
 
 
-def document(routes: Iterable[RouteDoc], version: str = "") -> dict[str, Any]:
-    """The OpenAPI 3.1 document of ``routes`` (every route the node answers)."""
+def document(
+    routes: Iterable[RouteDoc], version: str = "", secured: bool = False
+) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``routes`` (every route the node answers); ``secured``:
+    the node checks bearer tokens."""
     paths: dict[str, dict[str, Operation]] = {}
     for method, path, declared in routes:
         if path.startswith(INTERNAL):
             continue
-        paths.setdefault(path, {})[method.lower()] = operation(method, path, declared)
+        paths.setdefault(path, {})[method.lower()] = operation(method, path, declared, secured)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -351,8 +372,8 @@ def document(routes: Iterable[RouteDoc], version: str = "") -> dict[str, Any]:
     }
 
 
-def render(routes: Iterable[RouteDoc], version: str = "") -> bytes:
-    return orjson.dumps(document(routes, version))
+def render(routes: Iterable[RouteDoc], version: str = "", secured: bool = False) -> bytes:
+    return orjson.dumps(document(routes, version, secured))
 
 
 def _operation_id(method: str, path: str) -> str:

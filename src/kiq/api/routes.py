@@ -30,6 +30,7 @@ from starlette.types import ASGIApp
 
 from kiq.api import admin
 from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
+from kiq.api.auth import Access, caller
 from kiq.api.batches import Batches
 from kiq.api.errors import NoRoute
 from kiq.api.lookups import Lookups
@@ -82,6 +83,7 @@ class Endpoints:
         batches: Batches,
         peers: Peers,
         max_body: int,
+        access: Access | None = None,
     ) -> None:
         self._node = node
         self._lookups = lookups
@@ -89,6 +91,14 @@ class Endpoints:
         self._peers = peers
         self._max_body = max_body
         self.document = b"{}"  # /openapi.json, set once the routes are known (openapi.py)
+        self._access = access  # None: a node without authentication
+
+    async def _from_member(self, request: Request, admin: bool = False) -> bytes:
+        """The body of a node-to-node request, once its sender is known to be a member."""
+        body = await read_body(request.receive, self._max_body)
+        if self._access is not None:
+            self._access.member(request.scope, body, admin)
+        return body
 
     def router(self, custom: Sequence[tuple[str, str, ASGIApp]] = ()) -> Router:
         """The core routes, then ``custom`` ones (method, path, ASGI endpoint)."""
@@ -142,16 +152,20 @@ class Endpoints:
         return _json(self.document)
 
     async def internal_lookups(self, request: Request) -> Response:
-        body = await self._lookups.internal(await read_body(request.receive, self._max_body))
-        return Response(body, media_type=MSGPACK)
+        body = await self._from_member(request)
+        answer = await self._lookups.internal(body, caller(request.scope))
+        return Response(answer, media_type=MSGPACK)
 
     async def internal_multiget(self, request: Request) -> Response:
-        body = self._batches.internal_multiget(await read_body(request.receive, self._max_body))
-        return Response(body, media_type=MSGPACK)
+        body = await self._from_member(request)
+        answer = self._batches.internal_multiget(body, caller(request.scope))
+        return Response(answer, media_type=MSGPACK)
 
     async def internal_scan(self, request: Request) -> Response:
-        body = self._batches.internal_scan(await read_body(request.receive, self._max_body))
-        return Response(body, media_type=MSGPACK)
+        body = await self._from_member(request)
+        answer = self._batches.internal_scan(body, caller(request.scope))
+        return Response(answer, media_type=MSGPACK)
 
     async def internal_metadata(self, request: Request) -> Response:
+        await self._from_member(request, admin=True)
         return Response(admin.node_status(self._node), media_type=MSGPACK)

@@ -14,9 +14,16 @@ from kiq.runtime import LocalNode
 
 
 def start_nodes(
-    stack: Stack, count: int, tables: list[str], env: dict[str, str] | None = None
+    stack: Stack,
+    count: int,
+    tables: list[str],
+    env: dict[str, str] | None = None,
+    authorization: str | None = None,
 ) -> list[LocalNode]:
-    """``count`` nodes n1..nN in one cluster; registered with the stack before they start."""
+    """``count`` nodes n1..nN in one cluster; registered with the stack before they start.
+
+    ``authorization``: what ``metadata()`` sends, for nodes started with authentication.
+    """
     nodes = []
     for i in range(1, count + 1):
         node = LocalNode(
@@ -27,6 +34,7 @@ def start_nodes(
             stack.root / f"n{i}.log",
             extra_args=["--cluster", CLUSTER],
             env=dict(env or {}),
+            authorization=authorization,
         )
         stack.nodes.append(node)
         nodes.append(node.start())

@@ -17,6 +17,10 @@ floor process per node wrk targeted. Modes:
 - ``redirect``: as ``random`` with ``?redirect=true``: a node that does not own
   the key answers 307 to the owner (counted in ``redirects``, not an error;
   wrk does not follow it). The floor ignores the parameter and answers 200.
+
+With ``auth="jwt"`` the nodes check a bearer token on every request and sign
+their forwarded batches (``kiq.bench.auth``); wrk sends the token to kiq and to
+the floor alike, so the ratio to the floor shows what authentication costs.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiq.bench.auth import bench_auth
 from kiq.bench.cluster import actives, start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import PARTITIONS, TABLE, key_of, load_quotes
 from kiq.bench.floor import LocalFloor
@@ -35,6 +40,7 @@ from kiq.partitioning import partition_for
 from kiq.runtime import LocalNode
 
 MODES = ("local", "random", "redirect")
+AUTH_MODES = ("none", "jwt")
 TOPIC = "bench-quotes"
 
 
@@ -47,19 +53,30 @@ class LookupsConfig:
     mode: str = "local"
     warmup_s: float = 2  # a wrk run before each measured one: connections, caches, allocators
     missing_keys: int = 0  # never-produced keys mixed into the draw: each request a 404
+    auth: str = "none"  # jwt: nodes with --auth jwt, a bearer token on every request
 
 
 def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
     """Measure kiq, then the floor, with the same wrk run; the figures of both and their ratio."""
     if cfg.mode not in MODES:
         raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {cfg.mode!r}")
+    if cfg.auth not in AUTH_MODES:
+        raise ConfigError(f"--auth must be one of {', '.join(AUTH_MODES)}, not {cfg.auth!r}")
     if cfg.nodes < 1 or cfg.keys < 1 or cfg.connections < 1:
         raise ConfigError("--nodes, --keys and --connections must be positive")
     wrk_executable()  # fail before starting anything
     with local_stack() as stack:
         keys = [key_of(i) for i in range(cfg.keys)]
         last = load_quotes(stack.bootstrap, TOPIC, keys)
-        nodes = start_nodes(stack, cfg.nodes, [f"{TABLE}={TOPIC}"])
+        auth = bench_auth(stack.root / "secrets") if cfg.auth == "jwt" else None
+        nodes = start_nodes(
+            stack,
+            cfg.nodes,
+            [f"{TABLE}={TOPIC}"],
+            env=auth.env if auth else None,
+            authorization=auth.authorization if auth else None,
+        )
+        headers = [f"Authorization: {auth.authorization}"] if auth else []
         wait_settled(nodes)
         wait_applied(nodes, TABLE, last)
         drawn = keys + [key_of(i) for i in range(cfg.keys, cfg.keys + cfg.missing_keys)]
@@ -73,8 +90,9 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
         pids = [n.proc.pid if n.proc else None for n in nodes]
         local: dict[str, object] = {}
         if cfg.mode == "random" and cfg.nodes > 1:
-            local = _local_baseline(stack.root, n1_keys, nodes, pids, cfg)
-        kiq, kiq_cpu = _measure(stack.root / "wrk-kiq", paths, [n.port for n in targets], pids, cfg)
+            local = _local_baseline(stack.root, n1_keys, nodes, pids, cfg, headers)
+        ports = [n.port for n in targets]
+        kiq, kiq_cpu = _measure(stack.root / "wrk-kiq", paths, ports, pids, cfg, headers)
         for node in nodes:
             node.stop()
         floors = [LocalFloor(cfg.keys, stack.root / f"floor{i}.log") for i in range(len(targets))]
@@ -87,6 +105,7 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
                 [f.port for f in floors],
                 [f.proc.pid if f.proc else None for f in floors],
                 cfg,
+                headers,
             )
         finally:
             for floor in floors:
@@ -95,6 +114,7 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
         "scenario": "lookups",
         "nodes": cfg.nodes,
         "mode": cfg.mode,
+        "auth": cfg.auth,
         "keys": cfg.keys,
         "keys_drawn": len(drawn),
         "connections": cfg.connections,
@@ -129,15 +149,16 @@ def _measure(
     ports: list[int],
     pids: list[int | None],
     cfg: LookupsConfig,
+    headers: list[str],
 ) -> tuple[WrkResult, float | None]:
     """One measured wrk run, and the CPU seconds the server processes spent in it."""
     directory.mkdir(parents=True, exist_ok=True)
     targets = [("127.0.0.1", port) for port in ports]
     script = write_script(directory, paths, targets, count_redirects=cfg.mode == "redirect")
     if cfg.warmup_s >= 1:
-        run_wrk(script, targets, cfg.connections, cfg.warmup_s)
+        run_wrk(script, targets, cfg.connections, cfg.warmup_s, headers)
     before = cpu_seconds(pids)
-    result = run_wrk(script, targets, cfg.connections, cfg.duration_s)
+    result = run_wrk(script, targets, cfg.connections, cfg.duration_s, headers)
     after = cpu_seconds(pids)
     return result, None if before is None or after is None else after - before
 
@@ -148,10 +169,11 @@ def _local_baseline(
     nodes: list[LocalNode],
     pids: list[int | None],
     cfg: LookupsConfig,
+    headers: list[str],
 ) -> dict[str, object]:
     """The same cluster, wrk on n1 with keys n1 owns: what forwarding is measured against."""
     paths = [f"/v1/tables/{TABLE}/keys/{k}" for k in n1_keys]
-    run, cpu = _measure(root / "wrk-local", paths, [nodes[0].port], pids, cfg)
+    run, cpu = _measure(root / "wrk-local", paths, [nodes[0].port], pids, cfg, headers)
     return {"rps": run.rps, "cpu_us": _per_request(cpu, run.requests)}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,12 +104,21 @@ def write_script(
 
 
 def run_wrk(
-    script: Path, targets: list[tuple[str, int]], connections: int, duration_s: float
+    script: Path,
+    targets: list[tuple[str, int]],
+    connections: int,
+    duration_s: float,
+    headers: Sequence[str] = (),
 ) -> WrkResult:
-    """One wrk run, a thread per target; ``connections`` (at least one per thread) split evenly."""
+    """One wrk run, a thread per target; ``connections`` (at least one per thread) split evenly.
+
+    ``headers`` (``Name: value``) go with every request.
+    """
     threads = len(targets)
     host, port = targets[0]
     cmd = [wrk_executable(), f"-t{threads}", f"-c{max(connections, threads)}"]
+    for header in headers:
+        cmd += ["-H", header]
     cmd += [f"-d{max(1, round(duration_s))}s", "--latency", "--timeout", "5s"]
     cmd += ["-s", str(script), f"http://{host}:{port}/"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s + 60, check=False)

@@ -58,6 +58,10 @@ def lookups(
         ),
     ] = "local",
     warmup: Annotated[float, typer.Option(help="seconds of wrk before each run (0: none)")] = 2,
+    auth: Annotated[
+        str,
+        typer.Option(help="none, or jwt: nodes check a bearer token wrk sends on every request"),
+    ] = "none",
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Point lookups/s and latency with wrk, against the floor (a bare ASGI app, same stack)."""
@@ -70,8 +74,9 @@ def lookups(
         duration_s=duration,
         mode=mode,
         warmup_s=warmup,
+        auth=auth,
     )
-    status = f"{nodes} node(s), {mode}, {connections} conns"
+    status = f"{nodes} node(s), {mode}, {connections} conns, auth {auth}"
     _measure("lookups", status, lambda: run_lookups(cfg), json_out)
 
 

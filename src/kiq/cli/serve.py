@@ -19,6 +19,7 @@ from kiq.cli.context import CliState, ConfigOption, run_or_exit
 if TYPE_CHECKING:
     from kiq.api.endpoints import Declare
     from kiq.node import Node
+    from kiq.security import Security
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,30 @@ def serve(
         int | None,
         typer.Option(help="requests at once per client [one second's]"),
     ] = None,
+    auth: Annotated[
+        str | None,
+        typer.Option(
+            "--auth", help="none|jwt: bearer tokens on the API (unset: none, on loopback only)"
+        ),
+    ] = None,
+    jwt_secret_file: Annotated[
+        Path | None, typer.Option(help="file holding the HS256/384/512 secret")
+    ] = None,
+    jwt_public_key_file: Annotated[
+        Path | None, typer.Option(help="PEM public key: RS*/PS*, ES*, EdDSA tokens")
+    ] = None,
+    jwt_jwks_file: Annotated[
+        Path | None, typer.Option(help="JWKS file, keys by kid, re-read when it changes")
+    ] = None,
+    jwt_audience: Annotated[str | None, typer.Option(help="the aud tokens must name")] = None,
+    jwt_issuer: Annotated[str | None, typer.Option(help="the iss tokens must name")] = None,
+    jwt_leeway_s: Annotated[
+        float | None, typer.Option(help="clock skew allowed on exp and nbf [30]")
+    ] = None,
+    cluster_secret_file: Annotated[
+        Path | None,
+        typer.Option(help="secret shared by every node; signs node-to-node requests"),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Serve tables from Kafka topics; any node answers any key.
@@ -119,6 +144,23 @@ def serve(
             rate_burst=rate_burst,
         )
     )
+    auth_conf = run_or_exit(
+        lambda: settings.load(
+            settings.AuthSettings,
+            config_file,
+            mode=auth,
+            jwt_secret_file=jwt_secret_file,
+            jwt_public_key_file=jwt_public_key_file,
+            jwt_jwks_file=jwt_jwks_file,
+            jwt_audience=jwt_audience,
+            jwt_issuer=jwt_issuer,
+            jwt_leeway_s=jwt_leeway_s,
+            cluster_secret_file=cluster_secret_file,
+        )
+    )
+    from kiq.security import security_for
+
+    security = run_or_exit(lambda: security_for(auth_conf, conf.host))
     app = run_or_exit(lambda: settings.load(settings.AppSettings, config_file, endpoints=endpoint))
     declared = run_or_exit(lambda: _endpoints(app.endpoints, config_file))
     from kiq.node_build import build_node
@@ -126,7 +168,7 @@ def serve(
     node = run_or_exit(lambda: build_node(conf))
     import uvloop
 
-    uvloop.run(_serve(node, conf, declared, limits))
+    uvloop.run(_serve(node, conf, declared, limits, security))
 
 
 def _endpoints(targets: list[str], config_file: Path | None) -> list[Declare]:
@@ -143,6 +185,7 @@ async def _serve(
     conf: settings.ServeSettings,
     endpoints: list[Declare],
     limits: settings.LimitsSettings,
+    security: Security,
 ) -> None:
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
@@ -153,7 +196,9 @@ async def _serve(
 
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
     server = Server(
-        create_app(node, LogWriter(conf.bootstrap), endpoints=endpoints, limits=limits),
+        create_app(
+            node, LogWriter(conf.bootstrap), endpoints=endpoints, limits=limits, security=security
+        ),
         address=conf.host,
         port=conf.port,
         interface=Interfaces.ASGI,
@@ -180,5 +225,11 @@ async def _serve(
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, shut_down)
-    log.info("serving node=%s url=%s", conf.node_id, conf.advertised_url)
+    log.info(
+        "serving node=%s url=%s auth=%s node-to-node=%s",
+        conf.node_id,
+        conf.advertised_url,
+        "jwt" if security.tokens is not None else "none",
+        "signed" if security.cluster is not None else "open",
+    )
     await server.serve()

@@ -115,6 +115,7 @@ class Plan:
     broker: settings.BrokerSettings
     trigger: str
     limits: settings.LimitsSettings
+    auth: settings.AuthSettings
 
     @classmethod
     def load(
@@ -145,6 +146,7 @@ class Plan:
             settings.load(settings.BrokerSettings, file),
             pipeline.trigger,
             settings.load(settings.LimitsSettings, file, **(limits or {})),
+            settings.load(settings.AuthSettings, file),
         )
 
 
@@ -170,6 +172,11 @@ class Running:
                 trigger=plan.trigger,
                 partitions=app.table_partitions,
             )
+        from kiq.security import operator_token
+
+        # The nodes read [auth] from the file (or KIQ_AUTH_*) themselves; with a shared
+        # secret, `kiq up` signs itself a token to watch their metadata.
+        watch = operator_token(plan.auth, "kiq:admin")
         self.nodes = [
             LocalNode(
                 f"n{i}",
@@ -179,6 +186,7 @@ class Running:
                 self.home / f"n{i}.log",
                 port=app.port + i - 1,
                 env=plan.limits.as_env(),  # the file's [limits], and kiq up's flags over them
+                authorization=f"Bearer {watch}" if watch else None,
             )
             for i in range(1, app.nodes + 1)
         ]
@@ -394,8 +402,7 @@ def _tables_with_data(nodes: list[LocalNode]) -> set[str]:
     found: set[str] = set()
     for node in nodes:
         try:
-            with urllib.request.urlopen(f"{node.url}/v1/metadata", timeout=2) as resp:
-                meta = json.loads(resp.read())
+            meta = node.metadata()
         except (OSError, ValueError):
             continue
         for name, table in meta.get("tables", {}).items():

@@ -5,8 +5,9 @@ One transport (``ConnectionPool``: pooled keep-alive HTTP/1.1), one wire format
 stretched by as long as a lookup may wait for ``min_offset``), and one set of
 request headers, built in ``_headers``: ``X-Kiq-Forwarded`` with this node's id,
 the caller's Authorization when it sent one, and what ``extra_headers`` returns
-(the one place cluster credentials are to be added). The router hears of every
-peer that could not be reached, and of every one that answered.
+for the request's method, path and body (the cluster credential, kiq.security).
+The router hears of every peer that could not be reached, and of every one that
+answered.
 
 A peer that gives no usable answer raises ``PeerError`` (lookups: a ``FAILED``
 result), so the caller asks the next replica. ``forward`` hedges a lookup over
@@ -52,8 +53,9 @@ from kiq.routing.wire import (
 
 T = TypeVar("T")
 
-# Headers to add to every request to a peer, asked for each request (credentials may rotate).
-ExtraHeaders = Callable[[], Mapping[str, str]]
+# Headers to add to a request to a peer, given its method, path and body (a credential
+# signing them: ``kiq.security.ClusterKey.headers``); asked for each request.
+ExtraHeaders = Callable[[str, str, bytes], Mapping[str, str]]
 
 # A peer avoided for not answering is asked every PROBE_INTERVAL_S whether it is back.
 PROBE_INTERVAL_S = 0.25
@@ -193,7 +195,7 @@ class Peers:
 
     async def _probe(self, target: str) -> None:
         """Until the avoided ``target`` answers (anything: it is alive), or others hear it."""
-        headers = self._headers(None, b"")
+        headers = self._headers("GET", HEALTH_LIVE, None, b"")
         while self._router.suspect(target):
             await asyncio.sleep(PROBE_INTERVAL_S)
             self.hedge_stats.probes += 1
@@ -224,7 +226,7 @@ class Peers:
         extra_timeout_s: float = 0.0,
     ) -> bytes:
         """The body of the target's 200 answer; ``PeerError`` for anything else."""
-        headers = self._headers(authorization, body)
+        headers = self._headers(method, path, authorization, body)
         try:
             status, payload = await self._pool.request(
                 target, method, path, body, headers, self._timeout_s + extra_timeout_s
@@ -237,7 +239,9 @@ class Peers:
             raise PeerError(target, f"{path} answered {status}: {payload[:200]!r}", status)
         return payload
 
-    def _headers(self, authorization: str | None, body: bytes) -> Mapping[str, str]:
+    def _headers(
+        self, method: str, path: str, authorization: str | None, body: bytes
+    ) -> Mapping[str, str]:
         headers = self._with_body if body else self._without_body
         if authorization is None and self._extra_headers is None:
             return headers
@@ -245,7 +249,7 @@ class Peers:
         if authorization is not None:
             headers[AUTHORIZATION] = authorization
         if self._extra_headers is not None:
-            headers.update(self._extra_headers())
+            headers.update(self._extra_headers(method, path, body))
         return headers
 
 

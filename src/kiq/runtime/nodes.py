@@ -33,6 +33,8 @@ class LocalNode:
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    # Sent with ``metadata()`` to a node with authentication (a token with kiq:admin).
+    authorization: str | None = None
 
     @property
     def url(self) -> str:
@@ -97,7 +99,10 @@ class LocalNode:
 
     def metadata(self) -> dict[str, Any]:
         """The node's ``GET /v1/metadata``, as JSON."""
-        with urllib.request.urlopen(f"{self.url}/v1/metadata", timeout=5) as resp:
+        request = urllib.request.Request(f"{self.url}/v1/metadata")
+        if self.authorization is not None:
+            request.add_header("Authorization", self.authorization)
+        with urllib.request.urlopen(request, timeout=5) as resp:
             meta: dict[str, Any] = json.loads(resp.read())
         return meta
 

@@ -126,10 +126,12 @@ def test_metadata_is_a_get_and_comes_back_typed():
 
 def test_extra_headers_are_asked_for_on_every_request():
     calls = 0
+    asked: list[tuple[str, str, bytes]] = []
 
-    def credentials() -> dict[str, str]:
+    def credentials(method: str, path: str, body: bytes) -> dict[str, str]:
         nonlocal calls
         calls += 1
+        asked.append((method, path, body))
         return {"x-kiq-cluster-token": f"t{calls}"}
 
     async def scenario(server: Server, peers: Peers) -> None:
@@ -139,6 +141,8 @@ def test_extra_headers_are_asked_for_on_every_request():
 
     seen = run(scenario, extra_headers=credentials).seen
     assert [r.headers["x-kiq-cluster-token"] for r in seen] == ["t1", "t2", "t3"]
+    # Each credential is asked for the very request it goes with (it signs them).
+    assert asked == [(r.method, r.path, r.body) for r in seen]
     assert seen[1].headers["authorization"] == "Bearer a"
     assert all(r.headers[FORWARDED] == "n1" for r in seen)
 

@@ -1,0 +1,37 @@
+"""Who may ask a node what: bearer tokens for callers, an HMAC for fellow nodes.
+
+    scopes.py    the ``scope`` claim → ``Grants``; ``Principal`` = subject + grants
+    keys.py      the key a token is checked with, and the algorithms it allows
+    tokens.py    ``TokenVerifier`` (PyJWT) and ``TokenCache`` (per raw token, bounded)
+    cluster.py   ``ClusterKey``: node-to-node requests signed and checked
+    setup.py     ``security_for``: the above from ``[auth]`` settings, once at startup
+
+The HTTP side (which route needs what, the 401/403 answers) is ``kiq.api.auth``.
+"""
+
+from kiq.security.cluster import HEADER as CLUSTER_HEADER
+from kiq.security.cluster import ClusterKey
+from kiq.security.errors import CredentialRejected, TokenRejected
+from kiq.security.scopes import ADMIN, READ, WRITE, Grants, Principal, read_scope
+from kiq.security.setup import Security, auth_mode, is_loopback, operator_token, security_for
+from kiq.security.tokens import TokenCache, TokenVerifier
+
+__all__ = [
+    "ADMIN",
+    "CLUSTER_HEADER",
+    "READ",
+    "WRITE",
+    "ClusterKey",
+    "CredentialRejected",
+    "Grants",
+    "Principal",
+    "Security",
+    "TokenCache",
+    "TokenRejected",
+    "TokenVerifier",
+    "auth_mode",
+    "is_loopback",
+    "operator_token",
+    "read_scope",
+    "security_for",
+]

@@ -1,0 +1,265 @@
+"""Two nodes in process with authentication on: tokens, scopes, and members-only paths.
+
+``n1`` owns the even partitions of ``t``, ``n2`` the odd ones, so a lookup through
+either node is local for some keys and forwarded for the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kiq.api.app import KiqApp, SecuredKiqApp
+from kiq.partitioning import partition_for
+from kiq.replicas import ReplicaState
+from kiq.routing.wire import INTERNAL_LOOKUPS, Lookup, decode_results, encode
+from kiq.security import CLUSTER_HEADER, ClusterKey, Security, TokenCache, TokenVerifier
+from kiq.security.keys import SecretKey
+from tests.unit.security.keys import SECRET, hs256, secret_file, unsigned
+from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
+
+PARTITIONS = 4
+KEYS = {f"key-{i}": f'{{"n":{i}}}'.encode() for i in range(40)}
+QUOTE = b'{"symbol":"AAPL","last":null}'
+
+
+def security(tmp_path: Path) -> Security:
+    verifier = TokenVerifier(SecretKey(secret_file(tmp_path)), audience="kiq")
+    return Security(TokenCache(verifier), ClusterKey(b"g" * 32))
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[LocalNode, LocalNode]]:
+    cluster = Cluster()
+    cluster.join("n1", "http://n1.test")
+    cluster.join("n2", "http://n2.test")
+    cluster.assign("n1", [("t", p) for p in range(0, PARTITIONS, 2)] + [("stock-quotes", 0)])
+    cluster.assign("n2", [("t", p) for p in range(1, PARTITIONS, 2)])
+    tables = {"t=t,standby=0": PARTITIONS, "stock-quotes=stock-quotes,standby=0": 1}
+    nodes = [
+        start_node(tmp_path, cluster, tables, node_id, security=security(tmp_path))
+        for node_id in ("n1", "n2")
+    ]
+    for node in nodes:
+        wait_until(serving(node.node, ReplicaState.ACTIVE), what=f"{node.node.node_id} active")
+    for offset, (key, value) in enumerate(KEYS.items()):
+        owner = nodes[partition_for(key, PARTITIONS) % 2]
+        owner.put("t", key, value, offset)
+    nodes[0].put("stock-quotes", "AAPL", QUOTE, 0)
+    yield nodes[0], nodes[1]
+    for node in nodes:
+        node.node.stop()
+
+
+def bearer(token: str) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", f"Bearer {token}".encode())]
+
+
+def get(node: LocalNode, target: str, token: str | None = None):
+    return asyncio.run(call(node.app, "GET", target, headers=bearer(token) if token else ()))
+
+
+def post(node: LocalNode, target: str, body: bytes, headers=()):
+    return asyncio.run(call(node.app, "POST", target, body, headers))
+
+
+def test_a_node_with_tokens_runs_the_secured_app_and_one_without_the_plain_one(pair, tmp_path):
+    n1, _ = pair
+    assert type(n1.app) is SecuredKiqApp
+    cluster = Cluster()
+    cluster.join("n9", "http://n9.test")
+    plain = start_node(tmp_path / "plain", cluster, {"t=t": 1}, "n9")
+    assert type(plain.app) is KiqApp
+    plain.node.stop()
+
+
+def test_every_key_through_either_node_with_kiq_read(pair):
+    token = hs256(scope="kiq:read")
+    for node in pair:
+        served = set()
+        for key, value in KEYS.items():
+            r = get(node, f"/v1/tables/t/keys/{key}", token)
+            assert (r.status, r.body) == (200, value), (node.node.node_id, key)
+            served.add(r.headers["x-kiq-served-by"])
+        assert served == {"n1", "n2"}, "some keys local, some forwarded"
+
+
+def test_kiq_read_of_one_table_reads_that_table_only(pair):
+    for node in pair:
+        for key in ("key-1", "key-2"):
+            other = get(node, f"/v1/tables/t/keys/{key}", hs256(scope="kiq:read:other"))
+            assert (other.status, other.json()["error"]) == (403, "insufficient_scope")
+            assert other.json()["scope"] == "kiq:read:t"
+            assert other.headers["www-authenticate"] == (
+                'Bearer realm="kiq", error="insufficient_scope", scope="kiq:read:t"'
+            )
+            assert get(node, f"/v1/tables/t/keys/{key}", hs256(scope="kiq:read:t")).status == 200
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        hs256(exp=1),
+        hs256(secret=b"w" * 64),
+        unsigned(),
+        hs256(aud="someone-else"),
+        "not-a-jwt",
+    ],
+    ids=["expired", "wrong-signature", "alg-none", "wrong-audience", "garbage"],
+)
+def test_tokens_we_do_not_accept_are_401_invalid_token(pair, token: str):
+    n1, _ = pair
+    for target in ("/v1/tables/t/keys/key-1", "/v1/tables/t/range", "/v1/metadata", "/v1/tables"):
+        r = get(n1, target, token)
+        assert (r.status, r.json()["error"]) == (401, "invalid_token"), target
+        assert r.headers["www-authenticate"] == 'Bearer realm="kiq", error="invalid_token"'
+        assert r.headers["content-type"] == "application/json"
+
+
+def test_no_token_is_401_with_a_bare_challenge(pair):
+    n1, _ = pair
+    for target in ("/v1/tables/t/keys/key-1", "/v1/metadata", "/metrics", "/v1/stocks/AAPL"):
+        r = get(n1, target)
+        assert (r.status, r.json()["error"]) == (401, "unauthorized"), target
+        assert r.headers["www-authenticate"] == 'Bearer realm="kiq"'
+    basic = asyncio.run(
+        call(n1.app, "GET", "/v1/tables/t/keys/key-1", headers=[(b"authorization", b"Basic x")])
+    )
+    assert basic.status == 401
+
+
+def test_health_stays_open(pair):
+    n1, _ = pair
+    assert get(n1, "/v1/health/live").status == 200
+    assert get(n1, "/v1/health/ready").status in (200, 503)
+
+
+def test_metadata_and_metrics_need_admin(pair):
+    n1, _ = pair
+    for target in ("/v1/metadata", "/metrics", "/v1/metadata?cluster=true"):
+        r = get(n1, target, hs256(scope="kiq:read"))
+        assert (r.status, r.json()["scope"]) == (403, "kiq:admin"), target
+        assert get(n1, target, hs256(scope="kiq:admin")).status == 200, target
+    # Asked of every node, with the caller's token: n2 answers for its replicas.
+    meta = get(n1, "/v1/metadata?cluster=true", hs256(scope="kiq:admin")).json()
+    reachable = {
+        r["node"]: r["reachable"] for p in meta["tables"]["t"]["partitions"] for r in p["replicas"]
+    }
+    assert reachable == {"n1": True, "n2": True}
+
+
+def test_no_secret_in_metadata(pair, tmp_path: Path):
+    n1, _ = pair
+    body = get(n1, "/v1/metadata?cluster=true", hs256(scope="kiq:admin")).body
+    assert SECRET not in body and b"g" * 32 not in body and str(tmp_path).encode() not in body
+
+
+def test_multiget_and_range_need_read_on_their_table(pair):
+    n1, _ = pair
+    keys = b'{"keys": ["key-1", "key-2", "key-3"]}'
+    ok = post(n1, "/v1/tables/t/multiget", keys, bearer(hs256(scope="kiq:read:t")))
+    assert ok.status == 200 and len(ok.json()["found"]) == 3
+    no = post(n1, "/v1/tables/t/multiget", keys, bearer(hs256(scope="kiq:read:x")))
+    assert (no.status, no.json()["error"]) == (403, "insufficient_scope")
+    page = get(n1, "/v1/tables/t/range?limit=100", hs256(scope="kiq:read"))
+    assert page.status == 200 and len(page.json()["items"]) == len(KEYS)
+    assert get(n1, "/v1/tables/t/range", hs256(scope="kiq:write")).status == 403
+
+
+def test_application_routes_need_read_on_what_they_read_and_write_to_write(pair):
+    n1, _ = pair
+    for node in pair:  # n2 forwards the quote's lookup to n1
+        r = get(node, "/v1/stocks/AAPL", hs256(scope="kiq:read:t"))
+        assert (r.status, r.json()["scope"]) == (403, "kiq:read:stock-quotes")
+        assert get(node, "/v1/stocks/AAPL", hs256(scope="kiq:read:stock-quotes")).status == 200
+    words = b'{"text": "to be"}'
+    r = post(n1, "/v1/words", words, bearer(hs256(scope="kiq:read")))
+    assert (r.status, r.json()["scope"]) == (403, "kiq:write")
+    assert n1.writer.records == []
+    assert post(n1, "/v1/words", words, bearer(hs256(scope="kiq:write"))).status == 202
+    assert post(n1, "/v1/words", words).status == 401
+
+
+def test_the_verified_subject_is_in_the_scope_for_a_rate_limiter(pair):
+    n1, _ = pair
+    seen: dict[str, object] = {}
+    inner = n1.app._lookup  # what the raw lookup path calls (behind the limiter when on)
+
+    async def spy(scope, send, table, key, enrich=None):
+        seen.update(scope)
+        await inner(scope, send, table, key, enrich)
+
+    n1.app._lookup = spy
+    assert get(n1, "/v1/tables/t/keys/key-2", hs256(sub="bob")).status == 200
+    assert seen["kiq.subject"] == "bob"
+
+
+# -- the members-only paths --------------------------------------------------------------
+
+
+def batch(key: str) -> bytes:
+    return encode([Lookup("t", key.encode(), None, None, 0)])
+
+
+def owned_by_n1() -> str:
+    return next(k for k in KEYS if partition_for(k, PARTITIONS) % 2 == 0)
+
+
+def test_internal_paths_refuse_a_user_token_alone(pair):
+    n1, _ = pair
+    admin = bearer(hs256(scope="kiq:read kiq:admin"))
+    for path, body in [
+        (INTERNAL_LOOKUPS, batch(owned_by_n1())),
+        ("/v1/internal/multiget", b""),
+        ("/v1/internal/scan", b""),
+    ]:
+        r = post(n1, path, body, admin)
+        assert (r.status, r.json()["error"]) == (403, "not_cluster_member"), path
+    r = asyncio.run(call(n1.app, "GET", "/v1/internal/metadata", headers=admin))
+    assert r.status == 403
+
+
+def signed(path: str, body: bytes, key: ClusterKey, token: str | None, method: str = "POST"):
+    headers = [(CLUSTER_HEADER.encode(), key.sign(method, path, body).encode())]
+    return headers + (bearer(token) if token else [])
+
+
+def test_a_member_request_still_carries_a_token_the_owner_accepts(pair):
+    n1, _ = pair
+    member = ClusterKey(b"g" * 32)
+    body = batch(owned_by_n1())
+    ok = post(n1, INTERNAL_LOOKUPS, body, signed(INTERNAL_LOOKUPS, body, member, hs256()))
+    assert ok.status == 200 and decode_results(ok.body)[0].status == 200
+    no_token = post(n1, INTERNAL_LOOKUPS, body, signed(INTERNAL_LOOKUPS, body, member, None))
+    assert no_token.status == 401
+    stranger = ClusterKey(b"h" * 32)
+    forged = post(n1, INTERNAL_LOOKUPS, body, signed(INTERNAL_LOOKUPS, body, stranger, hs256()))
+    assert (forged.status, forged.json()["error"]) == (403, "not_cluster_member")
+    headers = signed(INTERNAL_LOOKUPS, body, member, hs256())
+    assert post(n1, INTERNAL_LOOKUPS, body, headers).status == 200
+    replay = post(n1, INTERNAL_LOOKUPS, body, headers)
+    assert (replay.status, replay.json()["message"]) == (403, "cluster credential already used")
+
+
+def test_the_owner_applies_the_callers_scopes(pair):
+    n1, _ = pair
+    member = ClusterKey(b"g" * 32)
+    body = batch(owned_by_n1())
+    headers = signed(INTERNAL_LOOKUPS, body, member, hs256(scope="kiq:read:other"))
+    r = post(n1, INTERNAL_LOOKUPS, body, headers)
+    assert r.status == 200 and decode_results(r.body)[0].status == 403
+
+
+def test_forwarded_requests_carry_the_cluster_credential_and_the_callers_token(pair):
+    _, n2 = pair
+    network = n2.peers._pool
+    token = hs256(scope="kiq:read")
+    key = owned_by_n1()
+    assert get(n2, f"/v1/tables/t/keys/{key}", token).status == 200
+    _, path, headers = network.sent[-1]  # type: ignore[attr-defined]
+    assert path == INTERNAL_LOOKUPS
+    assert headers["authorization"] == f"Bearer {token}"
+    assert CLUSTER_HEADER in headers
