@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -51,6 +52,7 @@ class KiqApp:
         start_node: bool = True,
         endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
         base: str | None = None,
+        peer_ssl: ssl.SSLContext | None = None,
     ) -> None:
         view = NodeView(node)
         self._node = node
@@ -63,6 +65,7 @@ class KiqApp:
                 view.forward_timeout_ms,
                 hedging=HedgePolicy.of(node.settings),
                 hedge_stats=view.metrics.hedges,
+                ssl_context=peer_ssl,
             )
         self.peers = peers
         self.lookups = Lookups(view, self.router, peers)
@@ -117,6 +120,7 @@ def create_app(
     start_node: bool = True,
     endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
     base: str | None = None,
+    peer_ssl: ssl.SSLContext | None = None,
 ) -> KiqApp:
     """The app serving ``node``; ``writer`` takes the application's writes.
 
@@ -125,5 +129,6 @@ def create_app(
     by default the shipped stock and word-count routes. ``peers`` carries requests
     to other nodes (made from the node's settings when not given); the app closes
     it and the writer, and starts and stops the node unless told not to.
+    ``peer_ssl`` verifies ``https://`` peers (``kiq.security.tls.client_context``).
     """
-    return KiqApp(node, writer, peers, start_node, endpoints, base)
+    return KiqApp(node, writer, peers, start_node, endpoints, base, peer_ssl)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kiq import settings
-from kiq.cli.context import CliState, ConfigOption, run_or_exit
+from kiq.cli.context import CliState, ConfigOption, run_or_exit, use_kafka_security
 
 if TYPE_CHECKING:
     from kiq.api.endpoints import Declare
@@ -62,6 +63,13 @@ def serve(
             help="MODULE:FUNCTION or FILE.py:FUNCTION declaring routes (default: the shipped apps')"
         ),
     ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="serve HTTPS with this certificate chain (PEM)")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="the certificate's key (PEM)")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="CA bundle (PEM) peers are verified against [system's]")
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Serve tables from Kafka topics; any node answers any key.
@@ -85,14 +93,27 @@ def serve(
             cluster=cluster,
         )
     )
+    tls = run_or_exit(
+        lambda: settings.load(
+            settings.TlsSettings, config_file, cert=tls_cert, key=tls_key, ca=tls_ca
+        )
+    )
+    from kiq.security import tls as tls_contexts
+
+    conf = run_or_exit(lambda: tls_contexts.advertised(conf, tls))
+    server_tls = run_or_exit(lambda: tls_contexts.server_files(tls))
+    peer_ssl = None
+    if tls.enabled or tls.ca is not None:
+        peer_ssl = run_or_exit(lambda: tls_contexts.client_context(tls.ca))
     app = run_or_exit(lambda: settings.load(settings.AppSettings, config_file, endpoints=endpoint))
     declared = run_or_exit(lambda: _endpoints(app.endpoints, config_file))
+    use_kafka_security(config_file)
     from kiq.node_build import build_node
 
     node = run_or_exit(lambda: build_node(conf))
     import uvloop
 
-    uvloop.run(_serve(node, conf, declared))
+    uvloop.run(_serve(node, conf, declared, server_tls, peer_ssl))
 
 
 def _endpoints(targets: list[str], config_file: Path | None) -> list[Declare]:
@@ -104,7 +125,13 @@ def _endpoints(targets: list[str], config_file: Path | None) -> list[Declare]:
     return [resolve(target, "[app] endpoints", base) for target in targets]
 
 
-async def _serve(node: Node, conf: settings.ServeSettings, endpoints: list[Declare]) -> None:
+async def _serve(
+    node: Node,
+    conf: settings.ServeSettings,
+    endpoints: list[Declare],
+    server_tls: tuple[Path, Path] | None,
+    peer_ssl: ssl.SSLContext | None,
+) -> None:
     from granian.constants import Interfaces
     from granian.server.embed import Server
 
@@ -112,13 +139,16 @@ async def _serve(node: Node, conf: settings.ServeSettings, endpoints: list[Decla
     from kiq.node_build import LogWriter
 
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
+    cert, key = server_tls or (None, None)
     server = Server(
-        create_app(node, LogWriter(conf.bootstrap), endpoints=endpoints),
+        create_app(node, LogWriter(conf.bootstrap), endpoints=endpoints, peer_ssl=peer_ssl),
         address=conf.host,
         port=conf.port,
         interface=Interfaces.ASGI,
         log_enabled=False,
         backlog=2048,
+        ssl_cert=cert,
+        ssl_key=key,
     )
     loop = asyncio.get_running_loop()
 

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kiq import settings
-from kiq.cli.context import CliState, ConfigOption, console, run_or_exit
+from kiq.cli.context import CliState, ConfigOption, console, run_or_exit, use_kafka_security
 from kiq.errors import ConfigError, KiqError
 
 if TYPE_CHECKING:
@@ -61,6 +60,13 @@ def up(
     ] = None,
     trigger: Annotated[str | None, typer.Option(help="microbatch or realtime")] = None,
     feeds: Annotated[bool, typer.Option(help="run the file's feeds")] = True,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="the nodes serve HTTPS with this certificate (PEM)")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="the certificate's key (PEM)")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="CA bundle (PEM) the nodes are verified against")
+    ] = None,
 ) -> None:
     """Run the application its file describes: broker, topics, pipelines, nodes, feeds."""
     state: CliState = ctx.obj
@@ -74,12 +80,19 @@ def up(
     }
     if not feeds:
         flags["feeds"] = []
-    run_app(state.config_file(config), trigger=trigger, **flags)
+    tls = {"cert": tls_cert, "key": tls_key, "ca": tls_ca}
+    run_app(state.config_file(config), trigger=trigger, tls=tls, **flags)
 
 
-def run_app(config: Path | None, trigger: str | None = None, **flags: Any) -> None:
+def run_app(
+    config: Path | None,
+    trigger: str | None = None,
+    tls: dict[str, Path | None] | None = None,
+    **flags: Any,
+) -> None:
     """`kiq up` (and `kiq demo`, on the shipped stock application's file)."""
-    plan = run_or_exit(lambda: Plan.load(config, trigger, **flags))
+    plan = run_or_exit(lambda: Plan.load(config, trigger, tls, **flags))
+    use_kafka_security(plan.file)
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
@@ -95,9 +108,17 @@ class Plan:
     tables: list[TableSpec]
     broker: settings.BrokerSettings
     trigger: str
+    tls: settings.TlsSettings
+    kafka: settings.KafkaSettings
 
     @classmethod
-    def load(cls, config: Path | None, trigger: str | None, **flags: Any) -> Plan:
+    def load(
+        cls,
+        config: Path | None,
+        trigger: str | None,
+        tls: dict[str, Path | None] | None = None,
+        **flags: Any,
+    ) -> Plan:
         from kiq.api.targets import resolve
         from kiq.node_build import table_specs
 
@@ -118,6 +139,8 @@ class Plan:
             tables,
             settings.load(settings.BrokerSettings, file),
             pipeline.trigger,
+            settings.load(settings.TlsSettings, file, **(tls or {})),
+            settings.load(settings.KafkaSettings, file),
         )
 
 
@@ -151,6 +174,7 @@ class Running:
                 self.home / f"n{i}",
                 self.home / f"n{i}.log",
                 port=app.port + i - 1,
+                tls=plan.tls,
             )
             for i in range(1, app.nodes + 1)
         ]
@@ -168,6 +192,16 @@ class Running:
         }
         if self.plan.file is not None:
             env["KIQ_CONFIG"] = str(self.plan.file)
+        # Files as absolute paths: feeds run in the application file's directory.
+        tls, kafka = self.plan.tls, self.plan.kafka
+        files = {
+            "KIQ_TLS_CERT": tls.cert,
+            "KIQ_TLS_KEY": tls.key,
+            "KIQ_TLS_CA": tls.ca,
+            "KIQ_KAFKA_SASL_PASSWORD_FILE": kafka.sasl_password_file,
+            "KIQ_KAFKA_SSL_CA_FILE": kafka.ssl_ca_file,
+        }
+        env.update({name: str(path.resolve()) for name, path in files.items() if path})
         return env
 
     @property
@@ -355,7 +389,7 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 
 def _ready(node: LocalNode) -> bool:
     try:
-        with urllib.request.urlopen(f"{node.url}/v1/health/ready", timeout=2) as resp:
+        with node.open("/v1/health/ready") as resp:
             return bool(resp.status == 200)
     except OSError:
         return False
@@ -366,7 +400,7 @@ def _tables_with_data(nodes: list[LocalNode]) -> set[str]:
     found: set[str] = set()
     for node in nodes:
         try:
-            with urllib.request.urlopen(f"{node.url}/v1/metadata", timeout=2) as resp:
+            with node.open("/v1/metadata") as resp:
                 meta = json.loads(resp.read())
         except (OSError, ValueError):
             continue
