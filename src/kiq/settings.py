@@ -100,6 +100,12 @@ class BrokerSettings(_Section):
     heap: str = "512m"
     start_timeout_s: float = Field(60.0, gt=0)
     jars_dir: Path = Field(default_factory=find_jar_cache, description="the broker's jars")
+    # Development SASL: the client port takes SASL_PLAINTEXT with PLAIN, one user.
+    sasl: bool = Field(False, description="a SASL_PLAINTEXT (PLAIN) client listener")
+    sasl_username: str = Field("kiq", min_length=1)
+    sasl_password_file: Path | None = Field(
+        None, description="the user's password; default: one made under data_dir/sasl/"
+    )
 
     @property
     def bootstrap(self) -> str:

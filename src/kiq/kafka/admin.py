@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kiq.errors import KiqError
 from kiq.kafka.config import client_config
+from kiq.kafka.security import KafkaSecurity, librdkafka_config
 
 
 def _admin(bootstrap: str, **extra: str | int | float) -> AdminClient:
@@ -29,12 +30,16 @@ def _reachable(bootstrap: str, timeout_s: float) -> bool:
     return False
 
 
-def ping(bootstrap: str, timeout_s: float = 2.0) -> bool:
-    """True when a broker at ``bootstrap`` answers a metadata request in time."""
+def ping(bootstrap: str, timeout_s: float = 2.0, security: KafkaSecurity | None = None) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request in time.
+
+    ``security``: ask with it instead of the process's (a local broker's own user).
+    """
     if not _reachable(bootstrap, timeout_s):
         return False
+    extra = librdkafka_config(security) if security is not None else {}
     try:
-        md = _admin(bootstrap, log_level=0).list_topics(timeout=timeout_s)
+        md = _admin(bootstrap, log_level=0, **extra).list_topics(timeout=timeout_s)
     except KafkaException:
         return False
     return bool(md.brokers)
