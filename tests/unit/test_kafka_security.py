@@ -143,3 +143,21 @@ def test_every_client_config_carries_the_process_security():
         assert conf["security.protocol"] == "sasl_plaintext"
         assert conf["sasl.username"] == "u" and conf["sasl.password"] == "p"
     assert producer_config("h:1")["partitioner"] == "murmur2_random"
+
+
+def test_refused_credentials_are_an_error_not_an_outage(caplog: pytest.LogCaptureFixture):
+    from confluent_kafka import KafkaError
+
+    from kiq.kafka.logs import KafkaLog
+
+    kafka_log = KafkaLog()
+    line = "sasl_plaintext://h:1/bootstrap: SASL authentication error: Authentication failed"
+    with caplog.at_level("WARNING", logger="kiq.kafka.client"):
+        kafka_log.log(3, "%s [%s] %s", "FAIL", "rdkafka#producer-1", line)
+        kafka_log.error(KafkaError(KafkaError._AUTHENTICATION, "Invalid username or password"))
+    assert kafka_log.auth_failures == 2 and not kafka_log.down
+    assert kafka_log.last_auth_failure == "Invalid username or password"
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1  # at most one a minute
+    assert "refused kiq's credentials" in errors[0].getMessage()
+    assert "sasl_password_file" in errors[0].getMessage()
