@@ -77,11 +77,12 @@ def latest_stores(ctx: Context) -> DataFrame:
     A batch read, joined with the invoice stream: Spark runs it again for every
     micro-batch, so invoices see a store's change from the batch after it arrives.
     ``ctx`` has no batch read of a topic yet, hence Spark's own Kafka reader, on the
-    broker kiq was given.
+    broker kiq was given, with the security it was given.
     """
     raw = (
         ctx.spark.read.format("kafka")
         .option("kafka.bootstrap.servers", ctx.opts.bootstrap)
+        .options(**ctx.opts.kafka)  # the Kafka security kiq runs with, if any
         .option("subscribe", "stores")
         .load()
     )

@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -72,6 +72,8 @@ class _Section(BaseSettings):
     table: ClassVar[str]
     # Flags named otherwise than their setting (the issue that asked for them named them).
     flag_names: ClassVar[dict[str, str]] = {}
+    # Flags are the keys' names, after this prefix where a command's flags carry the table's.
+    flag_prefix: ClassVar[str] = ""
 
     model_config = SettingsConfigDict(frozen=True, extra="forbid")
 
@@ -101,6 +103,12 @@ class BrokerSettings(_Section):
     heap: str = "512m"
     start_timeout_s: float = Field(60.0, gt=0)
     jars_dir: Path = Field(default_factory=find_jar_cache, description="the broker's jars")
+    # Development SASL: the client port takes SASL_PLAINTEXT with PLAIN, one user.
+    sasl: bool = Field(False, description="a SASL_PLAINTEXT (PLAIN) client listener")
+    sasl_username: str = Field("kiq", min_length=1)
+    sasl_password_file: Path | None = Field(
+        None, description="the user's password; default: one made under data_dir/sasl/"
+    )
 
     @property
     def bootstrap(self) -> str:
@@ -255,6 +263,100 @@ class AuthSettings(_Section):
     token_cache_size: int = Field(10_000, ge=1, description="verified tokens remembered")
 
 
+def _readable(path: Path | None, what: str) -> Path | None:
+    """``path`` if it is a file kiq can read; a ValueError that names it if not."""
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ValueError(f"{what} {path} does not exist or is not a file")
+    try:
+        with path.open("rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        raise ValueError(f"{what} {path} cannot be read: {exc.strerror}") from exc
+    return path
+
+
+class TlsSettings(_Section):
+    """HTTPS on a node's API and between nodes (``kiq.security.tls`` builds the contexts).
+
+    ``cert`` and ``key`` (PEM) make a node serve HTTPS; ``ca`` (a PEM bundle) is what
+    peers' certificates are verified against, else the system's trusted roots.
+    """
+
+    table: ClassVar[str] = "tls"
+    flag_prefix: ClassVar[str] = "tls-"
+    model_config = SettingsConfigDict(env_prefix="KIQ_TLS_", frozen=True, extra="forbid")
+
+    cert: Path | None = Field(None, description="the node's certificate chain (PEM)")
+    key: Path | None = Field(None, description="the certificate's private key (PEM)")
+    ca: Path | None = Field(None, description="CA bundle (PEM) that peers are verified against")
+
+    @field_validator("cert", "key", "ca")
+    @classmethod
+    def _file(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        names = {"cert": "certificate", "key": "private key", "ca": "CA bundle"}
+        return _readable(path, f"TLS {names[str(info.field_name)]}")
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsSettings:
+        if (self.cert is None) != (self.key is None):
+            given, missing = ("cert", "key") if self.key is None else ("key", "cert")
+            raise ValueError(
+                f"TLS needs both a certificate and its key: {given} given, {missing} not"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the node serves HTTPS (and so calls its peers over HTTPS)."""
+        return self.cert is not None
+
+
+KafkaProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+class KafkaSettings(_Section):
+    """How every Kafka client kiq makes authenticates (``kiq.kafka.security`` applies it).
+
+    The password is named by a file, never given itself, so it stays out of
+    command lines, environments and the TOML file; it is read once at start-up.
+    """
+
+    table: ClassVar[str] = "kafka"
+    model_config = SettingsConfigDict(env_prefix="KIQ_KAFKA_", frozen=True, extra="forbid")
+
+    security_protocol: KafkaProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism = "PLAIN"
+    sasl_username: str = ""
+    sasl_password_file: Path | None = None
+    ssl_ca_file: Path | None = Field(None, description="CA bundle (PEM) for the brokers' certs")
+
+    @field_validator("security_protocol", "sasl_mechanism", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("sasl_password_file", "ssl_ca_file")
+    @classmethod
+    def _file(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        return _readable(path, str(info.field_name).replace("_", " "))
+
+    @model_validator(mode="after")
+    def _credentials(self) -> KafkaSettings:
+        if self.sasl and not (self.sasl_username and self.sasl_password_file):
+            raise ValueError(
+                f"security_protocol {self.security_protocol} needs sasl_username "
+                "and sasl_password_file"
+            )
+        return self
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+
 class AppSettings(_Section):
     """An application: what `kiq up` runs, and the routes every `kiq serve` node mounts.
 
@@ -347,7 +449,10 @@ def _describe(section: type[_Section], exc: Any) -> str:
     lines = [f"invalid [{section.table}] settings:"]
     for err in exc.errors():
         name = ".".join(str(p) for p in err["loc"])
-        flag = section.flag_names.get(name, "--" + name.replace("_", "-"))
+        if not name:  # a rule over several settings: its message names them
+            lines.append(f"  {err['msg']}")
+            continue
+        flag = section.flag_names.get(name, f"--{section.flag_prefix}{name.replace('_', '-')}")
         lines.append(
             f"  {name}: {err['msg']} (flag {flag}, "
             f"env {prefix}{name.upper()}, TOML [{section.table}] {name})"

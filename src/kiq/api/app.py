@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
@@ -64,6 +65,7 @@ class KiqApp:
         base: str | None = None,
         limits: LimitsSettings | None = None,
         security: Security | None = None,
+        peer_ssl: ssl.SSLContext | None = None,
     ) -> None:
         limits = limits if limits is not None else LimitsSettings()
         view = NodeView(node)
@@ -85,6 +87,7 @@ class KiqApp:
                 extra_headers=security.cluster.headers
                 if security is not None and security.cluster is not None
                 else None,
+                ssl_context=peer_ssl,
             )
         self.peers = peers
         self.lookups = Lookups(view, self.router, peers)
@@ -200,6 +203,7 @@ def create_app(
     base: str | None = None,
     limits: LimitsSettings | None = None,
     security: Security | None = None,
+    peer_ssl: ssl.SSLContext | None = None,
 ) -> KiqApp:
     """The app serving ``node``; ``writer`` takes the application's writes.
 
@@ -209,7 +213,8 @@ def create_app(
     to other nodes (made from the node's settings when not given); the app closes
     it and the writer, and starts and stops the node unless told not to. ``limits``:
     the ``[limits]`` the API enforces itself (body size, multiget keys, the rate). With
-    ``security`` (``kiq.security.security_for``), callers and peers are checked.
+    ``security`` (``kiq.security.security_for``), callers and peers are checked;
+    ``peer_ssl`` verifies ``https://`` peers (``kiq.security.tls.client_context``).
     """
     cls = SecuredKiqApp if security is not None and security.tokens is not None else KiqApp
-    return cls(node, writer, peers, start_node, endpoints, base, limits, security)
+    return cls(node, writer, peers, start_node, endpoints, base, limits, security, peer_ssl)

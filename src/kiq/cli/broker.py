@@ -20,6 +20,14 @@ ControllerPort = Annotated[int | None, typer.Option(help="KRaft controller port 
 Host = Annotated[str | None, typer.Option(help="address to listen on [default: 127.0.0.1]")]
 DataDir = Annotated[Path | None, typer.Option(help="broker data [default: .kiq/broker/data]")]
 LogDir = Annotated[Path | None, typer.Option(help="broker logs [default: .kiq/broker/logs]")]
+Sasl = Annotated[
+    bool | None,
+    typer.Option("--sasl", help="a SASL_PLAINTEXT (PLAIN) client port, for development"),
+]
+SaslUsername = Annotated[str | None, typer.Option(help="the SASL user [default: kiq]")]
+SaslPasswordFile = Annotated[
+    Path | None, typer.Option(help="its password [default: one made in DATA_DIR/sasl/password]")
+]
 
 
 def _broker(ctx: typer.Context, **flags: object) -> LocalBroker:
@@ -54,6 +62,9 @@ def start(
     host: Host = None,
     data_dir: DataDir = None,
     log_dir: LogDir = None,
+    sasl: Sasl = None,
+    sasl_username: SaslUsername = None,
+    sasl_password_file: SaslPasswordFile = None,
 ) -> None:
     """Start the broker (formats storage on first start); returns once it answers."""
     broker = _broker(
@@ -63,10 +74,22 @@ def start(
         host=host,
         data_dir=data_dir,
         log_dir=log_dir,
+        sasl=sasl,
+        sasl_username=sasl_username,
+        sasl_password_file=sasl_password_file,
     )
     with console.status(f"starting the broker on {broker.bootstrap} ..."):
         status = run_or_exit(broker.start)
     _print(status)
+    if broker.settings.sasl:
+        console.print(
+            f"SASL_PLAINTEXT, mechanism PLAIN: user {broker.settings.sasl_username}, "
+            f"password in {broker.password_file}; point kiq at it with\n"
+            "  KIQ_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT "
+            f"KIQ_KAFKA_SASL_USERNAME={broker.settings.sasl_username} "
+            f"KIQ_KAFKA_SASL_PASSWORD_FILE={broker.password_file}",
+            highlight=False,
+        )
 
 
 @app.command()
@@ -99,6 +122,9 @@ def status(
     host: Host = None,
     data_dir: DataDir = None,
     log_dir: LogDir = None,
+    sasl: Sasl = None,
+    sasl_username: SaslUsername = None,
+    sasl_password_file: SaslPasswordFile = None,
 ) -> None:
     """Say whether the broker runs and answers; exit 0 only when it does."""
     broker = _broker(
@@ -108,6 +134,9 @@ def status(
         host=host,
         data_dir=data_dir,
         log_dir=log_dir,
+        sasl=sasl,
+        sasl_username=sasl_username,
+        sasl_password_file=sasl_password_file,
     )
     current = run_or_exit(broker.status)
     _print(current)

@@ -44,3 +44,16 @@ def run_or_exit(fn: Callable[[], T]) -> T:
     except KiqError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from exc
+
+
+def use_kafka_security(config_file: Path | None) -> None:
+    """Load ``[kafka]`` (flags have none: env and the file) and make it this process's.
+
+    Each command that makes Kafka clients calls it before the first one; a bad
+    password file stops the command here, with the setting's name.
+    """
+    from kiq import settings
+    from kiq.kafka.security import KafkaSecurity, use
+
+    kafka = run_or_exit(lambda: settings.load(settings.KafkaSettings, config_file))
+    use(run_or_exit(lambda: KafkaSecurity.from_settings(kafka)))

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kiq import settings
-from kiq.cli.context import CliState, console, err_console, run_or_exit
+from kiq.cli.context import CliState, console, err_console, run_or_exit, use_kafka_security
 from kiq.errors import BrokerError, ConfigError
 from kiq.feeds import (
     BadLine,
@@ -149,8 +149,11 @@ def replay(
 
 
 def _settings(ctx: typer.Context, **flags: Any) -> FeedSettings:
+    """The feed's settings; the process's Kafka security (``[kafka]``) is set on the way."""
     state: CliState = ctx.obj
-    return run_or_exit(lambda: settings.load(FeedSettings, state.config, **flags))
+    conf = run_or_exit(lambda: settings.load(FeedSettings, state.config, **flags))
+    use_kafka_security(state.config)
+    return conf
 
 
 def _fail(message: str) -> Callable[[], None]:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kiq import settings
-from kiq.cli.context import CliState, ConfigOption, run_or_exit
+from kiq.cli.context import CliState, ConfigOption, run_or_exit, use_kafka_security
 
 if TYPE_CHECKING:
     from kiq.api.endpoints import Declare
@@ -109,6 +110,13 @@ def serve(
         Path | None,
         typer.Option(help="secret shared by every node; signs node-to-node requests"),
     ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="serve HTTPS with this certificate chain (PEM)")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="the certificate's key (PEM)")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="CA bundle (PEM) peers are verified against [system's]")
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Serve tables from Kafka topics; any node answers any key.
@@ -161,14 +169,27 @@ def serve(
     from kiq.security import security_for
 
     security = run_or_exit(lambda: security_for(auth_conf, conf.host))
+    tls = run_or_exit(
+        lambda: settings.load(
+            settings.TlsSettings, config_file, cert=tls_cert, key=tls_key, ca=tls_ca
+        )
+    )
+    from kiq.security import tls as tls_contexts
+
+    conf = run_or_exit(lambda: tls_contexts.advertised(conf, tls))
+    server_tls = run_or_exit(lambda: tls_contexts.server_files(tls))
+    peer_ssl = None
+    if tls.enabled or tls.ca is not None:
+        peer_ssl = run_or_exit(lambda: tls_contexts.client_context(tls.ca))
     app = run_or_exit(lambda: settings.load(settings.AppSettings, config_file, endpoints=endpoint))
     declared = run_or_exit(lambda: _endpoints(app.endpoints, config_file))
+    use_kafka_security(config_file)
     from kiq.node_build import build_node
 
     node = run_or_exit(lambda: build_node(conf))
     import uvloop
 
-    uvloop.run(_serve(node, conf, declared, limits, security))
+    uvloop.run(_serve(node, conf, declared, limits, security, server_tls, peer_ssl))
 
 
 def _endpoints(targets: list[str], config_file: Path | None) -> list[Declare]:
@@ -186,6 +207,8 @@ async def _serve(
     endpoints: list[Declare],
     limits: settings.LimitsSettings,
     security: Security,
+    server_tls: tuple[Path, Path] | None,
+    peer_ssl: ssl.SSLContext | None,
 ) -> None:
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
@@ -195,9 +218,15 @@ async def _serve(
     from kiq.node_build import LogWriter
 
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
+    cert, key = server_tls or (None, None)
     server = Server(
         create_app(
-            node, LogWriter(conf.bootstrap), endpoints=endpoints, limits=limits, security=security
+            node,
+            LogWriter(conf.bootstrap),
+            endpoints=endpoints,
+            limits=limits,
+            security=security,
+            peer_ssl=peer_ssl,
         ),
         address=conf.host,
         port=conf.port,
@@ -210,6 +239,8 @@ async def _serve(
         http1_settings=HTTP1Settings(
             header_read_timeout=max(1, round(limits.header_timeout_s * 1000))
         ),
+        ssl_cert=cert,
+        ssl_key=key,
     )
     loop = asyncio.get_running_loop()
 

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kiq import settings
-from kiq.cli.context import CliState, ConfigOption, console, run_or_exit
+from kiq.cli.context import CliState, ConfigOption, console, run_or_exit, use_kafka_security
 from kiq.errors import ConfigError, KiqError
 
 if TYPE_CHECKING:
@@ -67,6 +66,13 @@ def up(
     header_timeout_s: Annotated[float | None, typer.Option(help="headers and idle")] = None,
     rate_limit: Annotated[float | None, typer.Option(help="requests/s per client")] = None,
     rate_burst: Annotated[int | None, typer.Option(help="requests at once per client")] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="the nodes serve HTTPS with this certificate (PEM)")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="the certificate's key (PEM)")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="CA bundle (PEM) the nodes are verified against")
+    ] = None,
 ) -> None:
     """Run the application its file describes: broker, topics, pipelines, nodes, feeds."""
     state: CliState = ctx.obj
@@ -88,17 +94,20 @@ def up(
         "rate_limit": rate_limit,
         "rate_burst": rate_burst,
     }
-    run_app(state.config_file(config), trigger=trigger, limits=limits, **flags)
+    tls = {"cert": tls_cert, "key": tls_key, "ca": tls_ca}
+    run_app(state.config_file(config), trigger=trigger, limits=limits, tls=tls, **flags)
 
 
 def run_app(
     config: Path | None,
     trigger: str | None = None,
     limits: dict[str, Any] | None = None,
+    tls: dict[str, Path | None] | None = None,
     **flags: Any,
 ) -> None:
     """`kiq up` (and `kiq demo`, on the shipped stock application's file)."""
-    plan = run_or_exit(lambda: Plan.load(config, trigger, limits, **flags))
+    plan = run_or_exit(lambda: Plan.load(config, trigger, limits, tls, **flags))
+    use_kafka_security(plan.file)
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
@@ -116,6 +125,8 @@ class Plan:
     trigger: str
     limits: settings.LimitsSettings
     auth: settings.AuthSettings
+    tls: settings.TlsSettings
+    kafka: settings.KafkaSettings
 
     @classmethod
     def load(
@@ -123,6 +134,7 @@ class Plan:
         config: Path | None,
         trigger: str | None,
         limits: dict[str, Any] | None = None,
+        tls: dict[str, Path | None] | None = None,
         **flags: Any,
     ) -> Plan:
         from kiq.api.targets import resolve
@@ -147,6 +159,8 @@ class Plan:
             pipeline.trigger,
             settings.load(settings.LimitsSettings, file, **(limits or {})),
             settings.load(settings.AuthSettings, file),
+            settings.load(settings.TlsSettings, file, **(tls or {})),
+            settings.load(settings.KafkaSettings, file),
         )
 
 
@@ -187,6 +201,7 @@ class Running:
                 port=app.port + i - 1,
                 env=plan.limits.as_env(),  # the file's [limits], and kiq up's flags over them
                 authorization=f"Bearer {watch}" if watch else None,
+                tls=plan.tls,
             )
             for i in range(1, app.nodes + 1)
         ]
@@ -204,6 +219,16 @@ class Running:
         }
         if self.plan.file is not None:
             env["KIQ_CONFIG"] = str(self.plan.file)
+        # Files as absolute paths: feeds run in the application file's directory.
+        tls, kafka = self.plan.tls, self.plan.kafka
+        files = {
+            "KIQ_TLS_CERT": tls.cert,
+            "KIQ_TLS_KEY": tls.key,
+            "KIQ_TLS_CA": tls.ca,
+            "KIQ_KAFKA_SASL_PASSWORD_FILE": kafka.sasl_password_file,
+            "KIQ_KAFKA_SSL_CA_FILE": kafka.ssl_ca_file,
+        }
+        env.update({name: str(path.resolve()) for name, path in files.items() if path})
         return env
 
     @property
@@ -391,7 +416,7 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 
 def _ready(node: LocalNode) -> bool:
     try:
-        with urllib.request.urlopen(f"{node.url}/v1/health/ready", timeout=2) as resp:
+        with node.open("/v1/health/ready") as resp:
             return bool(resp.status == 200)
     except OSError:
         return False
@@ -402,7 +427,8 @@ def _tables_with_data(nodes: list[LocalNode]) -> set[str]:
     found: set[str] = set()
     for node in nodes:
         try:
-            meta = node.metadata()
+            with node.open("/v1/metadata") as resp:
+                meta = json.loads(resp.read())
         except (OSError, ValueError):
             continue
         for name, table in meta.get("tables", {}).items():

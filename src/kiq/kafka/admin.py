@@ -9,12 +9,30 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kiq.errors import KiqError
+from kiq.errors import ConfigError, KiqError
 from kiq.kafka.config import client_config
+from kiq.kafka.logs import KAFKA_LOG
+from kiq.kafka.security import KafkaSecurity, librdkafka_config
 
 
 def _admin(bootstrap: str, **extra: str | int | float) -> AdminClient:
     return AdminClient(client_config(bootstrap, **{"socket.timeout.ms": 5000, **extra}))
+
+
+def _refused(admin: AdminClient, bootstrap: str, failures_before: int) -> ConfigError | None:
+    """The broker's refusal of kiq's credentials, if that is why a request failed.
+
+    librdkafka reports it through the error callback, which runs only when the
+    client is polled: a failed request alone says "transport failure".
+    """
+    admin.poll(0.2)
+    if KAFKA_LOG.auth_failures == failures_before:
+        return None
+    return ConfigError(
+        f"Kafka at {bootstrap} refused kiq's credentials ({KAFKA_LOG.last_auth_failure}): "
+        "check [kafka] security_protocol, sasl_mechanism, sasl_username and "
+        "sasl_password_file (KIQ_KAFKA_...)"
+    )
 
 
 def _reachable(bootstrap: str, timeout_s: float) -> bool:
@@ -29,20 +47,35 @@ def _reachable(bootstrap: str, timeout_s: float) -> bool:
     return False
 
 
-def ping(bootstrap: str, timeout_s: float = 2.0) -> bool:
-    """True when a broker at ``bootstrap`` answers a metadata request in time."""
+def ping(bootstrap: str, timeout_s: float = 2.0, security: KafkaSecurity | None = None) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request in time.
+
+    ``security``: ask with it instead of the process's (a local broker's own user).
+    A broker that refuses the credentials raises ``ConfigError`` saying so.
+    """
     if not _reachable(bootstrap, timeout_s):
         return False
+    extra = librdkafka_config(security) if security is not None else {}
+    failures = KAFKA_LOG.auth_failures
+    admin = _admin(bootstrap, log_level=0, **extra)
     try:
-        md = _admin(bootstrap, log_level=0).list_topics(timeout=timeout_s)
-    except KafkaException:
+        md = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        refused = _refused(admin, bootstrap, failures)
+        if refused is not None:
+            raise refused from exc
         return False
     return bool(md.brokers)
 
 
 def topic_partitions(bootstrap: str, topic: str, timeout_s: float = 10.0) -> int | None:
     """The partition count of ``topic``, or None when it does not exist."""
-    md = _admin(bootstrap).list_topics(topic=topic, timeout=timeout_s)
+    failures = KAFKA_LOG.auth_failures
+    admin = _admin(bootstrap)
+    try:
+        md = admin.list_topics(topic=topic, timeout=timeout_s)
+    except KafkaException as exc:
+        raise _refused(admin, bootstrap, failures) or exc from exc
     meta = md.topics.get(topic)
     if meta is None or meta.error is not None:
         return None
@@ -64,6 +97,7 @@ def create_topics(
     an error, since key → partition would change under the data.
     """
     wanted = dict(topics) if isinstance(topics, Mapping) else dict.fromkeys(topics, partitions)
+    failures = KAFKA_LOG.auth_failures
     admin = _admin(bootstrap)
     futures = admin.create_topics(
         [
@@ -83,7 +117,10 @@ def create_topics(
             fut.result()
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise KiqError(f"could not create topic {name!r}: {exc.args[0].str()}") from exc
+                refused = _refused(admin, bootstrap, failures)
+                raise refused or KiqError(
+                    f"could not create topic {name!r}: {exc.args[0].str()}"
+                ) from exc
     deadline = time.monotonic() + timeout_s
     for name, n in wanted.items():
         while True:

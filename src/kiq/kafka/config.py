@@ -11,13 +11,20 @@ from __future__ import annotations
 from typing import Any
 
 from kiq.kafka.logs import KAFKA_LOG
+from kiq.kafka.security import active, librdkafka_config
 
 PARTITIONER = "murmur2_random"
 
 
 def client_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
-    """What every kiq client sets: where to connect, and logs and errors through ``KAFKA_LOG``."""
-    return {"bootstrap.servers": bootstrap, **KAFKA_LOG.client_config(), **overrides}
+    """What every kiq client sets: where to connect, the process's security
+    (``kiq.kafka.security``), and logs and errors through ``KAFKA_LOG``."""
+    return {
+        "bootstrap.servers": bootstrap,
+        **librdkafka_config(active()),
+        **KAFKA_LOG.client_config(),
+        **overrides,
+    }
 
 
 def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:

@@ -10,8 +10,11 @@ the process instead, which turns an outage into three kinds of line:
   kafka reachable again after 31.2s: N client messages ...  once, when it ends
 
 The end of an outage is not a librdkafka log line: the parts of a node that see
-Kafka answer (a fetch, a group description) call ``reachable()``. Any other line
-passes at most once a minute per librdkafka facility, with a count of the rest.
+Kafka answer (a fetch, a group description) call ``reachable()``. A broker that
+refuses kiq's SASL credentials is no outage: it is an error, logged as one (at
+most once a minute) and counted, so ``kiq.kafka.admin`` can say so instead of
+"no answer". Any other line passes at most once a minute per librdkafka
+facility, with a count of the rest.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ _UNREACHABLE_CODES = frozenset(
     }
 )
 _UNREACHABLE_WORDS = ("Connection refused", "Disconnected", "brokers are down", "Connect to ")
+_REFUSED_WORDS = ("SASL authentication error", "Authentication failed")
 
 
 class KafkaLog:
@@ -57,6 +61,8 @@ class KafkaLog:
         self._last = ""
         self._next_summary = 0.0
         self._quiet_until: dict[str, tuple[float, int]] = {}
+        self.auth_failures = 0
+        self.last_auth_failure = ""
 
     @property
     def down(self) -> bool:
@@ -73,18 +79,34 @@ class KafkaLog:
         """confluent-kafka's logger interface: ``(level, "%s [%s] %s", facility, client, text)``."""
         facility = str(args[0]) if len(args) == 3 else ""
         text = str(args[2]) if len(args) == 3 else fmt % args
-        if facility == "FAIL" or any(word in text for word in _UNREACHABLE_WORDS):
+        if any(word in text for word in _REFUSED_WORDS):
+            self.refused(text)
+        elif facility == "FAIL" or any(word in text for word in _UNREACHABLE_WORDS):
             self.unreachable(text)
         else:
             self._limited(level, facility or "librdkafka", text)
 
     def error(self, err: KafkaError) -> None:
-        if err.fatal():
+        if err.code() == KafkaError._AUTHENTICATION:
+            self.refused(err.str())
+        elif err.fatal():
             self._log.error("kafka client fatal error code=%s: %s", err.name(), err.str())
         elif err.code() in _UNREACHABLE_CODES:
             self.unreachable(err.str())
         else:
             self._limited(logging.WARNING, err.name(), f"kafka client error: {err.str()}")
+
+    def refused(self, detail: str) -> None:
+        """The broker refused kiq's credentials: a setting to fix, not an outage."""
+        with self._lock:
+            self.auth_failures += 1
+            self.last_auth_failure = detail
+        self._limited(
+            logging.ERROR,
+            "authentication",
+            f"kafka refused kiq's credentials: {detail}; check [kafka] security_protocol, "
+            "sasl_mechanism, sasl_username and sasl_password_file",
+        )
 
     # -- the outage ---------------------------------------------------------------
 

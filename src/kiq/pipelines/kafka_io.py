@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from kiq.errors import ConfigError
@@ -45,6 +45,9 @@ class StreamOptions:
     # consumer's own prefetch at the end of the partition, held up to this long.
     # Measured per partition read: 588 ms at Kafka's default (500), 32 ms at 10, 15 ms at 0.
     fetch_max_wait_ms: int = 0
+    # The Kafka client's security as ``kafka.`` options (``kiq.kafka.security.spark_options``),
+    # on every source and sink; it may hold a password, so it stays out of the repr.
+    kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 def read_topics(
@@ -60,6 +63,7 @@ def read_topics(
         .option("failOnDataLoss", "false")
         .option("includeHeaders", "false")
         .option("kafka.fetch.max.wait.ms", str(opts.fetch_max_wait_ms))
+        .options(**opts.kafka)
     )
     if opts.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
@@ -86,6 +90,7 @@ def write_topic(
         frame.writeStream.format("kafka")
         .queryName(name)
         .option("kafka.bootstrap.servers", opts.bootstrap)
+        .options(**opts.kafka)
         .option("checkpointLocation", f"{opts.checkpoint_root}/{name}")
         .outputMode(mode)
         .options(**dict(options or {}))

@@ -1,6 +1,7 @@
 """Every call one node makes to another, as a typed method of ``Peers``.
 
-One transport (``ConnectionPool``: pooled keep-alive HTTP/1.1), one wire format
+One transport (``ConnectionPool``: pooled keep-alive HTTP/1.1, over TLS to
+``https://`` peers with the ``ssl_context`` given), one wire format
 (the msgpack records of ``wire.py``), one timeout (the node's forward timeout,
 stretched by as long as a lookup may wait for ``min_offset``), and one set of
 request headers, built in ``_headers``: ``X-Kiq-Forwarded`` with this node's id,
@@ -18,6 +19,7 @@ not answering is probed (``GET /v1/health/live``) until it answers again.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -96,11 +98,12 @@ class Peers:
         transport: Transport | None = None,
         hedging: HedgePolicy | None = None,
         hedge_stats: HedgeStats | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._router = router
         self._timeout_s = timeout_ms / 1000
         self._extra_headers = extra_headers
-        self._pool: Transport = transport or ConnectionPool(connect_timeout_s)
+        self._pool: Transport = transport or ConnectionPool(connect_timeout_s, ssl_context)
         self._with_body = {FORWARDED: node_id, "content-type": MSGPACK}
         self._without_body = {FORWARDED: node_id}
         self._batcher = LookupBatcher(self._send_lookups, max_batch, max_in_flight)

@@ -4,12 +4,17 @@ Layout under ``data_dir``: ``server.properties``, ``log4j2.properties``,
 ``broker.pid`` and ``kraft/`` (Kafka's ``log.dirs``). The broker's own log goes
 to ``log_dir/server.log``; its stdout and stderr to ``log_dir/broker.out``.
 Start and stop are idempotent; ``start`` returns once the broker answers.
+
+With ``sasl`` the client port is a SASL_PLAINTEXT listener (mechanism PLAIN) with
+one user, for developing and testing kiq's Kafka security: its password is
+``sasl_password_file``, else one made at first start in ``data_dir/sasl/password``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -20,6 +25,7 @@ from pathlib import Path
 
 from kiq.errors import BrokerError
 from kiq.kafka import ping
+from kiq.kafka.security import KafkaSecurity
 from kiq.runtime.jars import kafka_broker_classpath
 from kiq.runtime.java import java_executable
 from kiq.settings import BrokerSettings
@@ -55,14 +61,18 @@ class LocalBroker:
         self._proc: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def on_free_ports(cls, root: Path) -> LocalBroker:
+    def on_free_ports(cls, root: Path, sasl: bool = False) -> LocalBroker:
         """A broker for tests and benchmarks: free loopback ports, everything under ``root``."""
         from kiq.runtime.ports import free_ports
 
         port, controller = free_ports(2)
         return cls(
             BrokerSettings(
-                port=port, controller_port=controller, data_dir=root / "data", log_dir=root / "logs"
+                port=port,
+                controller_port=controller,
+                data_dir=root / "data",
+                log_dir=root / "logs",
+                sasl=sasl,
             )
         )
 
@@ -70,11 +80,41 @@ class LocalBroker:
     def bootstrap(self) -> str:
         return self.settings.bootstrap
 
+    @property
+    def password_file(self) -> Path:
+        """The SASL user's password (only with ``sasl``)."""
+        given = self.settings.sasl_password_file
+        return given.resolve() if given is not None else self.data_dir / "sasl" / "password"
+
+    @property
+    def security(self) -> KafkaSecurity:
+        """What a client of this broker authenticates with (PLAINTEXT without ``sasl``)."""
+        if not self.settings.sasl:
+            return KafkaSecurity()
+        return KafkaSecurity(
+            "SASL_PLAINTEXT", "PLAIN", self.settings.sasl_username, self._password()
+        )
+
+    def _password(self) -> str:
+        path = self.password_file
+        if not path.exists() and self.settings.sasl_password_file is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(24) + "\n")
+        try:
+            password = path.read_text().strip()
+        except OSError as exc:
+            raise BrokerError(f"the SASL password file {path} cannot be read: {exc}") from exc
+        if not password:
+            raise BrokerError(f"the SASL password file {path} is empty")
+        return password
+
     def status(self) -> BrokerStatus:
         pid = self._running_pid()
         return BrokerStatus(
             running=pid is not None,
-            answering=pid is not None and ping(self.bootstrap, timeout_s=2.0),
+            answering=pid is not None
+            and ping(self.bootstrap, timeout_s=2.0, security=self.security),
             pid=pid,
             bootstrap=self.bootstrap,
             log_file=self.log_file,
@@ -196,8 +236,32 @@ class LocalBroker:
             # Lets tests and the demo use short session timeouts (faster failover).
             "group.min.session.timeout.ms": "1000",
         }
+        if self.settings.sasl:
+            props.update(self._sasl_properties())
         self.properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        if self.settings.sasl:
+            self.properties.chmod(0o600)  # it holds the password
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log_dir=self.log_dir))
+
+    def _sasl_properties(self) -> dict[str, str]:
+        """The client listener as SASL_PLAINTEXT with PLAIN; the broker talks to itself on it."""
+        host, port = self.settings.host, self.settings.port
+        cport = self.settings.effective_controller_port
+        user = self.security
+        login = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{user.username}" password="{user.password}" '
+            f'user_{user.username}="{user.password}";'
+        )
+        return {
+            "listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
+            "advertised.listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": login,
+        }
 
     def _format(self, java: Path, classpath: str) -> None:
         if (self.kraft_dir / "meta.properties").exists():
@@ -237,6 +301,7 @@ class LocalBroker:
         return self._proc.pid
 
     def _wait_answering(self, pid: int) -> None:
+        security = self.security
         deadline = time.monotonic() + self.settings.start_timeout_s
         while time.monotonic() < deadline:
             if not self._alive(pid):
@@ -245,7 +310,7 @@ class LocalBroker:
                     f"the broker exited during start-up; last lines of its logs:\n"
                     f"{self._log_tail()}\nfull log: {self.log_file}"
                 )
-            if ping(self.bootstrap, timeout_s=1.0):
+            if ping(self.bootstrap, timeout_s=1.0, security=security):
                 return
             time.sleep(0.2)
         raise BrokerError(

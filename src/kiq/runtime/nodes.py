@@ -2,6 +2,8 @@
 
 Each node is a `kiq serve` subprocess on a loopback port with its own data
 directory and log file; ``kill`` is a real SIGKILL, ``stop`` a graceful SIGTERM.
+With ``tls`` the node serves HTTPS, and every request made here (readiness,
+metadata) verifies it against the settings' CA.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -20,6 +23,8 @@ from typing import Any
 
 from kiq.errors import KiqError
 from kiq.runtime.ports import free_port
+from kiq.security.tls import client_context
+from kiq.settings import TlsSettings
 
 
 @dataclass
@@ -32,13 +37,26 @@ class LocalNode:
     port: int = field(default_factory=free_port)
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    tls: TlsSettings | None = None
     proc: subprocess.Popen[bytes] | None = None
     # Sent with ``metadata()`` to a node with authentication (a token with kiq:admin).
     authorization: str | None = None
+    _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls is not None and self.tls.enabled else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def open(self, path: str, timeout_s: float = 2.0) -> Any:
+        """``urlopen`` of ``path`` on this node, verified against the CA when it serves TLS,
+        with ``authorization`` when set."""
+        if self.tls is not None and self.tls.enabled and self._ssl is None:
+            self._ssl = client_context(self.tls.ca)
+        request = urllib.request.Request(f"{self.url}{path}")
+        if self.authorization is not None:
+            request.add_header("Authorization", self.authorization)
+        return urllib.request.urlopen(request, timeout=timeout_s, context=self._ssl)
 
     def start(self) -> LocalNode:
         if self.running:
@@ -46,6 +64,12 @@ class LocalNode:
         cmd = [sys.executable, "-m", "kiq", "serve", "--bootstrap", self.bootstrap]
         cmd += ["--node-id", self.node_id, "--port", str(self.port)]
         cmd += ["--data-dir", str(self.data_dir), *self.extra_args]
+        if self.tls is not None:
+            for flag, path in (("--tls-cert", self.tls.cert), ("--tls-key", self.tls.key)):
+                if path is not None:
+                    cmd += [flag, str(path.resolve())]
+            if self.tls.ca is not None:
+                cmd += ["--tls-ca", str(self.tls.ca.resolve())]
         for table in self.tables:
             cmd += ["--table", table]
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -70,7 +94,7 @@ class LocalNode:
             if not self.running:
                 raise KiqError(f"node {self.node_id} exited; see {self.log_file}:\n{self.tail()}")
             try:
-                with urllib.request.urlopen(f"{self.url}/v1/health/ready", timeout=2) as resp:
+                with self.open("/v1/health/ready") as resp:
                     if resp.status == 200:
                         return
             except urllib.error.HTTPError as exc:
@@ -99,10 +123,7 @@ class LocalNode:
 
     def metadata(self) -> dict[str, Any]:
         """The node's ``GET /v1/metadata``, as JSON."""
-        request = urllib.request.Request(f"{self.url}/v1/metadata")
-        if self.authorization is not None:
-            request.add_header("Authorization", self.authorization)
-        with urllib.request.urlopen(request, timeout=5) as resp:
+        with self.open("/v1/metadata", timeout_s=5) as resp:
             meta: dict[str, Any] = json.loads(resp.read())
         return meta
 

@@ -1,10 +1,11 @@
-"""Who may ask a node what: bearer tokens for callers, an HMAC for fellow nodes.
+"""Who may ask a node what: bearer tokens for callers, an HMAC for fellow nodes; TLS.
 
     scopes.py    the ``scope`` claim → ``Grants``; ``Principal`` = subject + grants
     keys.py      the key a token is checked with, and the algorithms it allows
     tokens.py    ``TokenVerifier`` (PyJWT) and ``TokenCache`` (per raw token, bounded)
     cluster.py   ``ClusterKey``: node-to-node requests signed and checked
     setup.py     ``security_for``: the above from ``[auth]`` settings, once at startup
+    tls.py       HTTPS for the API and between nodes, from ``[tls]``
 
 The HTTP side (which route needs what, the 401/403 answers) is ``kiq.api.auth``.
 """

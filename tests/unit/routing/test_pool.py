@@ -171,8 +171,10 @@ def test_a_silent_peer_times_out_and_a_closed_port_fails_fast():
         assert loop.time() - started < 1.0
         with pytest.raises(ConnectionError, match="cannot connect"):
             await post(pool, "http://127.0.0.1:1")
-        with pytest.raises(ConnectionError, match="only http://"):
+        with pytest.raises(ConnectionError, match="needs TLS on this node"):
             await post(pool, "https://127.0.0.1:1")
+        with pytest.raises(ConnectionError, match="http:// or https://"):
+            await post(pool, "ftp://127.0.0.1:1")
 
     run_against(silent, scenario)
 
