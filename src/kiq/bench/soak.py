@@ -5,7 +5,7 @@ The stack is the demo's: a broker, the stock pipeline in one Spark driver, three
 nodes and a tick feed at ``feed_rate``. Readers go through the nodes in the
 rotation at ``rate`` requests a second, mixing quotes (``GET /v1/stocks/{symbol}``),
 multigets of 20 quotes and bar ranges. A node being restarted leaves the rotation
-first and comes back once ready, as behind a load balancer; n2 and n3 take turns,
+first (drained for two seconds) and comes back once ready, as behind a load balancer; n2 and n3 take turns,
 and n1, never restarted, carries the freshness probes (a tick produced, then
 polled until its quote shows it) and is the plainest view of a leak.
 
@@ -38,6 +38,7 @@ from kiq.feeds.symbols import SYMBOLS
 from kiq.runtime import LocalNode
 
 _PAGE = 4096
+_DRAIN_S = 2.0  # out of the rotation this long before a restart
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,9 @@ async def _one(
 
 
 def _restart(node: LocalNode, at_s: int) -> dict[str, object]:
+    """Restarts ``node``, already out of the rotation: drained first, as a load balancer
+    does, so requests sent to it a moment before are answered, not cut off."""
+    time.sleep(_DRAIN_S)
     began = time.monotonic()
     node.stop()
     node.start()
