@@ -7,8 +7,8 @@ rotation at ``rate`` requests a second, mixing quotes (``GET /v1/stocks/{symbol}
 multigets of 20 quotes and bar ranges. A node being restarted leaves the rotation
 first (drained for two seconds) and comes back once ready, as behind a load
 balancer; n2 and n3 take turns, and n1, never restarted, carries the freshness
-probes (a tick produced, then
-polled until its quote shows it) and is the plainest view of a leak.
+probes (a tick produced, then polled until its quote shows it) and is the
+plainest view of a leak.
 
 Every ``sample_every_s`` the resident memory and open files of each process (the
 Spark driver with its JVM, the broker, every node, this process with the feed and
