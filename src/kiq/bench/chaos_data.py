@@ -159,6 +159,7 @@ def _large_values(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
     urls = lambda: [n.url for n in nodes]  # noqa: E731
     with ReaderLoad(urls, "docs", keys, max(1, cfg.rate // 10), max_s=600, concurrency=8) as load:
         _until(lambda: all(_version(n, k) == 1 for n in nodes for k in keys), cfg.within_s)
+        time.sleep(3)  # reads of the first values
         written_at = time.monotonic()
         _produce(
             stack.bootstrap,
