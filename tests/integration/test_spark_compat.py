@@ -54,9 +54,7 @@ def _start(frame, bootstrap: str, sink: str, checkpoint: str, trigger: dict[str,
     [{"processingTime": "0 seconds"}, {"realTime": "5 seconds"}],
     ids=["microbatch", "realtime"],
 )
-def test_an_aggregation_reads_and_writes_kafka(
-    spark, bootstrap, make_topic, checkpoint, trigger
-):
+def test_an_aggregation_reads_and_writes_kafka(spark, bootstrap, make_topic, checkpoint, trigger):
     source = make_topic("compat-in", partitions=1)
     sink = make_topic("compat-out", partitions=1)
     produce(bootstrap, source, [(w, "x") for w in ["a", "b", "a", "c", "a"]])

@@ -2,10 +2,10 @@
 
 Layout under the jars dir: ``kafka/`` holds the broker and its runtime
 dependencies; ``spark/`` holds Spark's Kafka connector and the three jars the
-pyspark wheel lacks, at ``SPARK_CONNECTOR_VERSION`` (not pyspark's: see below); ``kiq/`` holds kiq's own
-Kafka partitioner, compiled from ``jvm/kiq-partitioner``. The settings find the
-cache of the checkout kiq runs in (``kiq.settings.find_jar_cache``); elsewhere,
-as from an installed wheel, a setting names it.
+pyspark wheel lacks, at ``SPARK_CONNECTOR_VERSION`` (not pyspark's: see below);
+``kiq/`` holds kiq's own Kafka partitioner, compiled from ``jvm/kiq-partitioner``.
+The settings find the cache of the checkout kiq runs in
+(``kiq.settings.find_jar_cache``); elsewhere, as from an installed wheel, a setting names it.
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ def spark_connector_jars(
         found = sorted(p.name for p in spark.glob("spark-sql-kafka-*.jar"))
         detail = f" (found {', '.join(found)})" if found else ""
         raise SetupError(
-            f"Spark's Kafka connector {spark_version} is not in {spark}{detail}: "
-            + _fix("spark")
+            f"Spark's Kafka connector {spark_version} is not in {spark}{detail}: " + _fix("spark")
         )
     return sorted(spark.glob("*.jar"))
 
