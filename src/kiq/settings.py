@@ -149,7 +149,9 @@ class PipelineSettings(_Section):
     model_config = SettingsConfigDict(env_prefix="KIQ_PIPELINE_", frozen=True, extra="forbid")
 
     bootstrap: str = "127.0.0.1:9092"
-    trigger: Literal["microbatch", "realtime"] = "microbatch"
+    # auto: Real-Time Mode for every query Spark runs so with the task slots it needs,
+    # micro-batches for the rest (one log line says which and why); realtime: an error instead.
+    trigger: Literal["auto", "microbatch", "realtime"] = "auto"
     interval: str = Field("0 seconds", description="micro-batch interval")
     partitions: int = Field(30, ge=1, description="of an input topic the pipeline creates")
 

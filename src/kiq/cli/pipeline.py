@@ -36,6 +36,7 @@ def _app_pipelines(config: Path | None) -> list[str]:
 
 
 class TriggerMode(StrEnum):
+    auto = "auto"
     microbatch = "microbatch"
     realtime = "realtime"
 
@@ -52,7 +53,10 @@ def run(
     master: Annotated[str | None, typer.Option(help="Spark master [local[*]]")] = None,
     trigger: Annotated[
         TriggerMode | None,
-        typer.Option(help="microbatch, or realtime (stateless queries in Real-Time Mode)"),
+        typer.Option(
+            help="auto (Real-Time Mode where Spark runs the query so, else micro-batches), "
+            "realtime (or fail) or microbatch [auto]"
+        ),
     ] = None,
     checkpoint: Annotated[
         Path | None, typer.Option(help="checkpoint root [.kiq/checkpoints]")
