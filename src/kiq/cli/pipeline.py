@@ -65,6 +65,9 @@ def run(
         int | None, typer.Option(help="partitions of an input topic that must be created [30]")
     ] = None,
     interval: Annotated[str | None, typer.Option(help="micro-batch interval [0 seconds]")] = None,
+    realtime_batch: Annotated[
+        str | None, typer.Option(help="length of one Real-Time Mode batch [5 seconds]")
+    ] = None,
 ) -> None:
     """Run pipelines until Ctrl-C; a restart resumes from their checkpoints."""
     from kiq.pipelines.kafka_io import StreamOptions
@@ -83,6 +86,7 @@ def run(
             trigger=trigger,
             partitions=partitions,
             interval=interval,
+            realtime_batch=realtime_batch,
         )
     )
     spark = run_or_exit(
@@ -95,6 +99,7 @@ def run(
         checkpoint_root=str(spark.checkpoint_dir.resolve()),
         trigger=conf.trigger,
         interval=conf.interval,
+        realtime_batch=conf.realtime_batch,
     )
     # ctx.write_table(name, ...) writes the topic the config's [serve] tables give `name`.
     serve = run_or_exit(lambda: settings.load(settings.ServeSettings, state.config))

@@ -65,8 +65,10 @@ def streams_joined(df: DataFrame) -> bool:
     return any(_joins_streams(n) for n in _nodes(df._jdf.queryExecution().analyzed()))
 
 
-# Logical operators (after the optimizer, which turns Python UDFs into their own
-# operators) that Spark 4.3 runs in Real-Time Mode; anything else stops a query there.
+# Logical operators (as analyzed) whose physical operators Spark 4.3 runs in Real-Time
+# Mode; anything else stops a query there. Python UDFs are not seen here (the optimizer,
+# which a streaming plan cannot go through before it starts, makes them operators): Spark
+# fails such a query once it runs, and the runner's error says to use micro-batches.
 REALTIME_OPERATORS = frozenset(
     {
         "Project",
@@ -103,7 +105,7 @@ def realtime_blockers(df: DataFrame) -> list[str]:
 
     Spark checks its own list only once the query runs, and fails it then; kiq checks
     first, so that ``auto`` can choose micro-batches instead."""
-    plan = df._jdf.queryExecution().optimizedPlan()
+    plan = df._jdf.queryExecution().analyzed()
     found = {n.nodeName() for n in _nodes(plan) if n.nodeName() not in REALTIME_OPERATORS}
     if any(_joins_streams(n) for n in _nodes(plan)):
         found.add("a join of two streams")
