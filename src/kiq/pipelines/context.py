@@ -258,16 +258,14 @@ class Context:
     def _realtime(self, name: str, df: DataFrame, reads: list[_Read]) -> bool:
         """Whether the query runs in Real-Time Mode: the trigger asks for it (or ``auto``),
         Spark runs its operators so, and its tasks fit in the free slots
-        (``kiq.pipelines.realtime``). A stateful query's dead letters run beside it in a
+        (``kiq.pipelines.realtime``). A real-time query's dead letters run beside it in a
         real-time query of their own, whose tasks count too."""
         if self.opts.trigger == "microbatch":
             return False
-        keeps_state = stateful(df)
-        inputs = sum(r.partitions for r in reads)
-        need = inputs
-        if keeps_state:
+        need = sum(r.partitions for r in reads)
+        if stateful(df):
             need += int(self.spark.conf.get("spark.sql.shuffle.partitions") or "200")
-            need += sum(r.partitions for r in reads if r.dead_letters and not r.carried)
+        need += sum(r.partitions for r in reads if r.dead_letters and not r.carried)
         master = self.spark.sparkContext.master or ""
         slots = local_slots(master)
         total = self.spark.sparkContext.defaultParallelism if slots is None else slots
@@ -291,7 +289,7 @@ class Context:
             if r.carried or r.dead_letters is None:
                 continue
             r.carried = True
-            if realtime and stateful(df):
+            if realtime:
                 self._realtime_letters(r)
             else:
                 letters = records.dead_letters(r.parsed)
@@ -300,8 +298,9 @@ class Context:
 
     def _realtime_letters(self, r: _Read) -> None:
         """Spark 4.3's Real-Time Mode runs no stateful operator before a union, nor one read
-        twice in a union: the dead letters of a stateful real-time query run in a stateless
-        real-time query of their own, reading the topic again."""
+        twice in a union (the good records and the dead letters come from one read): the
+        dead letters of a real-time query run in a stateless real-time query of their own,
+        reading the topic again."""
         assert r.dead_letters is not None
         raw = read_topics(self.spark, self.opts, r.topic, realtime=True)
         schema, reject = r.realtime_args
