@@ -210,7 +210,7 @@ def _all_topics(topics: StockTopics) -> list[str]:
 def _wait_topics(bootstrap: str, topics: StockTopics) -> None:
     from kiq.kafka import topic_partitions
 
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # a driver's start on a loaded machine took minutes
     while time.monotonic() < deadline:
         if all(topic_partitions(bootstrap, t) == PARTITIONS
                for t in (topics.quotes, topics.bars, topics.day_stats)):  # fmt: skip
