@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REALTIME_BATCH = "5 seconds"
+REALTIME_BATCH = "30 seconds"
 
 # auto: Real-Time Mode where the query allows it (kiq.pipelines.realtime), else micro-batches
 Trigger = Literal["auto", "microbatch", "realtime"]
