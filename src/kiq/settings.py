@@ -160,8 +160,13 @@ class PipelineSettings(_Section):
     model_config = SettingsConfigDict(env_prefix="KIQ_PIPELINE_", frozen=True, extra="forbid")
 
     bootstrap: str = "127.0.0.1:9092"
-    trigger: Literal["microbatch", "realtime"] = "microbatch"
+    # auto: Real-Time Mode for every query Spark runs so with the task slots it needs,
+    # micro-batches for the rest (one log line says which and why); realtime: an error instead.
+    trigger: Literal["auto", "microbatch", "realtime"] = "auto"
     interval: str = Field("0 seconds", description="micro-batch interval")
+    realtime_batch: str = Field(
+        "30 seconds", description="how long one Real-Time Mode batch lasts (its checkpoint)"
+    )
     partitions: int = Field(30, ge=1, description="of an input topic the pipeline creates")
 
 

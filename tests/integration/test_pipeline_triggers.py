@@ -1,6 +1,6 @@
-"""`--trigger realtime` through ctx: Spark 4.2 runs stateless queries in Real-Time Mode
-only, so a stateful table runs in micro-batches and its input's dead letters get a
-real-time query of their own; nothing is lost either way."""
+"""Triggers through ctx on the test session (local[2], 4 shuffle partitions): a query runs
+in Real-Time Mode when its tasks fit in the slots, in micro-batches under ``auto`` when they
+do not (its dead letters in the same query), and ``realtime`` then refuses to start it."""
 
 from __future__ import annotations
 
@@ -8,44 +8,84 @@ import json
 
 import pytest
 
+from kiq.errors import ConfigError
 from tests.integration.kafka_io import drain, produce
 
 pytestmark = pytest.mark.spark
 
+GOOD = [(w, json.dumps({"who": w})) for w in ["a", "b", "a", "c", "a"]]
 
-def test_a_stateful_table_in_realtime_mode(
-    spark, spark_settings, bootstrap, make_topic, checkpoint
-):
+
+def _ctx(spark, bootstrap, checkpoint, trigger):
     from kiq.pipelines.context import Context
     from kiq.pipelines.kafka_io import StreamOptions
 
-    source = make_topic("rt", partitions=1)
-    table = f"{source}-counts"
-    good = [(w, json.dumps({"who": w})) for w in ["a", "b", "a", "c", "a"]]
-    produce(bootstrap, source, [*good, ("x", "{broken")])
-
+    # Long Real-Time Mode batches: what a query writes before the first ends came out
+    # as the records arrived.
     opts = StreamOptions(
         bootstrap=bootstrap,
         checkpoint_root=checkpoint,
-        trigger="realtime",
-        realtime_batch="5 seconds",
+        trigger=trigger,
+        realtime_batch="60 seconds",
     )
-    ctx = Context(spark, opts, "rt")
+    return Context(spark, opts, "rt")
+
+
+def test_a_table_that_does_not_fit_falls_back_to_microbatches_under_auto(
+    spark, bootstrap, make_topic, checkpoint
+):
+    source = make_topic("rt", partitions=1)
+    table = f"{source}-counts"
+    produce(bootstrap, source, [*GOOD, ("x", "{broken")])
+    ctx = _ctx(spark, bootstrap, checkpoint, "auto")
     counts = ctx.read(source, "who STRING NOT NULL").groupBy("who").count()
     query = ctx.write_table(table, counts, key="who")
     try:
-        assert [q.name for q in ctx.queries] == [f"{source}-dlq", table]
+        # 1 input + 4 shuffle + 1 dead-letter task > 2 slots: one micro-batch query
+        assert [q.name for q in ctx.queries] == [table]
+        assert query.lastProgress is None or "realTime" not in str(query.lastProgress)
         query.processAllAvailable()
-        letters = drain(bootstrap, f"{source}-dlq", 1, timeout_s=60)
     finally:
-        for q in ctx.queries:
-            q.stop()
+        query.stop()
     written = {r.key.decode(): json.loads(r.value) for r in drain(bootstrap, table, 3)}
     assert written == {
         "a": {"who": "a", "count": 3},
         "b": {"who": "b", "count": 1},
         "c": {"who": "c", "count": 1},
     }
+    letters = drain(bootstrap, f"{source}-dlq", 1, timeout_s=60)
     assert [r.headers["kiq.reason"].decode() for r in letters] == [
         "not JSON, or a field of the wrong type"
     ]
+
+
+def test_realtime_refuses_a_query_whose_tasks_do_not_fit(spark, bootstrap, make_topic, checkpoint):
+    source = make_topic("rt", partitions=1)
+    ctx = _ctx(spark, bootstrap, checkpoint, "realtime")
+    counts = ctx.read(source, "who STRING NOT NULL").groupBy("who").count()
+    with pytest.raises(ConfigError, match=r"needs 6 task slots .* local\[2\] has 2 left"):
+        ctx.write_table(f"{source}-counts", counts, key="who")
+    assert ctx.queries == []
+
+
+def test_a_stateless_query_runs_in_realtime_mode(spark, bootstrap, make_topic, checkpoint):
+    from pyspark.sql import functions as F
+
+    source = make_topic("rt", partitions=1)
+    produce(bootstrap, source, [*GOOD, ("x", "{broken")])
+    ctx = _ctx(spark, bootstrap, checkpoint, "realtime")
+    upper = ctx.read(source, "who STRING NOT NULL").select(F.upper("who").alias("who"))
+    query = ctx.write_topic(f"{source}-upper", upper, key="who")
+    try:
+        # Its dead letters in a real-time query of their own: one read twice in a union
+        # is another thing Spark refuses in Real-Time Mode.
+        assert [q.name for q in ctx.queries] == [f"{source}-dlq", f"{source}-upper"]
+        got = drain(bootstrap, f"{source}-upper", len(GOOD), timeout_s=60)
+        letters = drain(bootstrap, f"{source}-dlq", 1, timeout_s=60)
+        assert all(q.isActive for q in ctx.queries), [q.exception() for q in ctx.queries]
+        assert query.lastProgress is None, "a 60-second batch ended before the records came"
+    finally:
+        for q in ctx.queries:
+            q.stop()
+    assert sorted(r.key.decode() for r in got) == ["A", "A", "A", "B", "C"]
+    assert len(letters) == 1

@@ -8,6 +8,7 @@ import pytest
 from kiq.errors import SetupError
 from kiq.pipelines.session import CHECKPOINT_FILE_MANAGER, ROCKSDB_PROVIDER, spark_conf
 from kiq.runtime import free_ports, kafka_broker_classpath, spark_connector_jars
+from kiq.runtime.jars import SPARK_CONNECTOR_VERSION
 from kiq.settings import SparkSettings
 
 
@@ -19,18 +20,18 @@ def test_missing_broker_jars_say_which_make_target(tmp_path: Path):
     assert kafka_broker_classpath(tmp_path) == f"{tmp_path / 'kafka'}/*"
 
 
-def test_connector_must_match_pyspark(tmp_path: Path):
+def test_connector_must_be_the_pinned_version(tmp_path: Path):
     spark = tmp_path / "spark"
     spark.mkdir()
     (spark / "spark-sql-kafka-0-10_2.13-4.1.0.jar").touch()
     (spark / "kafka-clients-3.9.2.jar").touch()
     with pytest.raises(
         SetupError,
-        match=r"pyspark 4\.2\.0.*found spark-sql-kafka-0-10_2\.13-4\.1\.0.*KIQ_SPARK_JARS_DIR",
+        match=r"connector 4\.2\.0.*found spark-sql-kafka-0-10_2\.13-4\.1\.0.*KIQ_SPARK_JARS_DIR",
     ):
-        spark_connector_jars(tmp_path, "4.2.0")
+        spark_connector_jars(tmp_path)
     (spark / "spark-sql-kafka-0-10_2.13-4.2.0.jar").touch()
-    names = [p.name for p in spark_connector_jars(tmp_path, "4.2.0")]
+    names = [p.name for p in spark_connector_jars(tmp_path)]
     assert "spark-sql-kafka-0-10_2.13-4.2.0.jar" in names and "kafka-clients-3.9.2.jar" in names
 
 
@@ -100,3 +101,11 @@ def test_forwarded_cost_is_solved_from_the_mix():
         "forwarded_cost_vs_local": 2.5,
     }  # fmt: skip
     assert _forwarding_figures({}, 8_000.0, 80.0, 3) == {}
+
+
+def test_connector_pin_agrees_with_the_pom():
+    """The pom fetches the connector the code looks for: one pin, written twice."""
+    pom = Path(__file__).parents[2] / "jvm" / "spark-connector" / "pom.xml"
+    text = pom.read_text()
+    assert f"<spark.version>{SPARK_CONNECTOR_VERSION}</spark.version>" in text
+    assert f"<token-provider.version>{SPARK_CONNECTOR_VERSION}</token-provider.version>" in text

@@ -103,7 +103,12 @@ def test_outside_a_checkout_the_jar_cache_is_under_the_working_directory_or_set(
 
 
 def test_pipeline_settings_from_flags_env_and_toml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    assert settings.load(PipelineSettings).bootstrap == "127.0.0.1:9092"
+    default = settings.load(PipelineSettings)
+    assert (default.bootstrap, default.trigger, default.realtime_batch) == (
+        "127.0.0.1:9092",
+        "auto",
+        "30 seconds",
+    )
     cfg = write(tmp_path / "c.toml", '[pipeline]\nbootstrap = "a:9092"\ntrigger = "realtime"\n')
     monkeypatch.setenv("KIQ_PIPELINE_BOOTSTRAP", "b:9092")
     p = settings.load(PipelineSettings, cfg, partitions=6)

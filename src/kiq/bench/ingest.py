@@ -34,7 +34,7 @@ class IngestConfig:
     warmup_s: float = 60  # at the first rate before the first step, at least (see freshness)
     settle_max_s: float = 60  # at most, waiting for a probe under max_p99_ms
     max_p99_ms: float = 2_000
-    trigger: str = "microbatch"
+    trigger: str = "realtime"
     symbols: int = 200
     partitions: int = 30
     probe_every_s: float = 0.1

@@ -30,9 +30,12 @@ FEED_LINGER_MS = 50
 class Prober:
     """Produces probe ticks and waits for each to be visible on the API."""
 
-    def __init__(self, url: str, bootstrap: str) -> None:
+    def __init__(self, url: str, bootstrap: str, topic: str = catalog.STOCK_TICKS) -> None:
+        """``topic``: the ticks (through the pipeline), or the quotes table's own topic (the
+        serving side alone: the probe is a quote record whose ``updated_at`` is its ``ts``)."""
         self.url = url
-        self.producer = TickProducer(bootstrap, catalog.STOCK_TICKS, linger_ms=0)
+        self.direct = topic != catalog.STOCK_TICKS
+        self.producer = TickProducer(bootstrap, topic, linger_ms=0)
         self.samples: list[float] = []
         self.errors: list[str] = []
 
@@ -56,6 +59,7 @@ class Prober:
                 "last": None,
                 "last_size": None,
             }
+            | ({"updated_at": ts} if self.direct else {})
         )
         self.producer.flush(5)
         return ts, started

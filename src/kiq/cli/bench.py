@@ -21,13 +21,20 @@ app = typer.Typer(
 @app.command()
 def freshness(
     rate: Annotated[float, typer.Option(help="background ticks per second")] = 10_000,
-    trigger: Annotated[str, typer.Option(help="microbatch or realtime")] = "microbatch",
+    trigger: Annotated[str, typer.Option(help="realtime, microbatch or auto")] = "realtime",
     duration: Annotated[float, typer.Option(help="seconds of measurement")] = 60,
     warmup: Annotated[
         float, typer.Option(help="seconds of load before measuring (Spark warms up)")
     ] = 60,
     symbols: Annotated[int, typer.Option(help="symbols in the background feed")] = 200,
     partitions: Annotated[int, typer.Option(help="partitions of the tick topic")] = 30,
+    serving: Annotated[
+        bool,
+        typer.Option(
+            help="no pipeline: records written straight to the quotes table's topic, "
+            "the serving side's share alone"
+        ),
+    ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Tick produced → visible on GET /v1/stocks/{symbol}: p50, p99, max."""
@@ -40,8 +47,10 @@ def freshness(
         warmup_s=warmup,
         symbols=symbols,
         partitions=partitions,
+        serving=serving,
     )
-    _measure("freshness", f"{trigger}, {rate:g} ticks/s", lambda: run_freshness(cfg), json_out)
+    what = "serving side" if serving else trigger
+    _measure("freshness", f"{what}, {rate:g} ticks/s", lambda: run_freshness(cfg), json_out)
 
 
 @app.command()
@@ -195,7 +204,7 @@ def ingest(
     ] = "10000,25000,50000",
     max_p99_ms: Annotated[float, typer.Option(help="freshness p99 a rate must stay under")] = 2000,
     warmup: Annotated[float, typer.Option(help="seconds at the first rate before measuring")] = 60,
-    trigger: Annotated[str, typer.Option(help="microbatch or realtime")] = "microbatch",
+    trigger: Annotated[str, typer.Option(help="realtime, microbatch or auto")] = "realtime",
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Feed the stock pipeline at rising rates: the highest whose freshness p99 holds."""

@@ -36,6 +36,7 @@ def _app_pipelines(config: Path | None) -> list[str]:
 
 
 class TriggerMode(StrEnum):
+    auto = "auto"
     microbatch = "microbatch"
     realtime = "realtime"
 
@@ -52,7 +53,10 @@ def run(
     master: Annotated[str | None, typer.Option(help="Spark master [local[*]]")] = None,
     trigger: Annotated[
         TriggerMode | None,
-        typer.Option(help="microbatch, or realtime (stateless queries in Real-Time Mode)"),
+        typer.Option(
+            help="auto (Real-Time Mode where Spark runs the query so, else micro-batches), "
+            "realtime (or fail) or microbatch [auto]"
+        ),
     ] = None,
     checkpoint: Annotated[
         Path | None, typer.Option(help="checkpoint root [.kiq/checkpoints]")
@@ -61,6 +65,9 @@ def run(
         int | None, typer.Option(help="partitions of an input topic that must be created [30]")
     ] = None,
     interval: Annotated[str | None, typer.Option(help="micro-batch interval [0 seconds]")] = None,
+    realtime_batch: Annotated[
+        str | None, typer.Option(help="length of one Real-Time Mode batch [30 seconds]")
+    ] = None,
 ) -> None:
     """Run pipelines until Ctrl-C; a restart resumes from their checkpoints."""
     from kiq.pipelines.kafka_io import StreamOptions
@@ -79,6 +86,7 @@ def run(
             trigger=trigger,
             partitions=partitions,
             interval=interval,
+            realtime_batch=realtime_batch,
         )
     )
     spark = run_or_exit(
@@ -95,6 +103,7 @@ def run(
         trigger=conf.trigger,
         interval=conf.interval,
         kafka=spark_options(active()),
+        realtime_batch=conf.realtime_batch,
     )
     # ctx.write_table(name, ...) writes the topic the config's [serve] tables give `name`.
     serve = run_or_exit(lambda: settings.load(settings.ServeSettings, state.config))

@@ -91,9 +91,18 @@ class PartitionReader:
             self._consumer.incremental_unassign(tps)
 
     def consume(self, max_records: int = 5000, timeout_s: float = 0.05) -> Fetched:
+        """What has arrived, up to ``max_records``: waits up to ``timeout_s`` for the first
+        record or event only. librdkafka's batch consume waits for a full batch or the
+        whole timeout, so a record landing in a quiet table waited up to ``timeout_s`` on
+        the node; here it is returned as soon as it is fetched, with whatever queued
+        behind it (a busy table still comes in batches)."""
         records: dict[tuple[str | None, int | None], list[Message]] = {}
         ends: dict[tuple[str | None, int | None], int | None] = {}
-        for msg in self._consumer.consume(num_messages=max_records, timeout=timeout_s):
+        first = self._consumer.poll(timeout_s)
+        messages = [] if first is None else [first]
+        if first is not None and max_records > 1:
+            messages += self._consumer.consume(num_messages=max_records - 1, timeout=0)
+        for msg in messages:
             err = msg.error()
             if err is None:
                 tp = (msg.topic(), msg.partition())

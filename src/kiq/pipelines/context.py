@@ -21,7 +21,8 @@ from kiq.errors import ConfigError, SetupError
 from kiq.kafka import create_topics, topic_partitions
 from kiq.pipelines import records
 from kiq.pipelines.kafka_io import StreamOptions, read_topics, write_topic
-from kiq.pipelines.plans import source_ids, stateful, streams_joined
+from kiq.pipelines.plans import realtime_blockers, source_ids, stateful, streams_joined
+from kiq.pipelines.realtime import local_slots, runs_in_realtime
 from kiq.pipelines.tables import TableOutput, letters_records, table_records
 from kiq.runtime.jars import PARTITIONER_CLASS, SEPARATOR_OPTION
 
@@ -69,6 +70,7 @@ class Context:
     queries: list[StreamingQuery] = field(default_factory=list)
     _reads: list[_Read] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
+    _realtime_slots: int = 0  # taken by this context's real-time queries
 
     @property
     def trigger(self) -> str:
@@ -92,7 +94,8 @@ class Context:
         if partitions is None:
             create_topics(self.opts.bootstrap, {topic: self.partitions})
             partitions = self.partitions
-        raw = read_topics(self.spark, self.opts, topic)
+        # Real-Time Mode reads each partition in a task of its own (no coalescing).
+        raw = read_topics(self.spark, self.opts, topic, realtime=self.opts.trigger != "microbatch")
         parsed = records.parse_records(raw, schema, tuple(reject))
         checked = schema is not None or bool(reject)
         letters = (dead_letters or f"{topic}-dlq") if checked else None
@@ -182,7 +185,8 @@ class Context:
         self._create({topic: partitions or _partitions(reads, self.partitions)}, {})
         self._letters_topic(letters)
         frame = table_records(df, [out], letters)
-        return self._start(self._carry(frame, df, reads), df, name, options)
+        realtime = self._realtime(name, df, reads)
+        return self._start(self._carry(frame, df, reads, realtime), df, name, options, realtime)
 
     def _write_tables(
         self,
@@ -212,7 +216,8 @@ class Context:
         self._create({o.topic: count for o in outputs}, COMPACTED)
         self._letters_topic(letters)
         frame = table_records(df, outputs, letters, table_column, partition)
-        return self._start(self._carry(frame, df, reads), df, name, options)
+        realtime = self._realtime(name, df, reads)
+        return self._start(self._carry(frame, df, reads, realtime), df, name, options, realtime)
 
     def _claim(self, name: str) -> str:
         if name in self._names:
@@ -250,13 +255,41 @@ class Context:
         if topic_partitions(self.opts.bootstrap, topic) is None:
             create_topics(self.opts.bootstrap, {topic: 1})
 
-    def _carry(self, frame: DataFrame, df: DataFrame, reads: list[_Read]) -> DataFrame:
+    def _realtime(self, name: str, df: DataFrame, reads: list[_Read]) -> bool:
+        """Whether the query runs in Real-Time Mode: the trigger asks for it (or ``auto``),
+        Spark runs its operators so, and its tasks fit in the free slots
+        (``kiq.pipelines.realtime``). A real-time query's dead letters run beside it in a
+        real-time query of their own, whose tasks count too."""
+        if self.opts.trigger == "microbatch":
+            return False
+        need = sum(r.partitions for r in reads)
+        if stateful(df):
+            need += int(self.spark.conf.get("spark.sql.shuffle.partitions") or "200")
+        need += sum(r.partitions for r in reads if r.dead_letters and not r.carried)
+        master = self.spark.sparkContext.master or ""
+        slots = local_slots(master)
+        total = self.spark.sparkContext.defaultParallelism if slots is None else slots
+        chosen = runs_in_realtime(
+            self.opts.trigger,
+            name,
+            realtime_blockers(df),
+            need,
+            total - self._realtime_slots,
+            master,
+        )
+        if chosen:
+            self._realtime_slots += need
+        return chosen
+
+    def _carry(
+        self, frame: DataFrame, df: DataFrame, reads: list[_Read], realtime: bool
+    ) -> DataFrame:
         """Add the dead letters of the reads ``df`` comes from that no query carries yet."""
         for r in reads:
             if r.carried or r.dead_letters is None:
                 continue
             r.carried = True
-            if self.opts.trigger == "realtime" and stateful(df):
+            if realtime:
                 self._realtime_letters(r)
             else:
                 letters = records.dead_letters(r.parsed)
@@ -264,25 +297,32 @@ class Context:
         return frame
 
     def _realtime_letters(self, r: _Read) -> None:
-        """In Real-Time Mode the dead letters run in a stateless query of their own (Spark
-        4.2 runs no stateful query in real time), beside the micro-batches of ``df``."""
+        """Spark 4.3's Real-Time Mode runs no stateful operator before a union, nor one read
+        twice in a union (the good records and the dead letters come from one read): the
+        dead letters of a real-time query run in a stateless real-time query of their own,
+        reading the topic again."""
         assert r.dead_letters is not None
         raw = read_topics(self.spark, self.opts, r.topic, realtime=True)
         schema, reject = r.realtime_args
         parsed = records.parse_records(raw, schema, reject)
         letters = letters_records(records.dead_letters(parsed), r.dead_letters)
         name = self._claim(r.dead_letters)
-        self.queries.append(write_topic(letters, self.opts, None, name, stateful=False))
+        self.queries.append(write_topic(letters, self.opts, None, name, realtime=True))
 
     def _start(
-        self, frame: DataFrame, df: DataFrame, name: str, options: Mapping[str, str]
+        self,
+        frame: DataFrame,
+        df: DataFrame,
+        name: str,
+        options: Mapping[str, str],
+        realtime: bool,
     ) -> StreamingQuery:
         query = write_topic(
             frame,
             self.opts,
             None,
             name,
-            stateful=stateful(df),
+            realtime=realtime,
             mode="append" if streams_joined(df) else "update",
             options=options,
         )

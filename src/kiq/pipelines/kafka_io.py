@@ -13,26 +13,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from kiq.errors import ConfigError
-
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
-Trigger = Literal["microbatch", "realtime"]
+REALTIME_BATCH = "30 seconds"
+
+# auto: Real-Time Mode where the query allows it (kiq.pipelines.realtime), else micro-batches
+Trigger = Literal["auto", "microbatch", "realtime"]
 
 
 @dataclass(frozen=True)
 class StreamOptions:
     bootstrap: str
     checkpoint_root: str
-    trigger: Trigger = "microbatch"
+    trigger: Trigger = "auto"
     # micro-batch interval ("0 seconds": start the next batch as soon as one ends)
     interval: str = "0 seconds"
-    # Real-Time Mode checkpoint interval: how long one long-running batch lasts
-    realtime_batch: str = "5 seconds"
+    # Real-Time Mode checkpoint interval: how long one long-running batch lasts. At each
+    # boundary the query commits offsets and state and starts every task again, and records
+    # arriving meanwhile wait: the boundaries are the p99 (see docs/benchmarks.md).
+    realtime_batch: str = REALTIME_BATCH
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
     # Tasks that read the input per batch (None: one per Kafka partition). Each task
@@ -76,15 +79,15 @@ def write_topic(
     opts: StreamOptions,
     topic: str | None,
     name: str,
-    stateful: bool,
+    realtime: bool,
     mode: Literal["update", "append"] = "update",
     options: Mapping[str, str] | None = None,
 ) -> StreamingQuery:
     """Start one query writing ``frame`` (key, value[, partition][, headers]) to ``topic``,
     or, with ``topic`` None, each row to the topic of its ``topic`` column.
 
-    Real-Time Mode runs stateless queries only on this Spark; a stateful one asked
-    to run in real time falls back to micro-batches, and the log says so.
+    ``realtime``: in Spark's Real-Time Mode (the caller checked that it can), else in
+    micro-batches.
     """
     writer = (
         frame.writeStream.format("kafka")
@@ -97,18 +100,9 @@ def write_topic(
     )
     if topic is not None:
         writer = writer.option("topic", topic)
-    if opts.trigger == "realtime" and stateful:
-        log.warning(
-            "query %s keeps state (an aggregation, deduplication or stream-stream join): "
-            "Spark 4.2 runs only stateless queries in Real-Time Mode, so it runs in "
-            "micro-batches",
-            name,
-        )
-    if opts.trigger == "realtime" and not stateful:
-        # pyspark 4.2's overloads of trigger() leave out realTime; the method takes it.
+    if realtime:
+        # pyspark 4.3's overloads of trigger() still leave out realTime; the method takes it.
         writer = writer.trigger(realTime=opts.realtime_batch)  # type: ignore[call-overload]
-    elif opts.trigger in ("microbatch", "realtime"):
-        writer = writer.trigger(processingTime=opts.interval)
     else:
-        raise ConfigError(f"unknown trigger {opts.trigger!r}: use microbatch or realtime")
+        writer = writer.trigger(processingTime=opts.interval)
     return writer.start()

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-# Logical operators that keep state across micro-batches; Spark 4.2 runs none of them in
-# Real-Time Mode.
+# Logical operators that keep state across micro-batches (a stateful query needs its
+# shuffle partitions' task slots in Real-Time Mode).
 STATEFUL = frozenset(
     {
         "Aggregate",
@@ -63,3 +63,50 @@ def stateful(df: DataFrame) -> bool:
 def streams_joined(df: DataFrame) -> bool:
     """Whether the query joins two streams: Spark then allows the append mode only."""
     return any(_joins_streams(n) for n in _nodes(df._jdf.queryExecution().analyzed()))
+
+
+# Logical operators (as analyzed) whose physical operators Spark 4.3 runs in Real-Time
+# Mode; anything else stops a query there. Python UDFs are not seen here (the optimizer,
+# which a streaming plan cannot go through before it starts, makes them operators): Spark
+# fails such a query once it runs, and the runner's error says to use micro-batches.
+REALTIME_OPERATORS = frozenset(
+    {
+        "Project",
+        "Filter",
+        "Generate",
+        "Expand",
+        "Union",
+        "Aggregate",
+        "Deduplicate",
+        "EventTimeWatermark",
+        "UpdateEventTimeWatermarkColumn",
+        "TransformWithState",
+        "SubqueryAlias",
+        "StreamingRelationV2",
+        "StreamingRelation",
+        "StreamingExecutionRelation",
+        "LocalRelation",
+        "LogicalRelation",
+        "Range",
+        "Join",
+        "ResolvedHint",
+        "AppendColumns",
+        "MapElements",
+        "MapPartitions",
+        "SerializeFromObject",
+        "DeserializeToObject",
+        "CollectMetrics",
+    }
+)
+
+
+def realtime_blockers(df: DataFrame) -> list[str]:
+    """What in the query Spark would refuse in Real-Time Mode (empty: nothing known).
+
+    Spark checks its own list only once the query runs, and fails it then; kiq checks
+    first, so that ``auto`` can choose micro-batches instead."""
+    plan = df._jdf.queryExecution().analyzed()
+    found = {n.nodeName() for n in _nodes(plan) if n.nodeName() not in REALTIME_OPERATORS}
+    if any(_joins_streams(n) for n in _nodes(plan)):
+        found.add("a join of two streams")
+    return sorted(found)

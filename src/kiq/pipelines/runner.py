@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from kiq.errors import ConfigError, KiqError
 from kiq.pipelines.context import COMPACTED, Context
 from kiq.pipelines.kafka_io import StreamOptions
+from kiq.pipelines.realtime import realtime_local_master
 from kiq.pipelines.session import build_session
 from kiq.pipelines.targets import Target
 from kiq.runtime.jars import partitioner_jar
@@ -83,6 +84,12 @@ def run_targets(
     Each target checkpoints under ``opts.checkpoint_root/TARGET_NAME/QUERY``.
     """
     name = "+".join(t.name for t in targets)
+    if spark_settings.master == "local[*]" and opts.trigger != "microbatch":
+        # Real-Time Mode runs every task of a query at once: room for them, not one per core.
+        shuffle = spark_settings.shuffle_partitions or 1
+        master = realtime_local_master(partitions, shuffle)
+        log.info("spark master local[*] sized for Real-Time Mode: %s", master)
+        spark_settings = spark_settings.model_copy(update={"master": master})
     spark = build_session(spark_settings, app_name=f"kiq-{name}")
     stop = stop_event or threading.Event()
     if stop_event is None and threading.current_thread() is threading.main_thread():
@@ -142,16 +149,23 @@ def run_targets(
         raise KiqError(f"query {failed.name} of pipeline {name} stopped: {error}{hint}")
 
 
-# Spark's error conditions for a checkpoint whose state another version of a query wrote.
+# Spark's error conditions for a checkpoint whose state another version of a query wrote
+# (or a micro-batch query wrote, in a format Real-Time Mode does not resume from).
 _STALE_STATE = (
     "SCHEMA_NOT_COMPATIBLE",
     "StateSchemaNotCompatible",
     "STATEFUL_OPERATOR_NOT_MATCH",
+    "CHECKPOINT_FORMAT_V1_NOT_SUPPORTED",
 )
 
 
 def stale_state_hint(error: str, checkpoint_root: str) -> str:
     """What to do when an upgrade changed a query's state: its checkpoint cannot be reused."""
+    if "STREAMING_REAL_TIME_MODE" in error and "CHECKPOINT_FORMAT_V1" not in error:
+        return (
+            "\n(Spark refused the query in Real-Time Mode, which kiq's own check did not "
+            "foresee: run it with --trigger microbatch)"
+        )
     if not any(marker in error for marker in _STALE_STATE):
         return ""
     return (

@@ -55,11 +55,10 @@ def spark_conf(settings: SparkSettings, jars: list[Path]) -> dict[str, str]:
 
 def build_session(settings: SparkSettings, app_name: str | None = None) -> SparkSession:
     """A SparkSession for kiq pipelines (``local[*]`` by default, any master by flag)."""
-    import pyspark
     from pyspark.sql import SparkSession
 
     java_executable()  # fail with a clear message before Spark's launcher does not
-    jars = spark_connector_jars(settings.jars_dir, pyspark.__version__)
+    jars = spark_connector_jars(settings.jars_dir)
     partitioner = partitioner_jar(settings.jars_dir)
     jars += [partitioner] if partitioner else []
     settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)

@@ -2,10 +2,10 @@
 
 Layout under the jars dir: ``kafka/`` holds the broker and its runtime
 dependencies; ``spark/`` holds Spark's Kafka connector and the three jars the
-pyspark wheel lacks, at the installed pyspark's version; ``kiq/`` holds kiq's own
-Kafka partitioner, compiled from ``jvm/kiq-partitioner``. The settings find the
-cache of the checkout kiq runs in (``kiq.settings.find_jar_cache``); elsewhere,
-as from an installed wheel, a setting names it.
+pyspark wheel lacks, at ``SPARK_CONNECTOR_VERSION`` (not pyspark's: see below);
+``kiq/`` holds kiq's own Kafka partitioner, compiled from ``jvm/kiq-partitioner``.
+The settings find the cache of the checkout kiq runs in
+(``kiq.settings.find_jar_cache``); elsewhere, as from an installed wheel, a setting names it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from kiq.errors import SetupError
 # setting (one per topic) that names a topic's key separator.
 PARTITIONER_CLASS = "io.kiq.kafka.KeyPrefixPartitioner"
 SEPARATOR_OPTION = "kiq.key.separator."
+# The connector version jvm/spark-connector/pom.xml pins. Maven Central has no Spark 4.3
+# artifacts yet; the 4.2.0 connector runs on the pyspark 4.3.0 runtime for what kiq does,
+# which tests/integration/test_spark_compat.py checks on every run.
+SPARK_CONNECTOR_VERSION = "4.2.0"
 
 
 def _fix(section: str) -> str:
@@ -35,7 +39,9 @@ def kafka_broker_classpath(jars_dir: Path) -> str:
     return str(kafka / "*")
 
 
-def spark_connector_jars(jars_dir: Path, spark_version: str) -> list[Path]:
+def spark_connector_jars(
+    jars_dir: Path, spark_version: str = SPARK_CONNECTOR_VERSION
+) -> list[Path]:
     """The jars to hand Spark as ``spark.jars`` for the Kafka source and sink."""
     spark = jars_dir / "spark"
     connector = spark / f"spark-sql-kafka-0-10_2.13-{spark_version}.jar"
@@ -43,8 +49,7 @@ def spark_connector_jars(jars_dir: Path, spark_version: str) -> list[Path]:
         found = sorted(p.name for p in spark.glob("spark-sql-kafka-*.jar"))
         detail = f" (found {', '.join(found)})" if found else ""
         raise SetupError(
-            f"Spark's Kafka connector for pyspark {spark_version} is not in {spark}{detail}: "
-            + _fix("spark")
+            f"Spark's Kafka connector {spark_version} is not in {spark}{detail}: " + _fix("spark")
         )
     return sorted(spark.glob("*.jar"))
 

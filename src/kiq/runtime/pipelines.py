@@ -22,8 +22,9 @@ class LocalPipeline:
     bootstrap: str
     checkpoint_dir: Path
     log_file: Path
-    master: str = "local[2]"
-    trigger: str = "microbatch"
+    # local[*]: kiq sizes it, with room for Real-Time Mode's tasks (kiq.pipelines.realtime)
+    master: str = "local[*]"
+    trigger: str = "auto"
     partitions: int = 30
     extra_args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None

@@ -12,9 +12,12 @@ in a header:
 - ``stock-quotes``: ticks grouped by symbol, key ``SYMBOL``;
 - ``stock-ticks-dlq``: invalid ticks, key as they came.
 
-With ``--trigger realtime`` kiq runs the dead letters as a query of their own,
-``stock-ticks-dlq``, in Real-Time Mode (Spark 4.2 runs only stateless queries so),
-beside the aggregation in micro-batches.
+In Real-Time Mode (``--trigger auto``, the default, or ``realtime``) the aggregation
+runs as one long-running query whose tasks write each changed row as its tick arrives;
+the dead letters then run beside it in a real-time query of their own,
+``stock-ticks-dlq``, since Spark allows no union after an aggregation in that mode.
+The aggregation needs nothing else from the mode: ``max``/``max_by`` over a packed
+order, ``explode`` and projections are all operators Spark runs there.
 
 Why one query rather than one per table: Spark does not chain aggregations in
 update mode, but one aggregation can hold several kinds of groups. Each trade

@@ -1,0 +1,84 @@
+"""Which trigger a query runs with, and the task slots Real-Time Mode needs.
+
+A Real-Time Mode batch runs every task of the query at once for its whole duration:
+one per input Kafka partition, and, when the query keeps state, one per shuffle
+partition. Spark does not check that the slots are there: with too few, the tasks run
+in waves and a record waits for the next wave (measured: 12 partitions on ``local[8]``
+made each 5-second batch last 12 s). So kiq counts them before a query starts:
+
+- local master ``local[N]``: N ≥ the sum, over the session's real-time queries, of
+  their input partitions plus their shuffle partitions;
+- a cluster: executors x ``spark.executor.cores`` / ``spark.task.cpus`` ≥ the same sum.
+
+``auto`` (the default) runs a query in Real-Time Mode when Spark supports it and the
+slots are there, else in micro-batches, saying why in one log line; ``realtime`` makes
+either an error instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Sequence
+
+from kiq.errors import ConfigError
+from kiq.pipelines.kafka_io import Trigger
+
+log = logging.getLogger(__name__)
+
+_LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+
+
+def local_slots(master: str) -> int | None:
+    """Task slots of a local master (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``);
+    None for any other master."""
+    match = _LOCAL.match(master.strip())
+    if match is None:
+        return None
+    n = match.group(1)
+    if n is None:
+        return 1
+    return os.cpu_count() or 1 if n == "*" else int(n)
+
+
+def realtime_local_master(partitions: int, shuffle_partitions: int) -> str:
+    """The local master kiq uses for ``local[*]`` when queries may run in real time: room for
+    a stateful query over ``partitions`` inputs, its shuffle partitions, and the real-time
+    query of its dead letters (as many tasks again as inputs)."""
+    need = 2 * partitions + shuffle_partitions
+    return f"local[{max(need, os.cpu_count() or 1)}]"
+
+
+def runs_in_realtime(
+    trigger: Trigger,
+    query: str,
+    blockers: Sequence[str],
+    need: int,
+    free: int,
+    master: str,
+) -> bool:
+    """Whether ``query`` runs in Real-Time Mode; an error if ``realtime`` was asked for and
+    it cannot, one log line if ``auto`` falls back to micro-batches."""
+    if trigger == "microbatch":
+        return False
+    reason = ""
+    if blockers:
+        reason = f"Spark does not run {', '.join(blockers)} in Real-Time Mode"
+    elif need > free:
+        reason = (
+            f"it needs {need} task slots at once (each input partition and shuffle partition "
+            f"runs for the whole batch) and master {master} has {free} left"
+        )
+    if not reason:
+        return True
+    if trigger == "realtime":
+        fix = (
+            "use --trigger microbatch (or auto)"
+            if blockers
+            else "give Spark more task slots (local[N] with a larger N; executors x cores on "
+            "a cluster), fewer input partitions, or --trigger microbatch"
+        )
+        raise ConfigError(f"query {query} cannot run in Real-Time Mode: {reason}; {fix}")
+    log.info("query %s runs in micro-batches, not Real-Time Mode: %s", query, reason)
+    return False
