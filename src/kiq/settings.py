@@ -85,14 +85,19 @@ class _Section(BaseSettings):
 
 
 class BrokerSettings(_Section):
-    """The local single-node KRaft broker that `kiq broker` runs for development."""
+    """The local KRaft broker (or ``brokers`` of them) that `kiq broker` runs for development.
+
+    With several, broker ``i`` (from 0) listens on ``port + i`` and its controller on
+    ``controller_port + i``; each is a combined broker and controller, a quorum voter.
+    """
 
     table: ClassVar[str] = "broker"
     model_config = SettingsConfigDict(env_prefix="KIQ_BROKER_", frozen=True, extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(9092, ge=1, le=65535)
-    controller_port: int = Field(0, ge=0, le=65535, description="0 means port + 1")
+    controller_port: int = Field(0, ge=0, le=65535, description="0 means port + brokers")
+    brokers: int = Field(1, ge=1, le=9, description="a local cluster of this many brokers")
     data_dir: Path = Path(".kiq/broker/data")
     log_dir: Path = Path(".kiq/broker/logs")
     heap: str = "512m"
@@ -101,11 +106,11 @@ class BrokerSettings(_Section):
 
     @property
     def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+        return ",".join(f"{self.host}:{self.port + i}" for i in range(self.brokers))
 
     @property
     def effective_controller_port(self) -> int:
-        return self.controller_port or self.port + 1
+        return self.controller_port or self.port + self.brokers
 
 
 class SparkSettings(_Section):
@@ -140,6 +145,33 @@ class SparkSettings(_Section):
     def input_tasks_per_batch(self) -> int | None:
         """Tasks that read an input per batch; None: Spark's own split (one per partition)."""
         return self.input_tasks or (1 if self.local else None)
+
+
+class SparkClusterSettings(_Section):
+    """The local Spark standalone cluster `kiq spark` runs: one master, one worker, loopback.
+
+    Pipelines use it with ``[spark] master`` set to the URL ``kiq spark start`` prints.
+    """
+
+    table: ClassVar[str] = "spark_cluster"
+    model_config = SettingsConfigDict(env_prefix="KIQ_SPARK_CLUSTER_", frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(7077, ge=1, le=65535, description="the master's port")
+    ui_port: int = Field(0, ge=0, le=65535, description="the master's web UI; 0 means port + 1")
+    worker_cores: int = Field(2, ge=1, description="cores the worker offers to executors")
+    worker_memory: str = Field("2g", description="memory the worker offers to executors")
+    daemon_memory: str = Field("256m", description="heap of the master and worker themselves")
+    data_dir: Path = Path(".kiq/spark")
+    start_timeout_s: float = Field(90.0, gt=0)
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.port}"
+
+    @property
+    def effective_ui_port(self) -> int:
+        return self.ui_port or self.port + 1
 
 
 class PipelineSettings(_Section):

@@ -87,6 +87,9 @@ def write_topic(
         .queryName(name)
         .option("kafka.bootstrap.servers", opts.bootstrap)
         .option("checkpointLocation", f"{opts.checkpoint_root}/{name}")
+        # every in-sync replica has a batch's records before the batch commits (the Java
+        # client's default too, said here so a replicated cluster never depends on it)
+        .option("kafka.acks", "all")
         .outputMode(mode)
         .options(**dict(options or {}))
     )

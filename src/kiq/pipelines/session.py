@@ -45,12 +45,19 @@ def spark_conf(settings: SparkSettings, jars: list[Path]) -> dict[str, str]:
     local = settings.master.startswith("local")
     if settings.shuffle_partitions or local:
         conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions or 1)
-    if local:
-        # A local driver needs no address beyond loopback.
+    if local or _on_loopback(settings.master):
+        # A local driver, or one whose cluster runs on this machine's loopback (`kiq spark
+        # start`), needs no address beyond loopback; executors elsewhere need the host's.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     conf.update(settings.conf)
     return conf
+
+
+def _on_loopback(master: str) -> bool:
+    """A ``spark://`` master on this machine's loopback."""
+    host = master.removeprefix("spark://").rsplit(":", 1)[0]
+    return master.startswith("spark://") and host in ("127.0.0.1", "localhost")
 
 
 def build_session(settings: SparkSettings, app_name: str | None = None) -> SparkSession:

@@ -1,9 +1,13 @@
-"""A local single-node Kafka broker in KRaft mode (combined broker + controller).
+"""A local Kafka cluster in KRaft mode: one combined broker + controller, or several.
 
-Layout under ``data_dir``: ``server.properties``, ``log4j2.properties``,
-``broker.pid`` and ``kraft/`` (Kafka's ``log.dirs``). The broker's own log goes
-to ``log_dir/server.log``; its stdout and stderr to ``log_dir/broker.out``.
-Start and stop are idempotent; ``start`` returns once the broker answers.
+One broker (the default) lays out under ``data_dir``: ``server.properties``,
+``log4j2.properties``, ``broker.pid`` and ``kraft/`` (Kafka's ``log.dirs``); its own
+log goes to ``log_dir/server.log``, its stdout and stderr to ``log_dir/broker.out``.
+With ``brokers`` > 1 each broker has that layout in ``data_dir/node-N`` and
+``log_dir/node-N``, and all are controllers of one static quorum: with three, any one
+can die (even the active controller) and the other two go on. Combined nodes start
+faster than separate controllers on a small machine: three JVMs instead of four.
+Start and stop are idempotent; ``start`` returns once every broker is registered.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiq.errors import BrokerError
-from kiq.kafka import ping
+from kiq.kafka import broker_count, ping
+from kiq.runtime import processes
 from kiq.runtime.jars import kafka_broker_classpath
 from kiq.runtime.java import java_executable
 from kiq.settings import BrokerSettings
@@ -32,150 +37,79 @@ _STORAGE_TOOL = "kafka.tools.StorageTool"
 
 @dataclass(frozen=True)
 class BrokerStatus:
-    """What `kiq broker status` reports; ``running`` means the process is alive."""
+    """What `kiq broker status` reports; ``running`` means every broker's process is alive."""
 
     running: bool
     answering: bool
     pid: int | None
     bootstrap: str
     log_file: Path
+    pids: tuple[int | None, ...] = ()  # one per broker, None for one that is down
+    registered: int = 0  # brokers the cluster's metadata lists
 
 
-class LocalBroker:
-    """Starts, stops and inspects one local broker described by ``BrokerSettings``."""
+class _Node:
+    """One broker process: its ports, directories, pid file and configuration."""
 
-    def __init__(self, settings: BrokerSettings) -> None:
-        self.settings = settings
-        self.data_dir = settings.data_dir.resolve()
-        self.log_dir = settings.log_dir.resolve()
-        self.kraft_dir = self.data_dir / "kraft"
-        self.pid_file = self.data_dir / "broker.pid"
-        self.properties = self.data_dir / "server.properties"
-        self.log_file = self.log_dir / "server.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @classmethod
-    def on_free_ports(cls, root: Path) -> LocalBroker:
-        """A broker for tests and benchmarks: free loopback ports, everything under ``root``."""
-        from kiq.runtime.ports import free_ports
-
-        port, controller = free_ports(2)
-        return cls(
-            BrokerSettings(
-                port=port, controller_port=controller, data_dir=root / "data", log_dir=root / "logs"
-            )
-        )
+    def __init__(self, settings: BrokerSettings, index: int, root: Path, logs: Path) -> None:
+        self.node_id = index + 1
+        self.host = settings.host
+        self.port = settings.port + index
+        self.controller_port = settings.effective_controller_port + index
+        self.data_dir = root
+        self.log_dir = logs
+        self.kraft_dir = root / "kraft"
+        self.pid_file = root / "broker.pid"
+        self.properties = root / "server.properties"
+        self.log_file = logs / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
-    def bootstrap(self) -> str:
-        return self.settings.bootstrap
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
 
-    def status(self) -> BrokerStatus:
-        pid = self._running_pid()
-        return BrokerStatus(
-            running=pid is not None,
-            answering=pid is not None and ping(self.bootstrap, timeout_s=2.0),
-            pid=pid,
-            bootstrap=self.bootstrap,
-            log_file=self.log_file,
-        )
-
-    def start(self) -> BrokerStatus:
-        """Start the broker unless it runs already; return once it answers requests."""
-        pid = self._running_pid()
-        if pid is None:
-            self._check_ports_free()
-            classpath = kafka_broker_classpath(self.settings.jars_dir)
-            java = java_executable()
-            self._write_config()
-            self._format(java, classpath)
-            pid = self._launch(java, classpath)
-            log.info(
-                "broker starting pid=%d bootstrap=%s log=%s", pid, self.bootstrap, self.log_file
-            )
-        self._wait_answering(pid)
-        return self.status()
-
-    def stop(self, timeout_s: float = 30.0) -> bool:
-        """Stop the broker (SIGTERM, then SIGKILL after ``timeout_s``); False if not running."""
-        pid = self._running_pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while self._alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if self._alive(pid):
-            log.warning("broker pid=%d ignored SIGTERM for %.0fs; killing it", pid, timeout_s)
-            os.kill(pid, signal.SIGKILL)
-            while self._alive(pid):
-                time.sleep(0.05)
-        self.pid_file.unlink(missing_ok=True)
-        self._proc = None
-        log.info("broker stopped pid=%d", pid)
-        return True
-
-    # -- process bookkeeping -------------------------------------------------
-
-    def _running_pid(self) -> int | None:
+    def running_pid(self) -> int | None:
         """The pid from the pid file if that process is alive and is this broker."""
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
+        pid = processes.read_pid(self.pid_file)
+        if pid is None or not processes.alive(pid, self.proc):
             return None
-        if not self._alive(pid) or not self._is_ours(pid):
-            return None
-        return pid
+        return pid if processes.runs_with(pid, _MAIN, str(self.properties)) else None
 
-    def _alive(self, pid: int) -> bool:
-        if self._proc is not None and self._proc.pid == pid:
-            return self._proc.poll() is None
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
-            return False
-        except OSError:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return False
-            return True
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-    def _is_ours(self, pid: int) -> bool:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return True  # cannot tell (no /proc): trust the pid file
-        return _MAIN.encode() in cmdline and str(self.properties).encode() in cmdline
-
-    def _check_ports_free(self) -> None:
+    def check_ports_free(self) -> None:
         for port, what, flag in (
-            (self.settings.port, "broker", "--port"),
-            (self.settings.effective_controller_port, "controller", "--controller-port"),
+            (self.port, "broker", "--port"),
+            (self.controller_port, "controller", "--controller-port"),
         ):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
-                    sock.bind((self.settings.host, port))
+                    sock.bind((self.host, port))
                 except OSError as exc:
                     raise BrokerError(
-                        f"the {what} port {self.settings.host}:{port} is taken ({exc.strerror}): "
+                        f"the {what} port {self.host}:{port} is taken ({exc.strerror}): "
                         f"stop what holds it or choose another with {flag}"
                     ) from exc
 
-    # -- configuration and launch --------------------------------------------
+    def cluster_id(self) -> str | None:
+        """The cluster id this node's storage was formatted with, if it was."""
+        meta = self.kraft_dir / "meta.properties"
+        if not meta.exists():
+            return None
+        for line in meta.read_text().splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
+        return None
 
-    def _write_config(self) -> None:
+    def write_config(self, settings: BrokerSettings, voters: str | None) -> None:
+        """``voters`` is the static quorum of several brokers; None: a quorum of this one."""
         self.kraft_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        host, port = self.settings.host, self.settings.port
-        cport = self.settings.effective_controller_port
+        host, port, cport = self.host, self.port, self.controller_port
+        replicas = min(3, settings.brokers)
+        min_isr = 2 if replicas >= 3 else 1
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"{host}:{cport}",
+            "node.id": str(self.node_id),
             "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
             "advertised.listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -185,26 +119,35 @@ class LocalBroker:
             "num.partitions": "1",
             # kiq creates every topic with its partition count; a typo must fail loudly.
             "auto.create.topics.enable": "false",
-            "offsets.topic.replication.factor": "1",
+            "offsets.topic.replication.factor": str(replicas),
             "offsets.topic.num.partitions": "5",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": str(replicas),
+            "transaction.state.log.min.isr": str(min_isr),
             "transaction.state.log.num.partitions": "5",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": str(replicas),
+            "share.coordinator.state.topic.min.isr": str(min_isr),
             "group.initial.rebalance.delay.ms": "0",
             # Lets tests and the demo use short session timeouts (faster failover).
             "group.min.session.timeout.ms": "1000",
         }
+        if voters is None:
+            props["controller.quorum.bootstrap.servers"] = f"{host}:{cport}"
+        else:
+            props["controller.quorum.voters"] = voters
+            # A killed broker leaves the replicas' in-sync sets in 3 s, not 9: until then
+            # writes with acks=all to the partitions it followed wait for it.
+            props["broker.heartbeat.interval.ms"] = "500"
+            props["broker.session.timeout.ms"] = "3000"
         self.properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log_dir=self.log_dir))
 
-    def _format(self, java: Path, classpath: str) -> None:
+    def format(self, java: Path, classpath: str, cluster_id: str, standalone: bool) -> None:
         if (self.kraft_dir / "meta.properties").exists():
             return
         cmd = [str(java), "-Xmx256m", "-cp", classpath, *self._logging_flags()]
-        cmd += [_STORAGE_TOOL, "format", "--standalone", "--ignore-formatted"]
-        cmd += [f"--cluster-id={_cluster_id()}", "-c", str(self.properties)]
+        cmd += [_STORAGE_TOOL, "format", "--ignore-formatted"]
+        cmd += ["--standalone"] if standalone else []
+        cmd += [f"--cluster-id={cluster_id}", "-c", str(self.properties)]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
             raise BrokerError(
@@ -220,12 +163,12 @@ class LocalBroker:
             f"-Dkafka.logs.dir={self.log_dir}",
         ]
 
-    def _launch(self, java: Path, classpath: str) -> int:
-        cmd = [str(java), f"-Xmx{self.settings.heap}", "-Xms128m", "-XX:+UseG1GC"]
+    def launch(self, java: Path, classpath: str, heap: str) -> int:
+        cmd = [str(java), f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC"]
         cmd += ["-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"]
         cmd += [*self._logging_flags(), "-cp", classpath, _MAIN, str(self.properties)]
         with (self.log_dir / "broker.out").open("ab") as out:
-            self._proc = subprocess.Popen(
+            self.proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -233,33 +176,148 @@ class LocalBroker:
                 start_new_session=True,
                 close_fds=True,
             )
-        self.pid_file.write_text(f"{self._proc.pid}\n")
-        return self._proc.pid
+        self.pid_file.write_text(f"{self.proc.pid}\n")
+        log.info("broker %d starting pid=%d log=%s", self.node_id, self.proc.pid, self.log_file)
+        return self.proc.pid
 
-    def _wait_answering(self, pid: int) -> None:
+    def log_tail(self) -> str:
+        return processes.log_tail([self.log_dir / "broker.out", self.log_file])
+
+
+class LocalBroker:
+    """Starts, stops and inspects the local broker(s) described by ``BrokerSettings``."""
+
+    def __init__(self, settings: BrokerSettings) -> None:
+        self.settings = settings
+        self.data_dir = settings.data_dir.resolve()
+        self.log_dir = settings.log_dir.resolve()
+        if settings.brokers == 1:
+            self.nodes = [_Node(settings, 0, self.data_dir, self.log_dir)]
+        else:
+            self.nodes = [
+                _Node(settings, i, self.data_dir / f"node-{i + 1}", self.log_dir / f"node-{i + 1}")
+                for i in range(settings.brokers)
+            ]
+        self.log_file = self.nodes[0].log_file
+
+    @classmethod
+    def on_free_ports(cls, root: Path, brokers: int = 1) -> LocalBroker:
+        """Brokers for tests and benchmarks: free loopback ports, everything under ``root``.
+
+        With several, the ports the OS gives need not be consecutive, so each
+        broker's pair is set after the settings' own.
+        """
+        from kiq.runtime.ports import free_ports
+
+        ports = free_ports(2 * brokers)
+        local = cls(
+            BrokerSettings(
+                port=ports[0],
+                controller_port=ports[1],
+                brokers=brokers,
+                data_dir=root / "data",
+                log_dir=root / "logs",
+            )
+        )
+        for node, i in zip(local.nodes, range(0, 2 * brokers, 2), strict=True):
+            node.port, node.controller_port = ports[i], ports[i + 1]
+        return local
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    def status(self) -> BrokerStatus:
+        pids = tuple(n.running_pid() for n in self.nodes)
+        up = [n.address for n, pid in zip(self.nodes, pids, strict=True) if pid is not None]
+        answering = bool(up) and ping(",".join(up), timeout_s=2.0)
+        return BrokerStatus(
+            running=all(p is not None for p in pids),
+            answering=answering,
+            pid=pids[0],
+            bootstrap=self.bootstrap,
+            log_file=self.log_file,
+            pids=pids,
+            registered=broker_count(",".join(up), timeout_s=2.0) if answering else 0,
+        )
+
+    def start(self) -> BrokerStatus:
+        """Start every broker that does not run; return once all are registered."""
+        down = [n for n in self.nodes if n.running_pid() is None]
+        if down:
+            for node in down:
+                node.check_ports_free()
+            classpath = kafka_broker_classpath(self.settings.jars_dir)
+            java = java_executable()
+            voters = None
+            if len(self.nodes) > 1:
+                voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes)
+            cluster_id = next((c for n in self.nodes if (c := n.cluster_id())), _cluster_id())
+            for node in down:
+                node.write_config(self.settings, voters)
+                node.format(java, classpath, cluster_id, standalone=voters is None)
+            for node in down:
+                node.launch(java, classpath, self.settings.heap)
+            log.info("brokers starting bootstrap=%s log=%s", self.bootstrap, self.log_file)
+        self._wait_registered()
+        return self.status()
+
+    def kill(self, index: int) -> int:
+        """SIGKILL broker ``index`` (from 0), as a crashed machine; ``start`` brings it back."""
+        node = self.nodes[index]
+        pid = node.running_pid()
+        if pid is None:
+            raise BrokerError(f"broker {node.node_id} is not running")
+        os.kill(pid, signal.SIGKILL)
+        while processes.alive(pid, node.proc):
+            time.sleep(0.05)
+        node.pid_file.unlink(missing_ok=True)
+        log.info("broker %d killed pid=%d", node.node_id, pid)
+        return pid
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop every broker (SIGTERM, then SIGKILL after ``timeout_s``); False if none ran."""
+        running = [(n, pid) for n in self.nodes if (pid := n.running_pid()) is not None]
+        for _, pid in running:
+            os.kill(pid, signal.SIGTERM)  # all at once: a quorum shuts down together
+        for node, pid in running:
+            if processes.terminate(pid, timeout_s, node.proc):
+                log.warning("broker pid=%d ignored SIGTERM for %.0fs; killed it", pid, timeout_s)
+            log.info("broker %d stopped pid=%d", node.node_id, pid)
+        for node in self.nodes:
+            node.pid_file.unlink(missing_ok=True)
+            node.proc = None
+        return bool(running)
+
+    def _wait_registered(self) -> None:
         deadline = time.monotonic() + self.settings.start_timeout_s
         while time.monotonic() < deadline:
-            if not self._alive(pid):
-                self.pid_file.unlink(missing_ok=True)
-                raise BrokerError(
-                    f"the broker exited during start-up; last lines of its logs:\n"
-                    f"{self._log_tail()}\nfull log: {self.log_file}"
-                )
-            if ping(self.bootstrap, timeout_s=1.0):
+            for node in self.nodes:
+                pid = processes.read_pid(node.pid_file)
+                if pid is None or not processes.alive(pid, node.proc):
+                    node.pid_file.unlink(missing_ok=True)
+                    raise BrokerError(
+                        f"broker {node.node_id} exited during start-up; last lines of its "
+                        f"logs:\n{node.log_tail()}\nfull log: {node.log_file}"
+                    )
+            if ping(self.bootstrap, timeout_s=1.0) and (
+                len(self.nodes) == 1 or broker_count(self.bootstrap, 2.0) == len(self.nodes)
+            ):
                 return
             time.sleep(0.2)
         raise BrokerError(
-            f"the broker (pid {pid}) does not answer on {self.bootstrap} after "
-            f"{self.settings.start_timeout_s:.0f}s; see {self.log_file}, or stop it with "
+            f"the brokers do not all answer on {self.bootstrap} after "
+            f"{self.settings.start_timeout_s:.0f}s; see {self.log_file}, or stop them with "
             "`kiq broker stop`"
         )
 
-    def _log_tail(self, lines: int = 30) -> str:
-        chunks = []
-        for path in (self.log_dir / "broker.out", self.log_file):
-            if path.exists():
-                chunks.extend(path.read_text(errors="replace").splitlines()[-lines:])
-        return "\n".join(chunks[-lines:]) or "(no log output)"
+
+def started_brokers(data_dir: Path) -> int:
+    """How many brokers a local cluster under ``data_dir`` was laid out with (0: none)."""
+    root = data_dir.resolve()
+    if (root / "server.properties").exists():
+        return 1
+    return len(list(root.glob("node-*/server.properties")))
 
 
 def _cluster_id() -> str:
