@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -121,7 +121,9 @@ class SparkSettings(_Section):
 
     master: str = "local[*]"
     app_name: str = "kiq"
-    checkpoint_dir: Path = Path(".kiq/checkpoints")
+    # A path, or a URI Spark reaches through Hadoop (hdfs://, s3a://, gs://, abfss://).
+    # On a cluster, the driver and every executor must reach the same place.
+    checkpoint_dir: str = ".kiq/checkpoints"
     jars_dir: Path = Field(default_factory=find_jar_cache, description="the connector's jars")
     # State partitions of every stateful query, fixed once a query has a checkpoint.
     # Each is a RocksDB store opened and committed every micro-batch: on a local
@@ -137,9 +139,26 @@ class SparkSettings(_Section):
     ui: bool = False
     conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")
 
+    @field_validator("checkpoint_dir", mode="before")
+    @classmethod
+    def _path_as_text(cls, value: object) -> object:
+        return str(value) if isinstance(value, Path) else value
+
     @property
     def local(self) -> bool:
         return self.master.startswith("local")
+
+    @property
+    def checkpoint_uri(self) -> bool:
+        """Whether checkpoints go to a URI (a shared store) rather than a local path."""
+        return "://" in self.checkpoint_dir
+
+    @property
+    def checkpoint_root(self) -> str:
+        """The checkpoint root as Spark takes it: a URI as given, a path made absolute."""
+        if self.checkpoint_uri:
+            return self.checkpoint_dir.rstrip("/")
+        return str(Path(self.checkpoint_dir).resolve())
 
     @property
     def input_tasks_per_batch(self) -> int | None:

@@ -88,3 +88,14 @@ def test_standalone_cluster_settings(tmp_path: Path):
     status = cluster.status()  # nothing started: stopped, not an error
     assert not status.ready and status.master_pid is None and status.cores == 0
     assert (spark_home() / "bin" / "spark-class").is_file()
+
+
+def test_checkpoints_on_a_shared_store_keep_their_uri(tmp_path: Path):
+    shared = SparkSettings(master="spark://10.0.0.5:7077", checkpoint_dir="s3a://bucket/kiq/")
+    conf = spark_conf(shared, [])
+    assert conf["spark.sql.streaming.checkpointLocation"] == "s3a://bucket/kiq"
+    # the rename(2) manager is for a local disk; a store keeps Spark's own
+    assert "spark.sql.streaming.checkpointFileManagerClass" not in conf
+    local = SparkSettings(checkpoint_dir=tmp_path / "cp")
+    assert local.checkpoint_root == str((tmp_path / "cp").resolve())
+    assert "spark.sql.streaming.checkpointFileManagerClass" in spark_conf(local, [])

@@ -55,7 +55,8 @@ def run(
         typer.Option(help="microbatch, or realtime (stateless queries in Real-Time Mode)"),
     ] = None,
     checkpoint: Annotated[
-        Path | None, typer.Option(help="checkpoint root [.kiq/checkpoints]")
+        str | None,
+        typer.Option(help="checkpoint root: a path, or a URI such as s3a://... [.kiq/checkpoints]"),
     ] = None,
     partitions: Annotated[
         int | None, typer.Option(help="partitions of an input topic that must be created [30]")
@@ -88,7 +89,7 @@ def run(
     )
     opts = StreamOptions(
         bootstrap=conf.bootstrap,
-        checkpoint_root=str(spark.checkpoint_dir.resolve()),
+        checkpoint_root=spark.checkpoint_root,
         trigger=conf.trigger,
         interval=conf.interval,
     )
