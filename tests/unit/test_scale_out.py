@@ -99,3 +99,25 @@ def test_checkpoints_on_a_shared_store_keep_their_uri(tmp_path: Path):
     local = SparkSettings(checkpoint_dir=tmp_path / "cp")
     assert local.checkpoint_root == str((tmp_path / "cp").resolve())
     assert "spark.sql.streaming.checkpointFileManagerClass" in spark_conf(local, [])
+
+
+def test_spark_and_broker_commands_speak_through_the_settings(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from kiq.cli.main import app
+
+    runner = CliRunner()
+    stopped = runner.invoke(app, ["spark", "status", "--port", "1", "--data-dir", str(tmp_path)])
+    assert stopped.exit_code == 1 and "stopped" in stopped.output
+    bad = runner.invoke(app, ["spark", "start", "--worker-cores", "0"])
+    assert bad.exit_code == 1 and "KIQ_SPARK_CLUSTER_WORKER_CORES" in bad.output
+    too_many = runner.invoke(app, ["broker", "start", "--brokers", "10"])
+    assert too_many.exit_code == 1 and "[broker] brokers" in too_many.output
+    # stop finds the three brokers start laid out, without being told how many
+    settings = BrokerSettings(port=1, brokers=3, data_dir=tmp_path / "d", log_dir=tmp_path / "l")
+    for node in LocalBroker(settings).nodes:
+        node.write_config(settings, voters="1@127.0.0.1:4")
+    status = runner.invoke(
+        app, ["broker", "status", "--port", "1", "--data-dir", str(tmp_path / "d")]
+    )
+    assert status.exit_code == 1 and "pids=-,-,-" in status.output
