@@ -72,8 +72,13 @@ def test_stock_pipeline_on_a_standalone_cluster_matches_the_reference(
         tmp_path / "pipeline.log",
         master=status.master_url,
         partitions=PARTITIONS,
-        # Spark's 200 state partitions elsewhere than local: far too many for two cores
-        env={"KIQ_SPARK_SHUFFLE_PARTITIONS": "2", "KIQ_SPARK_DRIVER_MEMORY": "512m"},
+        # off a local master, Spark's 200 state partitions and a task per Kafka partition
+        # are far too many for two cores: as the README says, set both to the cores
+        env={
+            "KIQ_SPARK_SHUFFLE_PARTITIONS": "2",
+            "KIQ_SPARK_INPUT_TASKS": "2",
+            "KIQ_SPARK_DRIVER_MEMORY": "512m",
+        },
     )
     pipeline.start()
     cluster = Cluster(bootstrap, tmp_path, served_tables(topics))

@@ -45,7 +45,8 @@ OUTAGE_S = 10.0
 
 @pytest.fixture
 def kafka(tmp_path: Path) -> Iterator[LocalBroker]:
-    brokers = LocalBroker.on_free_ports(tmp_path / "kafka", brokers=3)
+    # a broker restarted after SIGKILL recovers every log first: slow on a busy machine
+    brokers = LocalBroker.on_free_ports(tmp_path / "kafka", brokers=3, start_timeout_s=180)
     brokers.start()
     yield brokers
     brokers.stop()

@@ -201,7 +201,9 @@ class LocalBroker:
         self.log_file = self.nodes[0].log_file
 
     @classmethod
-    def on_free_ports(cls, root: Path, brokers: int = 1) -> LocalBroker:
+    def on_free_ports(
+        cls, root: Path, brokers: int = 1, start_timeout_s: float = 60.0
+    ) -> LocalBroker:
         """Brokers for tests and benchmarks: free loopback ports, everything under ``root``.
 
         With several, the ports the OS gives need not be consecutive, so each
@@ -215,6 +217,7 @@ class LocalBroker:
                 port=ports[0],
                 controller_port=ports[1],
                 brokers=brokers,
+                start_timeout_s=start_timeout_s,
                 data_dir=root / "data",
                 log_dir=root / "logs",
             )
