@@ -5,8 +5,8 @@ One broker (the default) lays out under ``data_dir``: ``server.properties``,
 log goes to ``log_dir/server.log``, its stdout and stderr to ``log_dir/broker.out``.
 With ``brokers`` > 1 each broker has that layout in ``data_dir/node-N`` and
 ``log_dir/node-N``, and all are controllers of one static quorum: with three, any one
-can die (even the active controller) and the other two go on. Combined nodes start
-faster than separate controllers on a small machine: three JVMs instead of four.
+can die (even the active controller) and the other two go on. Combined nodes: three
+JVMs where separate controllers would make four, on a machine of few cores.
 Start and stop are idempotent; ``start`` returns once every broker is registered.
 """
 
