@@ -151,9 +151,9 @@ def served_tables(topics: StockTopics) -> list[str]:
     ]
 
 
-def wait_topics(bootstrap: str, topics: StockTopics) -> None:
+def wait_topics(bootstrap: str, topics: StockTopics, timeout_s: float = 120) -> None:
     """Until the pipeline has created its table topics."""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if all(topic_partitions(bootstrap, t) == PARTITIONS
                for t in (topics.quotes, topics.bars, topics.day_stats)):  # fmt: skip

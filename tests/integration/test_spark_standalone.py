@@ -83,7 +83,7 @@ def test_stock_pipeline_on_a_standalone_cluster_matches_the_reference(
     pipeline.start()
     cluster = Cluster(bootstrap, tmp_path, served_tables(topics))
     try:
-        wait_topics(bootstrap, topics)
+        wait_topics(bootstrap, topics, timeout_s=300)  # a driver starts slowly on a busy machine
         for i in (1, 2):
             cluster.add(f"n{i}")
         cluster.wait_ready()

@@ -115,7 +115,7 @@ def test_a_broker_killed_under_reads_and_a_feed_loses_nothing(kafka: LocalBroker
     pipeline.start()
     cluster = Cluster(bootstrap, tmp_path, served_tables(topics))
     try:
-        wait_topics(bootstrap, topics)
+        wait_topics(bootstrap, topics, timeout_s=300)  # a driver starts slowly on a busy machine
         for i in (1, 2, 3):
             cluster.add(f"n{i}")
         cluster.wait_ready()

@@ -49,6 +49,11 @@ def read_pid(pid_file: Path) -> int | None:
 def terminate(pid: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
     """SIGTERM, then SIGKILL after ``timeout_s``; True when it had to be killed."""
     os.kill(pid, signal.SIGTERM)
+    return wait_or_kill(pid, timeout_s, proc)
+
+
+def wait_or_kill(pid: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+    """Wait ``timeout_s`` for a process told to stop, then SIGKILL it; True when killed."""
     deadline = time.monotonic() + timeout_s
     while alive(pid, proc) and time.monotonic() < deadline:
         time.sleep(0.1)
