@@ -4,9 +4,9 @@ Three combined broker+controller nodes on loopback; kiq creates every topic with
 replicas and ``min.insync.replicas=2`` because it sees three brokers. With three nodes
 serving, a feed producing and the pipeline running, the broker that is the active
 controller is killed with SIGKILL and restarted once the others have fenced it (ten
-seconds at least). No read on the nodes
-may fail, no node may die, the pipeline must carry on without help, and the tables must
-still equal the reference: no tick lost, none counted twice.
+seconds at least). No read on the nodes may fail, no node may die, the pipeline must
+carry on without help, and the tables must still equal the reference: no tick lost,
+none counted twice.
 """
 
 from __future__ import annotations
