@@ -9,7 +9,8 @@ answers)::
     KiqError               retriable  owner_moved
     ├── ConfigError            -          -        fix the flag/env/TOML named
     ├── SetupError             -          -        run the make target named
-    │   └── BrokerError        -          -        the local broker did not start or stop
+    │   ├── BrokerError        -          -        the local broker did not start or stop
+    │   └── SparkClusterError  -          -        the local Spark cluster did not start or stop
     ├── BadRecord              -          -        dead-letter the record, go on
     ├── StoreClosedError       yes        yes      the partition moved: ask its next replica
     ├── WriteFailed            yes        -        the log did not take a record: retry
@@ -38,6 +39,10 @@ class SetupError(KiqError):
 
 class BrokerError(SetupError):
     """The local Kafka broker could not be started, reached or stopped."""
+
+
+class SparkClusterError(SetupError):
+    """The local Spark standalone master or worker could not be started, reached or stopped."""
 
 
 class BadRecord(KiqError):

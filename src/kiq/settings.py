@@ -90,14 +90,19 @@ class _Section(BaseSettings):
 
 
 class BrokerSettings(_Section):
-    """The local single-node KRaft broker that `kiq broker` runs for development."""
+    """The local KRaft broker (or ``brokers`` of them) that `kiq broker` runs for development.
+
+    With several, broker ``i`` (from 0) listens on ``port + i`` and its controller on
+    ``controller_port + i``; each is a combined broker and controller, a quorum voter.
+    """
 
     table: ClassVar[str] = "broker"
     model_config = SettingsConfigDict(env_prefix="KIQ_BROKER_", frozen=True, extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(9092, ge=1, le=65535)
-    controller_port: int = Field(0, ge=0, le=65535, description="0 means port + 1")
+    controller_port: int = Field(0, ge=0, le=65535, description="0 means port + brokers")
+    brokers: int = Field(1, ge=1, le=9, description="a local cluster of this many brokers")
     data_dir: Path = Path(".kiq/broker/data")
     log_dir: Path = Path(".kiq/broker/logs")
     heap: str = "512m"
@@ -112,11 +117,11 @@ class BrokerSettings(_Section):
 
     @property
     def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+        return ",".join(f"{self.host}:{self.port + i}" for i in range(self.brokers))
 
     @property
     def effective_controller_port(self) -> int:
-        return self.controller_port or self.port + 1
+        return self.controller_port or self.port + self.brokers
 
 
 class SparkSettings(_Section):
@@ -127,7 +132,9 @@ class SparkSettings(_Section):
 
     master: str = "local[*]"
     app_name: str = "kiq"
-    checkpoint_dir: Path = Path(".kiq/checkpoints")
+    # A path, or a URI Spark reaches through Hadoop (hdfs://, s3a://, gs://, abfss://).
+    # On a cluster, the driver and every executor must reach the same place.
+    checkpoint_dir: str = ".kiq/checkpoints"
     jars_dir: Path = Field(default_factory=find_jar_cache, description="the connector's jars")
     # State partitions of every stateful query, fixed once a query has a checkpoint.
     # Each is a RocksDB store opened and committed every micro-batch: on a local
@@ -143,14 +150,58 @@ class SparkSettings(_Section):
     ui: bool = False
     conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")
 
+    @field_validator("checkpoint_dir", mode="before")
+    @classmethod
+    def _path_as_text(cls, value: object) -> object:
+        return str(value) if isinstance(value, Path) else value
+
     @property
     def local(self) -> bool:
         return self.master.startswith("local")
 
     @property
+    def checkpoint_uri(self) -> bool:
+        """Whether checkpoints go to a URI (a shared store) rather than a local path."""
+        return "://" in self.checkpoint_dir
+
+    @property
+    def checkpoint_root(self) -> str:
+        """The checkpoint root as Spark takes it: a URI as given, a path made absolute."""
+        if self.checkpoint_uri:
+            return self.checkpoint_dir.rstrip("/")
+        return str(Path(self.checkpoint_dir).resolve())
+
+    @property
     def input_tasks_per_batch(self) -> int | None:
         """Tasks that read an input per batch; None: Spark's own split (one per partition)."""
         return self.input_tasks or (1 if self.local else None)
+
+
+class SparkClusterSettings(_Section):
+    """The local Spark standalone cluster `kiq spark` runs: one master, one worker, loopback.
+
+    Pipelines use it with ``[spark] master`` set to the URL ``kiq spark start`` prints.
+    """
+
+    table: ClassVar[str] = "spark_cluster"
+    model_config = SettingsConfigDict(env_prefix="KIQ_SPARK_CLUSTER_", frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(7077, ge=1, le=65535, description="the master's port")
+    ui_port: int = Field(0, ge=0, le=65535, description="the master's web UI; 0 means port + 1")
+    worker_cores: int = Field(2, ge=1, description="cores the worker offers to executors")
+    worker_memory: str = Field("2g", description="memory the worker offers to executors")
+    daemon_memory: str = Field("256m", description="heap of the master and worker themselves")
+    data_dir: Path = Path(".kiq/spark")
+    start_timeout_s: float = Field(90.0, gt=0)
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.port}"
+
+    @property
+    def effective_ui_port(self) -> int:
+        return self.ui_port or self.port + 1
 
 
 class PipelineSettings(_Section):

@@ -69,5 +69,5 @@ def spark(spark_settings: SparkSettings):  # -> SparkSession (pyspark imported l
 @pytest.fixture
 def checkpoint(spark_settings: SparkSettings, request: pytest.FixtureRequest) -> str:
     """A checkpoint directory of its own for each test's streaming query."""
-    path: Path = spark_settings.checkpoint_dir / f"{request.node.name}-{uuid.uuid4().hex[:6]}"
+    path = Path(spark_settings.checkpoint_dir) / f"{request.node.name}-{uuid.uuid4().hex[:6]}"
     return str(path)

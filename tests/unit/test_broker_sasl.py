@@ -10,8 +10,9 @@ from kiq.settings import BrokerSettings
 
 
 def properties(broker: LocalBroker) -> dict[str, str]:
-    broker._write_config()
-    lines = broker.properties.read_text().splitlines()
+    node = broker.nodes[0]
+    node.write_config(broker.settings, None, broker.security if broker.settings.sasl else None)
+    lines = node.properties.read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if line)
 
 
@@ -31,7 +32,7 @@ def test_sasl_makes_a_password_once_and_a_plain_listener(tmp_path: Path):
     password = broker.password_file.read_text().strip()
     assert broker.password_file == (tmp_path / "d" / "sasl" / "password").resolve()
     assert stat.S_IMODE(broker.password_file.stat().st_mode) == 0o600
-    assert stat.S_IMODE(broker.properties.stat().st_mode) == 0o600
+    assert stat.S_IMODE(broker.nodes[0].properties.stat().st_mode) == 0o600
     assert len(password) >= 24
     assert props["listeners"].startswith("SASL_PLAINTEXT://127.0.0.1:9300,CONTROLLER://")
     assert props["inter.broker.listener.name"] == "SASL_PLAINTEXT"

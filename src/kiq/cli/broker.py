@@ -1,4 +1,4 @@
-"""`kiq broker start|stop|status`: the local single-node KRaft broker."""
+"""`kiq broker start|stop|status`: the local KRaft broker, or a local cluster of several."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import typer
 from kiq import settings
 from kiq.cli.context import CliState, console, run_or_exit
 from kiq.runtime import BrokerStatus, LocalBroker
+from kiq.runtime.broker import started_brokers
 
 app = typer.Typer(
-    help="Run a local Kafka broker (KRaft, single node) for development.", no_args_is_help=True
+    help="Run a local Kafka broker (KRaft), or a cluster of several, for development.",
+    no_args_is_help=True,
 )
 
 Port = Annotated[int | None, typer.Option(help="client port [default: 9092]")]
@@ -28,6 +30,13 @@ SaslUsername = Annotated[str | None, typer.Option(help="the SASL user [default: 
 SaslPasswordFile = Annotated[
     Path | None, typer.Option(help="its password [default: one made in DATA_DIR/sasl/password]")
 ]
+Brokers = Annotated[
+    int | None,
+    typer.Option(help="brokers of a local cluster, on ports port, port+1, ... [default: 1]"),
+]
+StartedBrokers = Annotated[
+    int | None, typer.Option(help="brokers of the local cluster [default: as started]")
+]
 
 
 def _broker(ctx: typer.Context, **flags: object) -> LocalBroker:
@@ -37,8 +46,30 @@ def _broker(ctx: typer.Context, **flags: object) -> LocalBroker:
     )
 
 
+def _started(ctx: typer.Context, brokers: int | None, **flags: object) -> LocalBroker:
+    """The brokers as `start` laid them out, unless ``--brokers`` says how many."""
+    broker = _broker(ctx, brokers=brokers, **flags)
+    if brokers is None and broker.settings.brokers == 1:
+        found = started_brokers(broker.data_dir)
+        if found > 1:
+            return _broker(ctx, brokers=found, **flags)
+    return broker
+
+
 def _print(status: BrokerStatus) -> None:
-    if status.running and status.answering:
+    if len(status.pids) > 1:
+        pids = ",".join(str(p or "-") for p in status.pids)
+        state = (
+            "[green]running[/]" if status.running and status.answering else "[yellow]partly up[/]"
+        )
+        if not any(status.pids):
+            state = "[red]stopped[/]"
+        console.print(
+            f"brokers {state} pids={pids} registered={status.registered} "
+            f"bootstrap={status.bootstrap} log={status.log_file}",
+            highlight=False,
+        )
+    elif status.running and status.answering:
         console.print(
             f"broker [green]running[/] pid={status.pid} bootstrap={status.bootstrap} "
             f"log={status.log_file}",
@@ -65,10 +96,12 @@ def start(
     sasl: Sasl = None,
     sasl_username: SaslUsername = None,
     sasl_password_file: SaslPasswordFile = None,
+    brokers: Brokers = None,
 ) -> None:
-    """Start the broker (formats storage on first start); returns once it answers."""
+    """Start the broker(s) (formats storage on first start); returns once all answer."""
     broker = _broker(
         ctx,
+        brokers=brokers,
         port=port,
         controller_port=controller_port,
         host=host,
@@ -100,10 +133,12 @@ def stop(
     host: Host = None,
     data_dir: DataDir = None,
     log_dir: LogDir = None,
+    brokers: StartedBrokers = None,
 ) -> None:
     """Stop the broker cleanly (SIGTERM, SIGKILL after 30 s). Fine if it is not running."""
-    broker = _broker(
+    broker = _started(
         ctx,
+        brokers,
         port=port,
         controller_port=controller_port,
         host=host,
@@ -125,10 +160,12 @@ def status(
     sasl: Sasl = None,
     sasl_username: SaslUsername = None,
     sasl_password_file: SaslPasswordFile = None,
+    brokers: StartedBrokers = None,
 ) -> None:
     """Say whether the broker runs and answers; exit 0 only when it does."""
-    broker = _broker(
+    broker = _started(
         ctx,
+        brokers,
         port=port,
         controller_port=controller_port,
         host=host,

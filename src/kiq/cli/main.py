@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kiq.cli import bench, broker, demo, feed, pipeline, serve, up
+from kiq.cli import bench, broker, demo, feed, pipeline, serve, spark, up
 from kiq.cli.context import CliState, run_or_exit
 from kiq.logs import setup_logging
 
@@ -21,6 +21,7 @@ app.add_typer(broker.app, name="broker")
 app.add_typer(feed.app, name="feed")
 app.add_typer(pipeline.app, name="pipeline")
 app.add_typer(bench.app, name="bench")
+app.add_typer(spark.app, name="spark")
 app.command("demo")(demo.demo)
 app.command("serve")(serve.serve)
 app.command("up")(up.up)

@@ -59,7 +59,8 @@ def run(
         ),
     ] = None,
     checkpoint: Annotated[
-        Path | None, typer.Option(help="checkpoint root [.kiq/checkpoints]")
+        str | None,
+        typer.Option(help="checkpoint root: a path, or a URI such as s3a://... [.kiq/checkpoints]"),
     ] = None,
     partitions: Annotated[
         int | None, typer.Option(help="partitions of an input topic that must be created [30]")
@@ -99,7 +100,7 @@ def run(
     use_kafka_security(state.config)
     opts = StreamOptions(
         bootstrap=conf.bootstrap,
-        checkpoint_root=str(spark.checkpoint_dir.resolve()),
+        checkpoint_root=spark.checkpoint_root,
         trigger=conf.trigger,
         interval=conf.interval,
         kafka=spark_options(active()),

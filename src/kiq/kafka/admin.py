@@ -68,6 +68,11 @@ def ping(bootstrap: str, timeout_s: float = 2.0, security: KafkaSecurity | None 
     return bool(md.brokers)
 
 
+def broker_count(bootstrap: str, timeout_s: float = 10.0) -> int:
+    """How many brokers the cluster's metadata lists (those alive and registered)."""
+    return len(_admin(bootstrap).list_topics(timeout=timeout_s).brokers)
+
+
 def topic_partitions(bootstrap: str, topic: str, timeout_s: float = 10.0) -> int | None:
     """The partition count of ``topic``, or None when it does not exist."""
     failures = KAFKA_LOG.auth_failures
@@ -82,23 +87,40 @@ def topic_partitions(bootstrap: str, topic: str, timeout_s: float = 10.0) -> int
     return len(meta.partitions)
 
 
+def replication_for(brokers: int) -> tuple[int, dict[str, str]]:
+    """Replication factor and topic settings for a cluster of ``brokers`` live brokers.
+
+    Three copies where there are three brokers or more, two of which must have a
+    record before a producer with acks=all (every kiq producer, and the pipelines'
+    Kafka sink) hears it is written: one broker may die without losing a record
+    or refusing a write. Fewer brokers give fewer copies; one gives one.
+    """
+    factor = max(1, min(3, brokers))
+    return factor, ({"min.insync.replicas": "2"} if factor >= 3 else {})
+
+
 def create_topics(
     bootstrap: str,
     topics: Mapping[str, int] | Iterable[str],
     *,
     partitions: int = 1,
-    replication_factor: int = 1,
+    replication_factor: int | None = None,
     config: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
 ) -> None:
     """Create topics (name → partition count) and wait until every one has leaders.
 
     An existing topic with the same partition count is fine; a different count is
-    an error, since key → partition would change under the data.
+    an error, since key → partition would change under the data. Without a
+    ``replication_factor``, the cluster decides it (``replication_for``).
     """
     wanted = dict(topics) if isinstance(topics, Mapping) else dict.fromkeys(topics, partitions)
     failures = KAFKA_LOG.auth_failures
     admin = _admin(bootstrap)
+    if replication_factor is None:
+        brokers = len(admin.list_topics(timeout=timeout_s).brokers)
+        replication_factor, durable = replication_for(brokers)
+        config = {**durable, **(config or {})}
     futures = admin.create_topics(
         [
             NewTopic(

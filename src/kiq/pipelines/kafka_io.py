@@ -95,6 +95,9 @@ def write_topic(
         .option("kafka.bootstrap.servers", opts.bootstrap)
         .options(**opts.kafka)
         .option("checkpointLocation", f"{opts.checkpoint_root}/{name}")
+        # every in-sync replica has a batch's records before the batch commits (the Java
+        # client's default too, said here so a replicated cluster never depends on it)
+        .option("kafka.acks", "all")
         .outputMode(mode)
         .options(**dict(options or {}))
     )

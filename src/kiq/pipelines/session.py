@@ -35,22 +35,30 @@ def spark_conf(settings: SparkSettings, jars: list[Path]) -> dict[str, str]:
         "spark.jars": ",".join(str(j) for j in jars),
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.streaming.checkpointLocation": str(settings.checkpoint_dir.resolve()),
-        "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
+        "spark.sql.streaming.checkpointLocation": settings.checkpoint_root,
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": settings.driver_memory,
         "spark.ui.enabled": str(settings.ui).lower(),
         "spark.ui.showConsoleProgress": "false",
     }
+    if not settings.checkpoint_uri:
+        conf["spark.sql.streaming.checkpointFileManagerClass"] = CHECKPOINT_FILE_MANAGER
     local = settings.master.startswith("local")
     if settings.shuffle_partitions or local:
         conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions or 1)
-    if local:
-        # A local driver needs no address beyond loopback.
+    if local or _on_loopback(settings.master):
+        # A local driver, or one whose cluster runs on this machine's loopback (`kiq spark
+        # start`), needs no address beyond loopback; executors elsewhere need the host's.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     conf.update(settings.conf)
     return conf
+
+
+def _on_loopback(master: str) -> bool:
+    """A ``spark://`` master on this machine's loopback."""
+    host = master.removeprefix("spark://").rsplit(":", 1)[0]
+    return master.startswith("spark://") and host in ("127.0.0.1", "localhost")
 
 
 def build_session(settings: SparkSettings, app_name: str | None = None) -> SparkSession:
@@ -61,7 +69,8 @@ def build_session(settings: SparkSettings, app_name: str | None = None) -> Spark
     jars = spark_connector_jars(settings.jars_dir)
     partitioner = partitioner_jar(settings.jars_dir)
     jars += [partitioner] if partitioner else []
-    settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    if not settings.checkpoint_uri:
+        Path(settings.checkpoint_root).mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.master(settings.master).appName(app_name or settings.app_name)
     for key, value in spark_conf(settings, jars).items():
         builder = builder.config(key, value)
@@ -72,4 +81,4 @@ def build_session(settings: SparkSettings, app_name: str | None = None) -> Spark
 
 def checkpoint_for(settings: SparkSettings, query_name: str) -> str:
     """The checkpoint directory of one streaming query: one per query, never shared."""
-    return str((settings.checkpoint_dir / query_name).resolve())
+    return f"{settings.checkpoint_root}/{query_name}"

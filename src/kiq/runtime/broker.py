@@ -1,9 +1,13 @@
-"""A local single-node Kafka broker in KRaft mode (combined broker + controller).
+"""A local Kafka cluster in KRaft mode: one combined broker + controller, or several.
 
-Layout under ``data_dir``: ``server.properties``, ``log4j2.properties``,
-``broker.pid`` and ``kraft/`` (Kafka's ``log.dirs``). The broker's own log goes
-to ``log_dir/server.log``; its stdout and stderr to ``log_dir/broker.out``.
-Start and stop are idempotent; ``start`` returns once the broker answers.
+One broker (the default) lays out under ``data_dir``: ``server.properties``,
+``log4j2.properties``, ``broker.pid`` and ``kraft/`` (Kafka's ``log.dirs``); its own
+log goes to ``log_dir/server.log``, its stdout and stderr to ``log_dir/broker.out``.
+With ``brokers`` > 1 each broker has that layout in ``data_dir/node-N`` and
+``log_dir/node-N``, and all are controllers of one static quorum: with three, any one
+can die (even the active controller) and the other two go on. Combined nodes: three
+JVMs where separate controllers would make four, on a machine of few cores.
+Start and stop are idempotent; ``start`` returns once every broker is registered.
 
 With ``sasl`` the client port is a SASL_PLAINTEXT listener (mechanism PLAIN) with
 one user, for developing and testing kiq's Kafka security: its password is
@@ -24,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiq.errors import BrokerError
-from kiq.kafka import ping
+from kiq.kafka import broker_count, ping
 from kiq.kafka.security import KafkaSecurity
+from kiq.runtime import processes
 from kiq.runtime.jars import kafka_broker_classpath
 from kiq.runtime.java import java_executable
 from kiq.settings import BrokerSettings
@@ -38,47 +43,224 @@ _STORAGE_TOOL = "kafka.tools.StorageTool"
 
 @dataclass(frozen=True)
 class BrokerStatus:
-    """What `kiq broker status` reports; ``running`` means the process is alive."""
+    """What `kiq broker status` reports; ``running`` means every broker's process is alive."""
 
     running: bool
     answering: bool
     pid: int | None
     bootstrap: str
     log_file: Path
+    pids: tuple[int | None, ...] = ()  # one per broker, None for one that is down
+    registered: int = 0  # brokers the cluster's metadata lists
+
+
+class _Node:
+    """One broker process: its ports, directories, pid file and configuration."""
+
+    def __init__(self, settings: BrokerSettings, index: int, root: Path, logs: Path) -> None:
+        self.node_id = index + 1
+        self.host = settings.host
+        self.port = settings.port + index
+        self.controller_port = settings.effective_controller_port + index
+        self.data_dir = root
+        self.log_dir = logs
+        self.kraft_dir = root / "kraft"
+        self.pid_file = root / "broker.pid"
+        self.properties = root / "server.properties"
+        self.log_file = logs / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def running_pid(self) -> int | None:
+        """The pid from the pid file if that process is alive and is this broker."""
+        pid = processes.read_pid(self.pid_file)
+        if pid is None or not processes.alive(pid, self.proc):
+            return None
+        return pid if processes.runs_with(pid, _MAIN, str(self.properties)) else None
+
+    def check_ports_free(self) -> None:
+        for port, what, flag in (
+            (self.port, "broker", "--port"),
+            (self.controller_port, "controller", "--controller-port"),
+        ):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((self.host, port))
+                except OSError as exc:
+                    raise BrokerError(
+                        f"the {what} port {self.host}:{port} is taken ({exc.strerror}): "
+                        f"stop what holds it or choose another with {flag}"
+                    ) from exc
+
+    def cluster_id(self) -> str | None:
+        """The cluster id this node's storage was formatted with, if it was."""
+        meta = self.kraft_dir / "meta.properties"
+        if not meta.exists():
+            return None
+        for line in meta.read_text().splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
+        return None
+
+    def write_config(
+        self, settings: BrokerSettings, voters: str | None, sasl: KafkaSecurity | None = None
+    ) -> None:
+        """``voters`` is the static quorum of several brokers; None: a quorum of this one.
+        ``sasl``: the client listener's one PLAIN user."""
+        self.kraft_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        host, port, cport = self.host, self.port, self.controller_port
+        replicas = min(3, settings.brokers)
+        min_isr = 2 if replicas >= 3 else 1
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(self.node_id),
+            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.kraft_dir),
+            "num.partitions": "1",
+            # kiq creates every topic with its partition count; a typo must fail loudly.
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": str(replicas),
+            "offsets.topic.num.partitions": "5",
+            "transaction.state.log.replication.factor": str(replicas),
+            "transaction.state.log.min.isr": str(min_isr),
+            "transaction.state.log.num.partitions": "5",
+            "share.coordinator.state.topic.replication.factor": str(replicas),
+            "share.coordinator.state.topic.min.isr": str(min_isr),
+            "group.initial.rebalance.delay.ms": "0",
+            # Lets tests and the demo use short session timeouts (faster failover).
+            "group.min.session.timeout.ms": "1000",
+        }
+        if voters is None:
+            props["controller.quorum.bootstrap.servers"] = f"{host}:{cport}"
+        else:
+            # Kafka's own broker session (9 s): until a killed broker is fenced, writes with
+            # acks=all to the partitions it followed wait for it. A shorter one fenced
+            # healthy brokers whose heartbeats a loaded 2-core machine delayed.
+            props["controller.quorum.voters"] = voters
+        if sasl is not None:
+            props.update(self._sasl_properties(sasl))
+        self.properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        if sasl is not None:
+            self.properties.chmod(0o600)  # it holds the password
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log_dir=self.log_dir))
+
+    def _sasl_properties(self, user: KafkaSecurity) -> dict[str, str]:
+        """The client listener as SASL_PLAINTEXT with PLAIN; brokers talk to each other on it."""
+        host, port, cport = self.host, self.port, self.controller_port
+        login = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{user.username}" password="{user.password}" '
+            f'user_{user.username}="{user.password}";'
+        )
+        listeners = f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}"
+        return {
+            "listeners": listeners,
+            "advertised.listeners": listeners,
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": login,
+        }
+
+    def format(self, java: Path, classpath: str, cluster_id: str, standalone: bool) -> None:
+        if (self.kraft_dir / "meta.properties").exists():
+            return
+        cmd = [str(java), "-Xmx256m", "-cp", classpath, *self._logging_flags()]
+        cmd += [_STORAGE_TOOL, "format", "--ignore-formatted"]
+        cmd += ["--standalone"] if standalone else []
+        cmd += [f"--cluster-id={cluster_id}", "-c", str(self.properties)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        if out.returncode != 0:
+            raise BrokerError(
+                f"formatting the broker storage in {self.kraft_dir} failed "
+                f"(exit {out.returncode}):\n{(out.stderr or out.stdout).strip()[-2000:]}\n"
+                f"remove {self.data_dir} to start from scratch"
+            )
+        log.info("broker storage formatted dir=%s", self.kraft_dir)
+
+    def _logging_flags(self) -> list[str]:
+        return [
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.log_dir}",
+        ]
+
+    def launch(self, java: Path, classpath: str, heap: str) -> int:
+        cmd = [str(java), f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC"]
+        cmd += ["-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"]
+        cmd += [*self._logging_flags(), "-cp", classpath, _MAIN, str(self.properties)]
+        with (self.log_dir / "broker.out").open("ab") as out:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self.pid_file.write_text(f"{self.proc.pid}\n")
+        log.info("broker %d starting pid=%d log=%s", self.node_id, self.proc.pid, self.log_file)
+        return self.proc.pid
+
+    def log_tail(self) -> str:
+        return processes.log_tail([self.log_dir / "broker.out", self.log_file])
 
 
 class LocalBroker:
-    """Starts, stops and inspects one local broker described by ``BrokerSettings``."""
+    """Starts, stops and inspects the local broker(s) described by ``BrokerSettings``."""
 
     def __init__(self, settings: BrokerSettings) -> None:
         self.settings = settings
         self.data_dir = settings.data_dir.resolve()
         self.log_dir = settings.log_dir.resolve()
-        self.kraft_dir = self.data_dir / "kraft"
-        self.pid_file = self.data_dir / "broker.pid"
-        self.properties = self.data_dir / "server.properties"
-        self.log_file = self.log_dir / "server.log"
-        self._proc: subprocess.Popen[bytes] | None = None
+        if settings.brokers == 1:
+            self.nodes = [_Node(settings, 0, self.data_dir, self.log_dir)]
+        else:
+            self.nodes = [
+                _Node(settings, i, self.data_dir / f"node-{i + 1}", self.log_dir / f"node-{i + 1}")
+                for i in range(settings.brokers)
+            ]
+        self.log_file = self.nodes[0].log_file
 
     @classmethod
-    def on_free_ports(cls, root: Path, sasl: bool = False) -> LocalBroker:
-        """A broker for tests and benchmarks: free loopback ports, everything under ``root``."""
+    def on_free_ports(
+        cls, root: Path, brokers: int = 1, start_timeout_s: float = 60.0, sasl: bool = False
+    ) -> LocalBroker:
+        """Brokers for tests and benchmarks: free loopback ports, everything under ``root``.
+
+        With several, the ports the OS gives need not be consecutive, so each
+        broker's pair is set after the settings' own.
+        """
         from kiq.runtime.ports import free_ports
 
-        port, controller = free_ports(2)
-        return cls(
+        ports = free_ports(2 * brokers)
+        local = cls(
             BrokerSettings(
-                port=port,
-                controller_port=controller,
+                port=ports[0],
+                controller_port=ports[1],
+                brokers=brokers,
+                start_timeout_s=start_timeout_s,
                 data_dir=root / "data",
                 log_dir=root / "logs",
                 sasl=sasl,
             )
         )
+        for node, i in zip(local.nodes, range(0, 2 * brokers, 2), strict=True):
+            node.port, node.controller_port = ports[i], ports[i + 1]
+        return local
 
     @property
     def bootstrap(self) -> str:
-        return self.settings.bootstrap
+        return ",".join(n.address for n in self.nodes)
 
     @property
     def password_file(self) -> Path:
@@ -88,7 +270,7 @@ class LocalBroker:
 
     @property
     def security(self) -> KafkaSecurity:
-        """What a client of this broker authenticates with (PLAINTEXT without ``sasl``)."""
+        """What a client of these brokers authenticates with (PLAINTEXT without ``sasl``)."""
         if not self.settings.sasl:
             return KafkaSecurity()
         return KafkaSecurity(
@@ -110,221 +292,101 @@ class LocalBroker:
         return password
 
     def status(self) -> BrokerStatus:
-        pid = self._running_pid()
+        pids = tuple(n.running_pid() for n in self.nodes)
+        up = [n.address for n, pid in zip(self.nodes, pids, strict=True) if pid is not None]
+        answering = bool(up) and ping(",".join(up), timeout_s=2.0, security=self.security)
         return BrokerStatus(
-            running=pid is not None,
-            answering=pid is not None
-            and ping(self.bootstrap, timeout_s=2.0, security=self.security),
-            pid=pid,
+            running=all(p is not None for p in pids),
+            answering=answering,
+            pid=pids[0],
             bootstrap=self.bootstrap,
             log_file=self.log_file,
+            pids=pids,
+            registered=(
+                broker_count(",".join(up), timeout_s=2.0)
+                if answering and len(self.nodes) > 1
+                else int(answering)
+            ),
         )
 
     def start(self) -> BrokerStatus:
-        """Start the broker unless it runs already; return once it answers requests."""
-        pid = self._running_pid()
-        if pid is None:
-            self._check_ports_free()
+        """Start every broker that does not run; return once all are registered."""
+        down = [n for n in self.nodes if n.running_pid() is None]
+        if down:
+            for node in down:
+                node.check_ports_free()
             classpath = kafka_broker_classpath(self.settings.jars_dir)
             java = java_executable()
-            self._write_config()
-            self._format(java, classpath)
-            pid = self._launch(java, classpath)
-            log.info(
-                "broker starting pid=%d bootstrap=%s log=%s", pid, self.bootstrap, self.log_file
-            )
-        self._wait_answering(pid)
+            voters = None
+            if len(self.nodes) > 1:
+                voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes)
+            cluster_id = next((c for n in self.nodes if (c := n.cluster_id())), _cluster_id())
+            sasl = self.security if self.settings.sasl else None
+            for node in down:
+                node.write_config(self.settings, voters, sasl)
+                node.format(java, classpath, cluster_id, standalone=voters is None)
+            for node in down:
+                node.launch(java, classpath, self.settings.heap)
+            log.info("brokers starting bootstrap=%s log=%s", self.bootstrap, self.log_file)
+        self._wait_registered()
         return self.status()
 
-    def stop(self, timeout_s: float = 30.0) -> bool:
-        """Stop the broker (SIGTERM, then SIGKILL after ``timeout_s``); False if not running."""
-        pid = self._running_pid()
+    def kill(self, index: int) -> int:
+        """SIGKILL broker ``index`` (from 0), as a crashed machine; ``start`` brings it back."""
+        node = self.nodes[index]
+        pid = node.running_pid()
         if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while self._alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if self._alive(pid):
-            log.warning("broker pid=%d ignored SIGTERM for %.0fs; killing it", pid, timeout_s)
-            os.kill(pid, signal.SIGKILL)
-            while self._alive(pid):
-                time.sleep(0.05)
-        self.pid_file.unlink(missing_ok=True)
-        self._proc = None
-        log.info("broker stopped pid=%d", pid)
-        return True
-
-    # -- process bookkeeping -------------------------------------------------
-
-    def _running_pid(self) -> int | None:
-        """The pid from the pid file if that process is alive and is this broker."""
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        if not self._alive(pid) or not self._is_ours(pid):
-            return None
+            raise BrokerError(f"broker {node.node_id} is not running")
+        os.kill(pid, signal.SIGKILL)
+        while processes.alive(pid, node.proc):
+            time.sleep(0.05)
+        node.pid_file.unlink(missing_ok=True)
+        log.info("broker %d killed pid=%d", node.node_id, pid)
         return pid
 
-    def _alive(self, pid: int) -> bool:
-        if self._proc is not None and self._proc.pid == pid:
-            return self._proc.poll() is None
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
-            return False
-        except OSError:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return False
-            return True
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop every broker (SIGTERM, then SIGKILL after ``timeout_s``); False if none ran."""
+        running = [(n, pid) for n in self.nodes if (pid := n.running_pid()) is not None]
+        for _, pid in running:
+            os.kill(pid, signal.SIGTERM)  # all at once: a quorum shuts down together
+        for node, pid in running:
+            if processes.wait_or_kill(pid, timeout_s, node.proc):
+                log.warning("broker pid=%d ignored SIGTERM for %.0fs; killed it", pid, timeout_s)
+            log.info("broker %d stopped pid=%d", node.node_id, pid)
+        for node in self.nodes:
+            node.pid_file.unlink(missing_ok=True)
+            node.proc = None
+        return bool(running)
 
-    def _is_ours(self, pid: int) -> bool:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return True  # cannot tell (no /proc): trust the pid file
-        return _MAIN.encode() in cmdline and str(self.properties).encode() in cmdline
-
-    def _check_ports_free(self) -> None:
-        for port, what, flag in (
-            (self.settings.port, "broker", "--port"),
-            (self.settings.effective_controller_port, "controller", "--controller-port"),
-        ):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind((self.settings.host, port))
-                except OSError as exc:
-                    raise BrokerError(
-                        f"the {what} port {self.settings.host}:{port} is taken ({exc.strerror}): "
-                        f"stop what holds it or choose another with {flag}"
-                    ) from exc
-
-    # -- configuration and launch --------------------------------------------
-
-    def _write_config(self) -> None:
-        self.kraft_dir.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        host, port = self.settings.host, self.settings.port
-        cport = self.settings.effective_controller_port
-        props = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"{host}:{cport}",
-            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
-            "advertised.listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "log.dirs": str(self.kraft_dir),
-            "num.partitions": "1",
-            # kiq creates every topic with its partition count; a typo must fail loudly.
-            "auto.create.topics.enable": "false",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "5",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "5",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            # Lets tests and the demo use short session timeouts (faster failover).
-            "group.min.session.timeout.ms": "1000",
-        }
-        if self.settings.sasl:
-            props.update(self._sasl_properties())
-        self.properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        if self.settings.sasl:
-            self.properties.chmod(0o600)  # it holds the password
-        (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log_dir=self.log_dir))
-
-    def _sasl_properties(self) -> dict[str, str]:
-        """The client listener as SASL_PLAINTEXT with PLAIN; the broker talks to itself on it."""
-        host, port = self.settings.host, self.settings.port
-        cport = self.settings.effective_controller_port
-        user = self.security
-        login = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule required "
-            f'username="{user.username}" password="{user.password}" '
-            f'user_{user.username}="{user.password}";'
-        )
-        return {
-            "listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
-            "advertised.listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
-            "inter.broker.listener.name": "SASL_PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-            "sasl.enabled.mechanisms": "PLAIN",
-            "sasl.mechanism.inter.broker.protocol": "PLAIN",
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config": login,
-        }
-
-    def _format(self, java: Path, classpath: str) -> None:
-        if (self.kraft_dir / "meta.properties").exists():
-            return
-        cmd = [str(java), "-Xmx256m", "-cp", classpath, *self._logging_flags()]
-        cmd += [_STORAGE_TOOL, "format", "--standalone", "--ignore-formatted"]
-        cmd += [f"--cluster-id={_cluster_id()}", "-c", str(self.properties)]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-        if out.returncode != 0:
-            raise BrokerError(
-                f"formatting the broker storage in {self.kraft_dir} failed "
-                f"(exit {out.returncode}):\n{(out.stderr or out.stdout).strip()[-2000:]}\n"
-                f"remove {self.data_dir} to start from scratch"
-            )
-        log.info("broker storage formatted dir=%s", self.kraft_dir)
-
-    def _logging_flags(self) -> list[str]:
-        return [
-            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={self.log_dir}",
-        ]
-
-    def _launch(self, java: Path, classpath: str) -> int:
-        cmd = [str(java), f"-Xmx{self.settings.heap}", "-Xms128m", "-XX:+UseG1GC"]
-        cmd += ["-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"]
-        cmd += [*self._logging_flags(), "-cp", classpath, _MAIN, str(self.properties)]
-        with (self.log_dir / "broker.out").open("ab") as out:
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
-        self.pid_file.write_text(f"{self._proc.pid}\n")
-        return self._proc.pid
-
-    def _wait_answering(self, pid: int) -> None:
-        security = self.security
+    def _wait_registered(self) -> None:
         deadline = time.monotonic() + self.settings.start_timeout_s
         while time.monotonic() < deadline:
-            if not self._alive(pid):
-                self.pid_file.unlink(missing_ok=True)
-                raise BrokerError(
-                    f"the broker exited during start-up; last lines of its logs:\n"
-                    f"{self._log_tail()}\nfull log: {self.log_file}"
-                )
-            if ping(self.bootstrap, timeout_s=1.0, security=security):
+            for node in self.nodes:
+                pid = processes.read_pid(node.pid_file)
+                if pid is None or not processes.alive(pid, node.proc):
+                    node.pid_file.unlink(missing_ok=True)
+                    raise BrokerError(
+                        f"broker {node.node_id} exited during start-up; last lines of its "
+                        f"logs:\n{node.log_tail()}\nfull log: {node.log_file}"
+                    )
+            if ping(self.bootstrap, timeout_s=1.0, security=self.security) and (
+                len(self.nodes) == 1 or broker_count(self.bootstrap, 2.0) == len(self.nodes)
+            ):
                 return
             time.sleep(0.2)
         raise BrokerError(
-            f"the broker (pid {pid}) does not answer on {self.bootstrap} after "
-            f"{self.settings.start_timeout_s:.0f}s; see {self.log_file}, or stop it with "
+            f"the brokers do not all answer on {self.bootstrap} after "
+            f"{self.settings.start_timeout_s:.0f}s; see {self.log_file}, or stop them with "
             "`kiq broker stop`"
         )
 
-    def _log_tail(self, lines: int = 30) -> str:
-        chunks = []
-        for path in (self.log_dir / "broker.out", self.log_file):
-            if path.exists():
-                chunks.extend(path.read_text(errors="replace").splitlines()[-lines:])
-        return "\n".join(chunks[-lines:]) or "(no log output)"
+
+def started_brokers(data_dir: Path) -> int:
+    """How many brokers a local cluster under ``data_dir`` was laid out with (0: none)."""
+    root = data_dir.resolve()
+    if (root / "server.properties").exists():
+        return 1
+    return len(list(root.glob("node-*/server.properties")))
 
 
 def _cluster_id() -> str:

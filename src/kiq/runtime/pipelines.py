@@ -27,6 +27,7 @@ class LocalPipeline:
     trigger: str = "auto"
     partitions: int = 30
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # over this process's environment
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LocalPipeline:
@@ -43,6 +44,7 @@ class LocalPipeline:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env},
                 start_new_session=True,
             )
         return self

@@ -1,0 +1,104 @@
+"""`kiq spark start|stop|status`: a local Spark standalone master and worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kiq import settings
+from kiq.cli.context import CliState, console, run_or_exit
+from kiq.runtime.spark_cluster import LocalSparkCluster, SparkClusterStatus
+
+app = typer.Typer(
+    help="Run a local Spark standalone cluster (one master, one worker) for pipelines.",
+    no_args_is_help=True,
+)
+
+Port = Annotated[int | None, typer.Option(help="the master's port [default: 7077]")]
+UiPort = Annotated[int | None, typer.Option(help="the master's web UI [default: port+1]")]
+Host = Annotated[str | None, typer.Option(help="address to bind [default: 127.0.0.1]")]
+DataDir = Annotated[
+    Path | None, typer.Option(help="pid files, logs, work dirs [default: .kiq/spark]")
+]
+WorkerCores = Annotated[int | None, typer.Option(help="cores for executors [default: 2]")]
+WorkerMemory = Annotated[str | None, typer.Option(help="memory for executors [default: 2g]")]
+
+
+def _cluster(ctx: typer.Context, **flags: object) -> LocalSparkCluster:
+    state: CliState = ctx.obj
+    return LocalSparkCluster(
+        run_or_exit(lambda: settings.load(settings.SparkClusterSettings, state.config, **flags))
+    )
+
+
+def _print(status: SparkClusterStatus) -> None:
+    if status.ready:
+        console.print(
+            f"spark [green]running[/] master={status.master_url} cores={status.cores} "
+            f"ui={status.ui_url} pids={status.master_pid},{status.worker_pid} "
+            f"logs={status.log_dir}",
+            highlight=False,
+        )
+    elif status.master_pid or status.worker_pid:
+        console.print(
+            f"spark [yellow]not ready[/] master={status.master_url} "
+            f"master_pid={status.master_pid} worker_pid={status.worker_pid} "
+            f"logs={status.log_dir}",
+            highlight=False,
+        )
+    else:
+        console.print(f"spark [red]stopped[/] master={status.master_url}", highlight=False)
+
+
+@app.command()
+def start(
+    ctx: typer.Context,
+    port: Port = None,
+    ui_port: UiPort = None,
+    host: Host = None,
+    data_dir: DataDir = None,
+    worker_cores: WorkerCores = None,
+    worker_memory: WorkerMemory = None,
+) -> None:
+    """Start the master and the worker; returns once the worker has registered."""
+    cluster = _cluster(
+        ctx,
+        port=port,
+        ui_port=ui_port,
+        host=host,
+        data_dir=data_dir,
+        worker_cores=worker_cores,
+        worker_memory=worker_memory,
+    )
+    with console.status(f"starting Spark on {cluster.master_url} ..."):
+        status = run_or_exit(cluster.start)
+    _print(status)
+    console.print(f"run pipelines on it: kiq pipeline run ... --master {status.master_url}")
+
+
+@app.command()
+def stop(
+    ctx: typer.Context, port: Port = None, host: Host = None, data_dir: DataDir = None
+) -> None:
+    """Stop the worker (and its executors) and the master. Fine if they are not running."""
+    cluster = _cluster(ctx, port=port, host=host, data_dir=data_dir)
+    stopped = run_or_exit(cluster.stop)
+    console.print("spark stopped" if stopped else "spark was not running")
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    port: Port = None,
+    ui_port: UiPort = None,
+    host: Host = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Say whether the master runs with a live worker; exit 0 only when it does."""
+    cluster = _cluster(ctx, port=port, ui_port=ui_port, host=host, data_dir=data_dir)
+    current = run_or_exit(cluster.status)
+    _print(current)
+    if not current.ready:
+        raise typer.Exit(1)
