@@ -81,18 +81,13 @@ def run_broker_restart(cfg: BrokerRestartConfig) -> dict[str, object]:
                 )
         stats = load.stats
         died = [n.node_id for n in nodes if not n.running]  # before the stack stops them
-    latencies = [done - sent for sent, done, _, _ in stats.answered]
     visible = [_visible_s(o) for o in outages]
     return {
         "scenario": "broker-restart",
         "restarts": cfg.restarts,
         "outage_s": cfg.outage_s,
         "nodes": cfg.nodes,
-        "reads": stats.sent,
-        "failed_reads": len(stats.failures),
-        "failures_sample": [f[1:] for f in stats.failures[:5]],
-        "stale_reads": stats.stale,
-        "worst_read_ms": round(1000 * max(latencies, default=0.0), 1),
+        **stats.summary(),
         "nodes_died": died,
         "records_lost": visible.count(None),
         "max_log_lines_per_node_per_outage": max(

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from kiq.bench.reader import LoadStats, ReaderLoad
+from kiq.bench.reader import ReaderLoad
 from kiq.bench.stack import Stack, local_stack
 from kiq.errors import ConfigError, KiqError
 from kiq.kafka import create_topics, delete_topics
@@ -128,13 +128,13 @@ def _fill_the_disk(
             lambda: _ready(node) == 200 and not _stale(node, "big", latest), cfg.within_s
         )
         recovery_s = round(time.monotonic() - freed_at, 1) if caught_up else None
-    stats = _merge(small_load.stats, big_load.stats)
+    stats = small_load.stats.merged(big_load.stats)
     node.stop()
     node.start()
     node.wait_ready(cfg.within_s)
     lost = _stale(node, "big", latest)
     return {
-        **_reads(stats),
+        **stats.summary(),
         "records_lost": len(lost),
         "lost_sample": lost[:5],
         "not_ready_after_s": not_ready_after_s,
@@ -174,7 +174,7 @@ def _large_values(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
         {k for n in nodes for k in keys if _raw(n, "docs", k) != orjson.dumps(_document(k, 2))}
     )
     return {
-        **_reads(load.stats),
+        **load.stats.summary(),
         "value_bytes": len(orjson.dumps(_document(keys[0], 2))),
         "records_lost": len(lost),
         "lost_sample": lost[:5],
@@ -213,7 +213,7 @@ def _topic_recreated(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
     lost = sorted({k for n in nodes for k in both if _got(n, k) != 2})
     old = sorted({f"k{i}" for n in nodes for i in range(10, 60) if _got(n, f"k{i}") != 404})
     return {
-        **_reads(load.stats),
+        **load.stats.summary(),
         "records_lost": len(lost),
         "lost_sample": lost[:5],
         "old_records_still_served": len(old),
@@ -332,25 +332,3 @@ def _until(done: Callable[[], bool], timeout_s: float) -> bool:
             return False
         time.sleep(0.2)
     return True
-
-
-def _merge(*loads: LoadStats) -> LoadStats:
-    merged = LoadStats()
-    for stats in loads:
-        merged.sent += stats.sent
-        merged.ok += stats.ok
-        merged.stale += stats.stale
-        merged.failures.extend(stats.failures)
-        merged.answered.extend(stats.answered)
-    return merged
-
-
-def _reads(stats: LoadStats) -> dict[str, object]:
-    latencies = [done - sent for sent, done, _, _ in stats.answered]
-    return {
-        "reads": stats.sent,
-        "failed_reads": len(stats.failures),
-        "failures_sample": [f[1:] for f in stats.failures[:5]],
-        "stale_reads": stats.stale,
-        "worst_read_ms": round(1000 * max(latencies, default=0.0), 1),
-    }

@@ -39,7 +39,6 @@ from kiq.bench.cluster import start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import TABLE, key_of, load_quotes
 from kiq.bench.reader import LoadStats, ReaderLoad
 from kiq.bench.stack import CLUSTER, Stack, local_stack
-from kiq.bench.stats import percentile
 from kiq.errors import ConfigError, KiqError
 from kiq.runtime import LocalNode
 
@@ -270,15 +269,9 @@ _SCENARIOS: dict[str, Callable[[_Run], dict[str, object]]] = {
 
 
 def _reads(stats: LoadStats, fault_at: float) -> dict[str, object]:
-    latencies = [done - sent for sent, done, _, _ in stats.answered]
     slowest = sorted(stats.answered, key=lambda a: a[0] - a[1])[:5]
     return {
-        "reads": stats.sent,
-        "failed_reads": len(stats.failures),
-        "failures_sample": [f[1:] for f in stats.failures[:5]],
-        "stale_reads": stats.stale,
-        "p99_read_ms": round(1000 * percentile(latencies, 99), 1) if latencies else 0.0,
-        "worst_read_ms": round(1000 * max(latencies, default=0.0), 1),
+        **stats.summary(),
         # (seconds from the fault to the read, its ms, its partition)
         "slowest_reads": [
             (round(sent - fault_at, 2), round(1000 * (done - sent), 1), partition)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -27,11 +26,10 @@ import orjson
 from kiq import catalog
 from kiq.bench import stock_reference as reference
 from kiq.bench.cluster import start_nodes, wait_settled
-from kiq.bench.probes import FEED_LINGER_MS, Prober
+from kiq.bench.probes import Prober
 from kiq.bench.reader import ReaderLoad
-from kiq.bench.stack import local_stack
+from kiq.bench.stack import TickFeed, local_stack
 from kiq.errors import ConfigError
-from kiq.feeds import TickProducer, TickSimulator, pace
 from kiq.feeds.symbols import SYMBOLS
 from kiq.kafka.records import read_topic
 from kiq.runtime import LocalNode
@@ -63,13 +61,7 @@ def run_driver_kill(cfg: DriverKillConfig) -> dict[str, object]:
         prober = Prober(nodes[0].url, stack.bootstrap)
         asyncio.run(prober.warm_up(cfg.within_s))
 
-        stop = threading.Event()
-        feed = TickProducer(stack.bootstrap, catalog.STOCK_TICKS, linger_ms=FEED_LINGER_MS)
-        sim = TickSimulator(cfg.symbols, list(catalog.STOCK_EXCHANGES), seed=5)
-        feeding = threading.Thread(
-            target=lambda: pace(sim, feed, rate=cfg.feed_rate, stop=stop.is_set), daemon=True
-        )
-        feeding.start()
+        feed = TickFeed(stack.bootstrap, cfg.symbols, cfg.feed_rate, seed=5)
         time.sleep(3)  # every symbol quoted before reads count
         urls = lambda: [n.url for n in nodes]  # noqa: E731
         kills: list[dict[str, object]] = []
@@ -80,25 +72,18 @@ def run_driver_kill(cfg: DriverKillConfig) -> dict[str, object]:
                 pipeline.start()
                 recovered_ms = asyncio.run(prober.warm_up(cfg.within_s))
                 kills.append({"after_s": pause_s, "recovery_s": round(recovered_ms / 1000, 1)})
-            stop.set()
-            feeding.join(30)
-            feed.flush(30)
+            feed.stop()
             settled_at = time.monotonic()
             differ = _wait_for_reference(stack.bootstrap, nodes, cfg.within_s)
             exact_after_s = round(time.monotonic() - settled_at, 1)
         stats = load.stats
         died = [n.node_id for n in nodes if not n.running]
-    latencies = [done - sent for sent, done, _, _ in stats.answered]
     return {
         "scenario": "driver-kill",
         "kills": cfg.kills,
         "trigger": cfg.trigger,
-        "ticks": feed.delivered,
-        "reads": stats.sent,
-        "failed_reads": len(stats.failures),
-        "failures_sample": [f[1:] for f in stats.failures[:5]],
-        "stale_reads": stats.stale,
-        "worst_read_ms": round(1000 * max(latencies, default=0.0), 1),
+        "ticks": feed.producer.delivered,
+        **stats.summary(),
         "records_lost": len(differ),
         "differ_sample": differ[:5],
         "recovery_s": max((float(str(k["recovery_s"])) for k in kills), default=0.0),

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from kiq.bench.stats import percentile
+
 
 @dataclass
 class LoadStats:
@@ -28,6 +30,29 @@ class LoadStats:
     served: list[tuple[float, str, bool]] = field(default_factory=list)
     # (sent at, answered at, partition, stale) of each answer, to time a partition's recovery
     answered: list[tuple[float, float, int, bool]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, object]:
+        """The figures every chaos scenario reports about its reads."""
+        latencies = [done - sent for sent, done, _, _ in self.answered]
+        return {
+            "reads": self.sent,
+            "failed_reads": len(self.failures),
+            "failures_sample": [f[1:] for f in self.failures[:5]],
+            "stale_reads": self.stale,
+            "p99_read_ms": round(1000 * percentile(latencies, 99), 1) if latencies else 0.0,
+            "worst_read_ms": round(1000 * max(latencies, default=0.0), 1),
+        }
+
+    def merged(self, other: LoadStats) -> LoadStats:
+        """These answers and ``other``'s, as one load's."""
+        return LoadStats(
+            self.sent + other.sent,
+            self.ok + other.ok,
+            self.stale + other.stale,
+            self.failures + other.failures,
+            self.served + other.served,
+            self.answered + other.answered,
+        )
 
 
 class ReaderLoad:

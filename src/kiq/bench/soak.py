@@ -30,11 +30,10 @@ from pathlib import Path
 import aiohttp
 
 from kiq import catalog
-from kiq.bench.probes import FEED_LINGER_MS, Prober
-from kiq.bench.stack import local_stack
+from kiq.bench.probes import Prober
+from kiq.bench.stack import TickFeed, local_stack
 from kiq.bench.stats import percentile
 from kiq.errors import ConfigError
-from kiq.feeds import TickProducer, TickSimulator, pace
 from kiq.feeds.symbols import SYMBOLS
 from kiq.runtime import LocalNode
 
@@ -76,12 +75,7 @@ def run_soak(cfg: SoakConfig) -> dict[str, object]:
         asyncio.run(prober.warm_up(cfg.startup_timeout_s))
 
         stop = threading.Event()
-        feed = TickProducer(stack.bootstrap, catalog.STOCK_TICKS, linger_ms=FEED_LINGER_MS)
-        sim = TickSimulator(cfg.symbols, list(catalog.STOCK_EXCHANGES), seed=11)
-        feeding = threading.Thread(
-            target=lambda: pace(sim, feed, rate=cfg.feed_rate, stop=stop.is_set), daemon=True
-        )
-        feeding.start()
+        feed = TickFeed(stack.bootstrap, cfg.symbols, cfg.feed_rate, seed=11)
         time.sleep(min(30.0, cfg.duration_s / 10))  # every symbol quoted before reads count
 
         rotation = [n.url for n in nodes]
@@ -120,8 +114,7 @@ def run_soak(cfg: SoakConfig) -> dict[str, object]:
         stop.set()
         reading.join(60)
         probing.join(60)
-        feeding.join(30)
-        feed.flush(30)
+        feed.stop()
     return {
         "scenario": "soak",
         "duration_s": cfg.duration_s,

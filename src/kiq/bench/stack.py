@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,11 +12,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiq import catalog
+from kiq.bench.probes import FEED_LINGER_MS
+from kiq.feeds import TickProducer, TickSimulator, pace
 from kiq.kafka import create_topics
 from kiq.pipelines.runner import COMPACTED
 from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
 
 CLUSTER = "kiq-bench"  # the benchmark nodes' consumer group
+
+
+class TickFeed:
+    """Simulated ticks into the stock pipeline's input at a steady rate, in a thread."""
+
+    def __init__(self, bootstrap: str, symbols: int, rate: float, seed: int) -> None:
+        self.producer = TickProducer(bootstrap, catalog.STOCK_TICKS, linger_ms=FEED_LINGER_MS)
+        sim = TickSimulator(symbols, list(catalog.STOCK_EXCHANGES), seed=seed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=lambda: pace(sim, self.producer, rate=rate, stop=self._stop.is_set),
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop producing and wait until the broker has every tick."""
+        self._stop.set()
+        self._thread.join(30)
+        self.producer.flush(30)
 
 
 @dataclass
