@@ -29,7 +29,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from kiq.kafka import create_topics
+from kiq.kafka import create_topics, delete_topics
 from kiq.partitioning import partition_for
 from kiq.runtime import LocalBroker, LocalNode
 from tests.integration.kafka_io import produce
@@ -139,6 +139,8 @@ def live(broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> Itera
     finally:
         for node in nodes:
             node.stop()
+        # The word endpoint's topic has a fixed name: the word-count test makes its own.
+        delete_topics(broker.bootstrap, ["words"])
 
 
 # Path parameters naming what the tables hold: random ones mostly find nothing (404), and
