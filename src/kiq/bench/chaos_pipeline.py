@@ -29,7 +29,7 @@ from kiq.bench.cluster import start_nodes, wait_settled
 from kiq.bench.probes import Prober
 from kiq.bench.reader import ReaderLoad
 from kiq.bench.stack import TickFeed, local_stack
-from kiq.errors import ConfigError
+from kiq.errors import ConfigError, KiqError
 from kiq.feeds.symbols import SYMBOLS
 from kiq.kafka.records import read_topic
 from kiq.runtime import LocalNode
@@ -62,7 +62,7 @@ def run_driver_kill(cfg: DriverKillConfig) -> dict[str, object]:
         asyncio.run(prober.warm_up(cfg.within_s))
 
         feed = TickFeed(stack.bootstrap, cfg.symbols, cfg.feed_rate, seed=5)
-        time.sleep(3)  # every symbol quoted before reads count
+        _until_quoted(nodes[0].url, symbols, cfg.within_s)  # before reads count
         urls = lambda: [n.url for n in nodes]  # noqa: E731
         kills: list[dict[str, object]] = []
         with ReaderLoad(urls, catalog.STOCK_QUOTES, symbols, cfg.rate, max_s=3600) as load:
@@ -91,6 +91,18 @@ def run_driver_kill(cfg: DriverKillConfig) -> dict[str, object]:
         "nodes_died": died,
         "each_kill": kills,
     }
+
+
+def _until_quoted(url: str, symbols: list[str], timeout_s: float) -> None:
+    """Until ``url`` serves a quote for every symbol (the rarest tick last)."""
+    query = urllib.parse.quote(",".join(symbols))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        batch = _get(f"{url}/v1/stocks?symbols={query}")
+        if isinstance(batch, dict) and len(batch.get("quotes") or {}) == len(symbols):
+            return
+        time.sleep(0.5)
+    raise KiqError(f"not every one of {len(symbols)} symbols was quoted within {timeout_s:.0f}s")
 
 
 def _wait_for_reference(bootstrap: str, nodes: list[LocalNode], timeout_s: float) -> list[str]:
