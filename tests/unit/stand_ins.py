@@ -147,18 +147,9 @@ class LocalNode:
         return partition
 
 
-def start_node(
-    data_dir: Path,
-    cluster: Cluster,
-    tables: dict[str, int],
-    node_id: str = "n1",
-    endpoints: Iterable[Any] = SHIPPED_ENDPOINTS,
-    limits: LimitsSettings | None = None,
-    security: Security | None = None,
-    **settings: Any,
-) -> LocalNode:
-    """A started node serving ``tables`` (``"name=topic,options": partitions``)."""
-    local = make_node(data_dir, cluster, tables, node_id, endpoints, limits, security, **settings)
+def start_node(*args: Any, **kwargs: Any) -> LocalNode:
+    """``make_node``'s node, started."""
+    local = make_node(*args, **kwargs)
     local.node.start()
     return local
 
