@@ -216,7 +216,7 @@ class PipelineSettings(_Section):
     trigger: Literal["auto", "microbatch", "realtime"] = "auto"
     interval: str = Field("0 seconds", description="micro-batch interval")
     realtime_batch: str = Field(
-        "30 seconds", description="how long one Real-Time Mode batch lasts (its checkpoint)"
+        "5 minutes", description="how long one Real-Time Mode batch lasts (its checkpoint)"
     )
     partitions: int = Field(30, ge=1, description="of an input topic the pipeline creates")
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from kiq.pipelines.kafka_io import StreamOptions
+from typing import Any
+
+from kiq.pipelines.kafka_io import StreamOptions, read_topics
 from kiq.pipelines.runner import stale_state_hint
 from kiq.settings import SparkSettings
 
@@ -18,6 +20,54 @@ def test_reads_never_wait_on_the_brokers_fetch_timeout():
     opts = StreamOptions(bootstrap="b:9092", checkpoint_root="/tmp/cp")
     assert opts.fetch_max_wait_ms == 0
     assert opts.input_tasks is None
+
+
+class _Reader:
+    """Records the options of a streaming read, as Spark's DataStreamReader takes them."""
+
+    def __init__(self) -> None:
+        self.given: dict[str, str] = {}
+        self.coalesced: int | None = None
+
+    def format(self, _name: str) -> _Reader:
+        return self
+
+    def option(self, key: str, value: str) -> _Reader:
+        self.given[key] = value
+        return self
+
+    def options(self, **more: str) -> _Reader:
+        self.given.update(more)
+        return self
+
+    def load(self) -> _Reader:
+        return self
+
+    def coalesce(self, n: int) -> _Reader:
+        self.coalesced = n
+        return self
+
+
+class _Spark:
+    def __init__(self) -> None:
+        self.readStream = _Reader()
+
+
+def _read(realtime: bool) -> _Reader:
+    spark = _Spark()
+    opts = StreamOptions(bootstrap="b:9092", checkpoint_root="/tmp/cp", input_tasks=1)
+    frame: Any = read_topics(spark, opts, "ticks", realtime=realtime)  # type: ignore[arg-type]
+    assert frame is spark.readStream
+    return spark.readStream
+
+
+def test_a_real_time_read_long_polls_where_a_micro_batch_read_never_waits():
+    # 0 for a micro-batch read (its offset requests queue behind a held fetch); a real-time
+    # read polls for the whole batch, and at 0 an idle partition is a busy loop on the broker.
+    batch, realtime = _read(realtime=False), _read(realtime=True)
+    assert batch.given["kafka.fetch.max.wait.ms"] == "0"
+    assert realtime.given["kafka.fetch.max.wait.ms"] == "100"
+    assert (batch.coalesced, realtime.coalesced) == (1, None)
 
 
 def test_a_checkpoint_from_another_version_of_the_query_says_what_to_do():

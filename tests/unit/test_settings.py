@@ -107,7 +107,7 @@ def test_pipeline_settings_from_flags_env_and_toml(monkeypatch: pytest.MonkeyPat
     assert (default.bootstrap, default.trigger, default.realtime_batch) == (
         "127.0.0.1:9092",
         "auto",
-        "30 seconds",
+        "5 minutes",
     )
     cfg = write(tmp_path / "c.toml", '[pipeline]\nbootstrap = "a:9092"\ntrigger = "realtime"\n')
     monkeypatch.setenv("KIQ_PIPELINE_BOOTSTRAP", "b:9092")

@@ -67,7 +67,7 @@ def run(
     ] = None,
     interval: Annotated[str | None, typer.Option(help="micro-batch interval [0 seconds]")] = None,
     realtime_batch: Annotated[
-        str | None, typer.Option(help="length of one Real-Time Mode batch [30 seconds]")
+        str | None, typer.Option(help="length of one Real-Time Mode batch [5 minutes]")
     ] = None,
 ) -> None:
     """Run pipelines until Ctrl-C; a restart resumes from their checkpoints."""

@@ -14,12 +14,13 @@ made each 5-second batch last 12 s). So kiq counts them before a query starts:
 slots are there, else in micro-batches, saying why in one log line; ``realtime`` makes
 either an error instead.
 
-Slots are threads on a local master, and a real-time task keeps its thread busy for
-the whole batch: with fewer cores than tasks they take turns and fall behind the feed
-(measured on 2 cores: the stock pipeline's 13 real-time tasks kept up with neither
-10,000 nor 1,000 ticks/s, where micro-batches did; docs/benchmarks.md). So ``auto`` on a
-local master with fewer cores than a pipeline's tasks runs micro-batches from the start
-(``local_trigger``), with the micro-batch tuning (one input task per batch) intact.
+Slots are threads on a local master, and a real-time task holds its thread for the
+whole batch, but most of that time it waits on Kafka: on 2 cores the stock pipeline's
+61 tasks (30 partitions) kept up with 500 ticks/s at a p50 of 42 ms. What a small
+machine cannot give is the CPU per record: Real-Time Mode updates the state and
+writes the changed rows for every tick, where a micro-batch folds a batch's ticks per
+group first, so past a few thousand ticks/s on 2 cores micro-batches keep up and
+Real-Time Mode does not (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -58,25 +59,6 @@ def realtime_tasks(partitions: int, shuffle_partitions: int) -> int:
 def realtime_local_master(partitions: int, shuffle_partitions: int) -> str:
     """The local master kiq uses for ``local[*]`` when queries may run in real time."""
     return f"local[{max(realtime_tasks(partitions, shuffle_partitions), os.cpu_count() or 1)}]"
-
-
-def local_trigger(
-    trigger: Trigger, partitions: int, shuffle_partitions: int, cores: int
-) -> Trigger:
-    """``auto`` on a local master of ``cores`` cores: micro-batches when a pipeline's real-time
-    tasks would outnumber the cores (see the module's docstring); any other choice as it is."""
-    need = realtime_tasks(partitions, shuffle_partitions)
-    if trigger != "auto" or need <= cores:
-        return trigger
-    log.info(
-        "trigger auto: micro-batches, not Real-Time Mode: a stateful query over %d partitions "
-        "runs %d tasks at once, and this machine has %d cores (on fewer cores than tasks "
-        "Real-Time Mode falls behind; --trigger realtime to run it anyway)",
-        partitions,
-        need,
-        cores,
-    )
-    return "microbatch"
 
 
 def runs_in_realtime(

@@ -7,7 +7,6 @@ queries it starts through ``ctx`` run until a signal or the first failure.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING
 from kiq.errors import ConfigError, KiqError
 from kiq.pipelines.context import COMPACTED, Context
 from kiq.pipelines.kafka_io import StreamOptions
-from kiq.pipelines.realtime import local_trigger, realtime_local_master
+from kiq.pipelines.realtime import realtime_local_master
 from kiq.pipelines.session import build_session
 from kiq.pipelines.targets import Target
 from kiq.runtime.jars import partitioner_jar
@@ -85,10 +84,6 @@ def run_targets(
     Each target checkpoints under ``opts.checkpoint_root/TARGET_NAME/QUERY``.
     """
     name = "+".join(t.name for t in targets)
-    if spark_settings.local:
-        cores = os.cpu_count() or 1
-        shuffle = spark_settings.shuffle_partitions or 1
-        opts = replace(opts, trigger=local_trigger(opts.trigger, partitions, shuffle, cores))
     if spark_settings.master == "local[*]" and opts.trigger != "microbatch":
         # Real-Time Mode runs every task of a query at once: room for them, not one per core.
         shuffle = spark_settings.shuffle_partitions or 1

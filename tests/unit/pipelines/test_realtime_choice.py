@@ -10,7 +10,6 @@ import pytest
 from kiq.errors import ConfigError
 from kiq.pipelines.realtime import (
     local_slots,
-    local_trigger,
     realtime_local_master,
     runs_in_realtime,
 )
@@ -56,11 +55,3 @@ def test_realtime_asked_for_is_an_error_when_it_cannot_be():
         runs_in_realtime("realtime", "q", [], 32, 31, "local[31]")
     with pytest.raises(ConfigError, match=r"Sort, Window in Real-Time Mode; use --trigger micro"):
         runs_in_realtime("realtime", "q", ["Sort", "Window"], 1, 31, "local[31]")
-
-
-def test_auto_on_fewer_cores_than_real_time_tasks_runs_micro_batches():
-    # The stock pipeline on 6 partitions: 6 inputs, 1 shuffle partition, 6 dead-letter tasks.
-    assert local_trigger("auto", 6, 1, cores=2) == "microbatch"
-    assert local_trigger("auto", 6, 1, cores=13) == "auto"
-    assert local_trigger("realtime", 6, 1, cores=2) == "realtime"  # asked for: as it is
-    assert local_trigger("microbatch", 1, 1, cores=64) == "microbatch"
