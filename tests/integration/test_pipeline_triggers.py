@@ -89,3 +89,35 @@ def test_a_stateless_query_runs_in_realtime_mode(spark, bootstrap, make_topic, c
             q.stop()
     assert sorted(r.key.decode() for r in got) == ["A", "A", "A", "B", "C"]
     assert len(letters) == 1
+
+
+def test_a_join_with_a_static_side_spark_will_not_broadcast_stays_in_micro_batches(
+    spark, bootstrap, make_topic
+):
+    """Spark plans a sort-merge join for it, which Real-Time Mode refuses once the query
+    runs; kiq sees it first. A small or hinted static side is broadcast, and allowed."""
+    from pyspark.sql import functions as F
+
+    from kiq.pipelines.plans import realtime_blockers
+
+    topic = make_topic(partitions=1)
+    stream = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .load()
+        .selectExpr("CAST(key AS STRING) AS k")
+    )
+    table = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .load()
+        .selectExpr("CAST(key AS STRING) AS k", "offset")
+    )
+    assert realtime_blockers(stream.join(table, "k", "left")) == [
+        "a join with a static side it does not broadcast (a sort-merge join)"
+    ]
+    assert realtime_blockers(stream.join(F.broadcast(table), "k", "left")) == []
+    small = spark.range(10).selectExpr("CAST(id AS STRING) AS k")
+    assert realtime_blockers(stream.join(small, "k")) == []

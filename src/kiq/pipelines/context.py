@@ -70,7 +70,8 @@ class Context:
     queries: list[StreamingQuery] = field(default_factory=list)
     _reads: list[_Read] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
-    _realtime_slots: int = 0  # taken by this context's real-time queries
+    _slots_taken: int = 0  # held by this context's queries beside real-time ones
+    _realtime_queries: int = 0
 
     @property
     def trigger(self) -> str:
@@ -259,27 +260,37 @@ class Context:
         """Whether the query runs in Real-Time Mode: the trigger asks for it (or ``auto``),
         Spark runs its operators so, and its tasks fit in the free slots
         (``kiq.pipelines.realtime``). A real-time query's dead letters run beside it in a
-        real-time query of their own, whose tasks count too."""
+        real-time query of their own, whose tasks count too.
+
+        Under ``auto`` a query that runs in micro-batches holds slots as well: a real-time
+        batch starts only when every one of its tasks finds a free slot, and fails the query
+        if micro-batch tasks hold them then (``CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT``)."""
         if self.opts.trigger == "microbatch":
             return False
         need = sum(r.partitions for r in reads)
         if stateful(df):
             need += int(self.spark.conf.get("spark.sql.shuffle.partitions") or "200")
-        need += sum(r.partitions for r in reads if r.dead_letters and not r.carried)
+        letters = sum(r.partitions for r in reads if r.dead_letters and not r.carried)
         master = self.spark.sparkContext.master or ""
         slots = local_slots(master)
         total = self.spark.sparkContext.defaultParallelism if slots is None else slots
+        free = total - self._slots_taken
         chosen = runs_in_realtime(
-            self.opts.trigger,
-            name,
-            realtime_blockers(df),
-            need,
-            total - self._realtime_slots,
-            master,
+            self.opts.trigger, name, realtime_blockers(df), need + letters, free, master
         )
         if chosen:
-            self._realtime_slots += need
-        return chosen
+            self._slots_taken += need + letters
+            self._realtime_queries += 1
+            return True
+        if self._realtime_queries and need > free:
+            raise ConfigError(
+                f"query {name} runs in micro-batches beside real-time queries and needs {need} "
+                f"task slots, but master {master} has {free} left: its tasks would take the "
+                "slots a real-time batch needs to start. Give Spark more task slots, or run "
+                "every query in micro-batches (--trigger microbatch)"
+            )
+        self._slots_taken += need
+        return False
 
     def _carry(
         self, frame: DataFrame, df: DataFrame, reads: list[_Read], realtime: bool

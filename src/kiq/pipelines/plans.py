@@ -109,4 +109,31 @@ def realtime_blockers(df: DataFrame) -> list[str]:
     found = {n.nodeName() for n in _nodes(plan) if n.nodeName() not in REALTIME_OPERATORS}
     if any(_joins_streams(n) for n in _nodes(plan)):
         found.add("a join of two streams")
+    if any(_static_side_too_big(df, n) for n in _nodes(plan)):
+        found.add("a join with a static side it does not broadcast (a sort-merge join)")
     return sorted(found)
+
+
+def _static_side_too_big(df: DataFrame, node: Any) -> bool:
+    """A join of a stream with a static side Spark would not broadcast: it plans a sort-merge
+    join, which Real-Time Mode refuses. Spark broadcasts a side with a broadcast hint or
+    estimated under ``spark.sql.autoBroadcastJoinThreshold``; a Kafka batch read has no
+    estimate, so it is never broadcast unhinted."""
+    if node.nodeName() != "Join":
+        return False
+    left, right = node.children().apply(0), node.children().apply(1)
+    if left.isStreaming() == right.isStreaming():
+        return False
+    static = right if left.isStreaming() else left
+    if "broadcast" in node.hint().toString().lower() or any(
+        n.nodeName() == "ResolvedHint" and "broadcast" in n.toString().lower()
+        for n in _nodes(static)
+    ):
+        return False
+    session = df.sparkSession._jsparkSession
+    jvm = df.sparkSession._jvm
+    assert jvm is not None
+    frame = jvm.org.apache.spark.sql.classic.Dataset.ofRows(session, static)
+    size = int(str(frame.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    threshold = int(session.sessionState().conf().autoBroadcastJoinThreshold())
+    return threshold < 0 or size > threshold

@@ -35,6 +35,9 @@ from kiq.pipelines.kafka_io import Trigger
 
 log = logging.getLogger(__name__)
 
+# Queries of a pipeline the size of its input that a local master makes room for.
+LOCAL_QUERIES = 4
+
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
 
 
@@ -57,8 +60,12 @@ def realtime_tasks(partitions: int, shuffle_partitions: int) -> int:
 
 
 def realtime_local_master(partitions: int, shuffle_partitions: int) -> str:
-    """The local master kiq uses for ``local[*]`` when queries may run in real time."""
-    return f"local[{max(realtime_tasks(partitions, shuffle_partitions), os.cpu_count() or 1)}]"
+    """The local master kiq uses for ``local[*]`` when queries may run in real time: room for
+    ``LOCAL_QUERIES`` stateful queries with their dead letters. A slot is a counter, and its
+    thread exists only while a task runs, so room to spare costs nothing; too little fails a
+    real-time query when its batch starts."""
+    tasks = LOCAL_QUERIES * realtime_tasks(partitions, shuffle_partitions)
+    return f"local[{max(tasks, os.cpu_count() or 1)}]"
 
 
 def runs_in_realtime(
