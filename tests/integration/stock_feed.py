@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from kiq.apps.stocks.pipeline import StockTopics
 from kiq.bench import stock_reference as ref
 from kiq.kafka import producer_config, topic_partitions
-from tests.integration.kafka_io import drain
+from tests.integration.kafka_io import Record, drain
 from tests.integration.test_serving import Cluster
 
 PARTITIONS = 6
@@ -164,9 +164,21 @@ def wait_topics(bootstrap: str, topics: StockTopics, timeout_s: float = 300) -> 
     raise AssertionError("the pipeline did not create its topics")
 
 
-def assert_dead_letters(bootstrap: str, topics: StockTopics) -> None:
-    """Each malformed tick of ``MALFORMED`` once in the dead letters, with its reason."""
+def assert_dead_letters(bootstrap: str, topics: StockTopics, replays: bool = False) -> None:
+    """Each malformed tick of ``MALFORMED`` once in the dead letters, with its reason.
+
+    ``replays``: the driver was killed. Dead letters, like any Kafka sink's records, are
+    written at least once: a restarted query writes again those since its last commit (up
+    to one Real-Time Mode batch), with the same ``kiq.source.*`` headers, which is how a
+    reader tells a replay from a second bad record."""
     letters = drain(bootstrap, topics.dead_letters, expected=len(MALFORMED), timeout_s=30)
+    if replays:
+        letters = drain(bootstrap, topics.dead_letters, expected=10**6, timeout_s=5)
+        by_source = {_source(r): r for r in letters}
+        kept = {s: (r.key, r.value, r.headers) for s, r in by_source.items()}
+        replayed = [r for r in letters if (r.key, r.value, r.headers) != kept[_source(r)]]
+        assert not replayed, "a replayed dead letter differs from the first"
+        letters = list(by_source.values())
     assert len(letters) == len(MALFORMED), "each malformed tick once, nothing else"
     reasons = sorted(r.headers["kiq.reason"].decode() for r in letters)
     assert reasons == sorted([
@@ -174,3 +186,8 @@ def assert_dead_letters(bootstrap: str, topics: StockTopics) -> None:
         "non-positive price",
         "unknown exchange MOON", "key is not the symbol",
     ])  # fmt: skip
+
+
+def _source(letter: Record) -> tuple[bytes, bytes, bytes]:
+    h = letter.headers
+    return h["kiq.source.topic"], h["kiq.source.partition"], h["kiq.source.offset"]

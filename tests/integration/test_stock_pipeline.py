@@ -71,7 +71,7 @@ def test_quotes_days_and_bars_match_the_reference_across_five_driver_kills(
         pipeline.stop()
         cluster.shutdown()
 
-    assert_dead_letters(bootstrap, topics)
+    assert_dead_letters(bootstrap, topics, replays=True)
 
 
 def _all_topics(topics: StockTopics) -> list[str]:
