@@ -16,11 +16,12 @@ either an error instead.
 
 Slots are threads on a local master, and a real-time task holds its thread for the
 whole batch, but most of that time it waits on Kafka: on 2 cores the stock pipeline's
-61 tasks (30 partitions) kept up with 500 ticks/s at a p50 of 42 ms. What a small
+61 tasks (30 partitions) kept up with 500 ticks/s at a p50 of 32 ms. What a small
 machine cannot give is the CPU per record: Real-Time Mode updates the state and
 writes the changed rows for every tick, where a micro-batch folds a batch's ticks per
-group first, so past a few thousand ticks/s on 2 cores micro-batches keep up and
-Real-Time Mode does not (docs/benchmarks.md).
+group first (about 1.7 ms of CPU per tick against 0.15 ms), so on 2 cores Real-Time
+Mode fell behind at 1,000 ticks/s where micro-batches carried 10,000
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
