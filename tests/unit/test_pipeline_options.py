@@ -75,3 +75,14 @@ def test_a_checkpoint_from_another_version_of_the_query_says_what_to_do():
     hint = stale_state_hint(error, "/var/kiq/checkpoints")
     assert "/var/kiq/checkpoints" in hint and "delete" in hint
     assert stale_state_hint("[KAFKA] broker went away", "/var/kiq/checkpoints") == ""
+
+
+def test_a_checkpoint_written_under_another_trigger_says_what_to_do():
+    # micro-batches carry the dead letters in the query (two reads of the input); Real-Time
+    # Mode runs them apart, so the same query has one source there
+    error = (
+        "assertion failed: There are [2] sources in the checkpoint offsets and now there "
+        "are [1] sources requested by the query. Cannot continue."
+    )
+    hint = stale_state_hint(error, "/var/kiq/checkpoints")
+    assert "/var/kiq/checkpoints" in hint and "another trigger" in hint

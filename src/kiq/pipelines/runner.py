@@ -150,12 +150,14 @@ def run_targets(
 
 
 # Spark's error conditions for a checkpoint whose state another version of a query wrote
-# (or a micro-batch query wrote, in a format Real-Time Mode does not resume from).
+# (or a micro-batch query wrote, in a format Real-Time Mode does not resume from, or with
+# its dead letters in the same query, which reads its input twice: two sources).
 _STALE_STATE = (
     "SCHEMA_NOT_COMPATIBLE",
     "StateSchemaNotCompatible",
     "STATEFUL_OPERATOR_NOT_MATCH",
     "CHECKPOINT_FORMAT_V1_NOT_SUPPORTED",
+    "sources in the checkpoint offsets",
 )
 
 
@@ -170,8 +172,9 @@ def stale_state_hint(error: str, checkpoint_root: str) -> str:
         return ""
     return (
         f"\n(the checkpoint {checkpoint_root} holds state that another version of this pipeline "
-        "wrote: stop the pipeline, delete that directory and start again; the tables are "
-        "derived again from the input topic, read from its start)"
+        "wrote, or the same one under another trigger: stop the pipeline, delete that "
+        "directory and start again, and the tables are derived again from the input topic, "
+        "read from its start; or run it with the trigger it was written with)"
     )
 
 
