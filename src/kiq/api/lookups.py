@@ -44,6 +44,9 @@ from kiq.tables import MAX_KEY_BYTES, TableRuntime
 
 OCTETS = (b"content-type", b"application/octet-stream")
 MAX_WAIT_MS = 60_000
+# How long a read waits for a store being reopened (its open takes milliseconds) before it
+# tries the other replicas: on a single replica a read has nowhere else to go.
+REOPEN_WAIT_S = 0.2
 _NOT_HERE = LookupResult(421, reason="no usable replica of this partition here")
 _NO_TABLE = LookupResult(421, reason="no such table here")
 _NO_SCOPE = LookupResult(403, reason="the caller's token does not read this table")
@@ -148,7 +151,14 @@ class Lookups:
             try:
                 return await self._serve(send, runtime, local, key, params, enrich)
             except StoreClosedError:
-                local = None  # revoked under this request: the next replica answers
+                # revoked under this request (the next replica answers), or its store is
+                # being reopened after a refused write (it answers again in milliseconds)
+                local = await self._reopened(table, partition, local)
+            if local is not None:
+                try:
+                    return await self._serve(send, runtime, local, key, params, enrich)
+                except StoreClosedError:
+                    local = None
         max_lag = int_param(params, "max_lag") if params else None
 
         if header(scope, FORWARDED.encode()) is not None:
@@ -203,6 +213,22 @@ class Lookups:
             partition=partition,
             reason=last_error,
         )
+
+    async def _reopened(self, table: str, partition: int, replica: Replica) -> Replica | None:
+        """``replica`` once its closed store has been swapped for a reopened one (a store
+        that refused a write, ``replicas.materializer``); None if it was revoked instead or
+        the swap takes longer than ``REOPEN_WAIT_S``."""
+        closed = replica.store
+        deadline = time.monotonic() + REOPEN_WAIT_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+            if self._replicas.get((table, partition)) is not replica:
+                return None
+            if replica.state is not ReplicaState.ACTIVE:
+                return None
+            if replica.store is not closed:
+                return replica
+        return None
 
     async def _serve(
         self,

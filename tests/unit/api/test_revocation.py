@@ -140,3 +140,29 @@ def test_lookups_racing_revocations_never_fail(pair):
     assert failures == [], f"{len(failures)} of {asked[0]} lookups failed: {failures[:5]}"
     served_by = asyncio.run(lookup(n1, "key-9")).headers["x-kiq-served-by"]
     assert served_by == ("n1" if reopen else "n2"), "the revoked partitions are asked of n2"
+
+
+def test_a_store_reopened_under_a_lookup_answers_it_on_this_node(pair):
+    """A store that refused a write is closed and opened again (replicas.materializer): a
+    lookup meanwhile waits the few milliseconds for it instead of going elsewhere."""
+    n1, _ = pair
+    replicas = [n1.node.replica("t", p) for p in range(PARTITIONS)]
+    for replica in replicas:
+        assert replica is not None
+        replica.store.close()
+
+    def reopen() -> None:
+        for replica in replicas:
+            assert replica is not None
+            replica.store = n1.node._materializer._open_store("t", replica.partition)
+        for offset, (key, value) in enumerate(KEYS.items()):
+            n1.put("t", key, value, offset)
+
+    timer = threading.Timer(0.03, reopen)
+    timer.start()
+    try:
+        r = asyncio.run(lookup(n1, "key-1"))
+    finally:
+        timer.join()
+    assert (r.status, r.body, r.headers["x-kiq-served-by"]) == (200, KEYS["key-1"], "n1")
+    assert "x-kiq-stale" not in r.headers
