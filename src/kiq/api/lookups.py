@@ -148,25 +148,17 @@ class Lookups:
         local = self._replicas.get((table, partition))
         params = query(scope)
         if not params and local is not None and local.state is ReplicaState.ACTIVE:
-            try:
-                return await self._serve(send, runtime, local, key, params, enrich)
-            except StoreClosedError:
-                # revoked under this request (the next replica answers), or its store is
-                # being reopened after a refused write (it answers again in milliseconds)
-                local = await self._reopened(table, partition, local)
-            if local is not None:
-                try:
-                    return await self._serve(send, runtime, local, key, params, enrich)
-                except StoreClosedError:
-                    local = None
+            served = await self._serve_local(send, runtime, local, key, params, enrich)
+            if served is not None:
+                return served
+            local = None  # revoked under this request: the next replica answers
         max_lag = int_param(params, "max_lag") if params else None
 
         if header(scope, FORWARDED.encode()) is not None:
             if local is not None and servable(local, max_lag):
-                try:
-                    return await self._serve(send, runtime, local, key, params, enrich)
-                except StoreClosedError:
-                    pass  # revoked under this request: as if it had never been here
+                served = await self._serve_local(send, runtime, local, key, params, enrich)
+                if served is not None:
+                    return served  # else revoked under this request: as if never here
             raise NotHere(f"{self._node.node_id} holds no usable replica of {table}[{partition}]")
 
         targets = self.router.targets(self._node.view, table, partition, local, max_lag)
@@ -188,11 +180,11 @@ class Lookups:
             if target == LOCAL:
                 i += 1
                 assert local is not None
-                try:
-                    return await self._serve(send, runtime, local, key, params, enrich)
-                except StoreClosedError:
-                    last_error = "this node's replica was revoked during the request"
-                    continue
+                served = await self._serve_local(send, runtime, local, key, params, enrich)
+                if served is not None:
+                    return served
+                last_error = "this node's replica was revoked during the request"
+                continue
             # Hedged over the remote targets from i on (routing/hedging.py).
             race = self.peers.forward(targets, i, table, key, max_lag, min_offset, wait_ms, auth)
             result = await race
@@ -214,20 +206,35 @@ class Lookups:
             reason=last_error,
         )
 
-    async def _reopened(self, table: str, partition: int, replica: Replica) -> Replica | None:
-        """``replica`` once its closed store has been swapped for a reopened one (a store
-        that refused a write, ``replicas.materializer``); None if it was revoked instead or
-        the swap takes longer than ``REOPEN_WAIT_S``."""
-        closed = replica.store
+    async def _serve_local(
+        self,
+        send: Send,
+        runtime: TableRuntime,
+        replica: Replica,
+        key: bytes,
+        params: dict[str, str],
+        enrich: Enrich | None,
+    ) -> int | None:
+        """:meth:`_serve` from this node's ``replica``; None if its store closed under the
+        request for good (revoked: the caller asks the next replica). A store closed to be
+        reopened after a refused write (``replicas.materializer``) is waited for, up to
+        ``REOPEN_WAIT_S``: its open takes milliseconds."""
+        closed, state = replica.store, replica.state
+        try:
+            return await self._serve(send, runtime, replica, key, params, enrich)
+        except StoreClosedError:
+            pass
+        registered = (replica.table, replica.partition)
         deadline = time.monotonic() + REOPEN_WAIT_S
         while time.monotonic() < deadline:
             await asyncio.sleep(0.005)
-            if self._replicas.get((table, partition)) is not replica:
-                return None
-            if replica.state is not ReplicaState.ACTIVE:
+            if self._replicas.get(registered) is not replica or replica.state is not state:
                 return None
             if replica.store is not closed:
-                return replica
+                try:
+                    return await self._serve(send, runtime, replica, key, params, enrich)
+                except StoreClosedError:
+                    return None
         return None
 
     async def _serve(

@@ -71,7 +71,7 @@ class Context:
     _reads: list[_Read] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
     _slots_taken: int = 0  # held by this context's queries beside real-time ones
-    _realtime_queries: int = 0
+    _any_realtime: bool = False
 
     @property
     def trigger(self) -> str:
@@ -280,9 +280,9 @@ class Context:
         )
         if chosen:
             self._slots_taken += need + letters
-            self._realtime_queries += 1
+            self._any_realtime = True
             return True
-        if self._realtime_queries and need > free:
+        if self._any_realtime and need > free:
             raise ConfigError(
                 f"query {name} runs in micro-batches beside real-time queries and needs {need} "
                 f"task slots, but master {master} has {free} left: its tasks would take the "

@@ -105,11 +105,14 @@ def realtime_blockers(df: DataFrame) -> list[str]:
 
     Spark checks its own list only once the query runs, and fails it then; kiq checks
     first, so that ``auto`` can choose micro-batches instead."""
-    plan = df._jdf.queryExecution().analyzed()
-    found = {n.nodeName() for n in _nodes(plan) if n.nodeName() not in REALTIME_OPERATORS}
-    if any(_joins_streams(n) for n in _nodes(plan)):
+    # One walk of the plan: each step down it is a call into the JVM.
+    nodes = list(_nodes(df._jdf.queryExecution().analyzed()))
+    names = [n.nodeName() for n in nodes]
+    found = {name for name in names if name not in REALTIME_OPERATORS}
+    joins = [n for n, name in zip(nodes, names, strict=True) if name == "Join"]
+    if any(_joins_streams(n) for n in joins):
         found.add("a join of two streams")
-    if any(_static_side_too_big(df, n) for n in _nodes(plan)):
+    if any(_static_side_too_big(df, n) for n in joins):
         found.add("a join with a static side it does not broadcast (a sort-merge join)")
     return sorted(found)
 
@@ -119,8 +122,6 @@ def _static_side_too_big(df: DataFrame, node: Any) -> bool:
     join, which Real-Time Mode refuses. Spark broadcasts a side with a broadcast hint or
     estimated under ``spark.sql.autoBroadcastJoinThreshold``; a Kafka batch read has no
     estimate, so it is never broadcast unhinted."""
-    if node.nodeName() != "Join":
-        return False
     left, right = node.children().apply(0), node.children().apply(1)
     if left.isStreaming() == right.isStreaming():
         return False
