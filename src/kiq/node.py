@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from kiq.cluster import ClusterView, Member, build_view
+from kiq.cluster import ClusterView, Member, admitted, build_view
 from kiq.cluster.members import decode_client_id
 from kiq.cluster.view import EMPTY_VIEW, TableLayout
 from kiq.errors import KafkaUnavailable
@@ -86,6 +86,7 @@ class Node:
         self._group = group
         self._poke_event = threading.Event() if group_changed is None else group_changed
         self._stop = threading.Event()
+        self._refused_members: set[str] = set()  # logged once each, while they last
         self._watcher = threading.Thread(target=self._watch, name="kiq-view", daemon=True)
 
     # -- lifecycle ------------------------------------------------------------
@@ -173,10 +174,13 @@ class Node:
                 member = decode_client_id(info.client_id)
                 if member is not None:  # a client that is not a kiq node
                     described.setdefault(member, set()).update(info.partitions)
-            members = list(described) or members
-            if self.node_id not in {m.node_id for m in members}:
-                members.append(Member(self.node_id, self.url))
-            assignments = {m.node_id: parts for m, parts in described.items()}
+            members, refused = admitted(Member(self.node_id, self.url), described)
+            for why in refused:
+                if why not in self._refused_members:
+                    log.error("group member refused: %s; its partitions are read from others", why)
+            self._refused_members = set(refused)
+            ids = {m.node_id for m in members}
+            assignments = {m.node_id: parts for m, parts in described.items() if m.node_id in ids}
             assignments[self.node_id] = set(self._group.owned)
         view = build_view(self.view.version + 1, members, assignments, self._layouts, self.view)
         changed = view.replicas != self.view.replicas or view.members != self.view.members

@@ -275,12 +275,22 @@ class LimitsSettings(_Section):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="request body")
     max_multiget_keys: int = Field(10_000, ge=1, description="keys per multiget")
     max_connections: int = Field(2048, ge=1, description="open connections per node")
+    max_parked_waits: int = Field(
+        1024, ge=1, description="lookups waiting for min_offset at once per node, then 429"
+    )
+    max_parked_waits_per_caller: int = Field(
+        64, ge=1, description="lookups waiting for min_offset at once per client, then 429"
+    )
     header_timeout_s: float = Field(
         30.0, gt=0, le=60, description="to send a request's headers, and to idle between requests"
     )
     rate_limit: float = Field(0.0, ge=0, description="requests per second per client; 0: off")
     rate_burst: int = Field(0, ge=0, description="requests at once; 0: one second's worth")
     rate_clients: int = Field(100_000, ge=1, description="clients the rate limit remembers")
+    auth_failure_rate: float = Field(
+        20.0, ge=0, description="refused credentials per second per address, then 429; 0: off"
+    )
+    auth_failure_burst: int = Field(100, ge=1, description="refused credentials at once")
 
     @property
     def burst(self) -> int:

@@ -195,8 +195,8 @@ def make_node(
     group, changed = cluster.join(node_id, url)
     node = Node(conf, runtimes, materializer, metrics, group, changed)
     network = cluster.transport
-    signer = security.cluster.headers if security is not None and security.cluster else None
-    peers = Peers(node_id, Router(node_id), conf.forward_timeout_ms, signer, transport=network)
+    key = security.cluster if security is not None else None
+    peers = Peers(node_id, Router(node_id), conf.forward_timeout_ms, key, transport=network)
     writer = Writer()
     app = create_app(
         node,

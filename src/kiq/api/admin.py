@@ -117,9 +117,12 @@ def metadata_of(node: NodeView) -> dict[str, Any]:
     return out
 
 
-def ready(node: NodeView) -> tuple[int, bytes]:
+def ready(node: NodeView, detail: bool = True) -> tuple[int, bytes]:
+    """Ready or not; with ``detail``, why not (it names tables and store faults: on a node with
+    authentication only an admin's token sees it, a load balancer's probe gets the status)."""
     ok, reason = node.is_ready()
-    return (200 if ok else 503), orjson.dumps({"ready": ok, "reason": reason})
+    body = {"ready": ok, "reason": reason} if detail else {"ready": ok}
+    return (200 if ok else 503), orjson.dumps(body)
 
 
 def metrics(node: NodeView) -> bytes:

@@ -3,7 +3,9 @@
   GET /v1/tables/{table}/keys/{key}    point lookup (lookups.py, the hot path)
 
 is matched first by hand, at the cost of a few string operations; every other
-route is declared in routes.py, the application's own (endpoints.py) last.
+core route is declared in routes.py, and answers every path under its reserved
+prefixes; the application's own routes (endpoints.py) answer the other paths, so
+no pattern of theirs ever reaches a core path.
 A node with authentication is a ``SecuredKiqApp``, chosen once by ``create_app``:
 the same dispatch with the checks of api/auth.py in front, so a node without
 pays nothing for them.
@@ -24,13 +26,14 @@ from starlette.routing import Route
 
 from kiq import catalog
 from kiq.api import openapi
+from kiq.api.asgi import Receive, Scope, Send
 from kiq.api.auth import Access
 from kiq.api.batches import Batches
 from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
 from kiq.api.limits import Asgi, Lookup, RateLimiter, limit_lookups, limit_routes
 from kiq.api.lookups import Lookups
-from kiq.api.routes import Endpoints
+from kiq.api.routes import Endpoints, app_router, is_core
 from kiq.node import Node, NodeView
 from kiq.routing import HedgePolicy, Peers, Router
 from kiq.security import Security
@@ -70,7 +73,12 @@ class KiqApp:
         limits = limits if limits is not None else LimitsSettings()
         view = NodeView(node)
         self.access = (
-            Access(security.tokens, security.cluster)
+            Access(
+                security.tokens,
+                security.cluster,
+                view.url,
+                RateLimiter.for_failures(limits) if security.tokens is not None else None,
+            )
             if security is not None and security.enabled
             else None
         )
@@ -84,13 +92,11 @@ class KiqApp:
                 view.forward_timeout_ms,
                 hedging=HedgePolicy.of(node.settings),
                 hedge_stats=view.metrics.hedges,
-                extra_headers=security.cluster.headers
-                if security is not None and security.cluster is not None
-                else None,
+                cluster=security.cluster if security is not None else None,
                 ssl_context=peer_ssl,
             )
         self.peers = peers
-        self.lookups = Lookups(view, self.router, peers)
+        self.lookups = Lookups(view, self.router, peers, limits)
         self.batches = Batches(view, self.router, peers, limits.max_multiget_keys)
         self._writer = writer
         declared = declared_routes(endpoints, base)
@@ -98,18 +104,24 @@ class KiqApp:
         core = Endpoints(
             view, self.lookups, self.batches, peers, limits.max_body_bytes, self.access
         )
-        router = core.router(custom)
+        core_router, own_router = core.router(), app_router(custom)
+        self.routers = (core_router, own_router)  # core paths, the application's (is_core)
         self.routes: list[openapi.RouteDoc] = [
             *((method, path, None) for method, path in openapi.RAW_ROUTES),
             *(
                 (method, route.path, declared.docs.get((method, route.path)))
-                for route in router.routes
+                for route in (*core_router.routes, *own_router.routes)
                 if isinstance(route, Route)
                 for method in sorted(route.methods or ())
             ),
         ]
         core.document = openapi.render(self.routes, _version(), secured=self.access is not None)
-        self._routes: Asgi = router
+
+        async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+            router = core_router if is_core(scope["path"]) else own_router
+            await router(scope, receive, send)
+
+        self._routes: Asgi = dispatch
         # The two paths, behind the rate limiter only when it is on: decided here, once.
         self._lookup: Lookup = self.lookups.get
         self.limiter = RateLimiter.of(limits)

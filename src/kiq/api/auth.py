@@ -1,27 +1,47 @@
 """Which request needs what, and the 401/403 answers: the HTTP side of ``kiq.security``.
 
-    GET /v1/health/live, /v1/health/ready,     open
-    GET /openapi.json
-    /v1/tables/{table}/...                     kiq:read or kiq:read:{table}
-    GET /v1/tables                             any valid token
-    /v1/metadata, /metrics                     kiq:admin
-    /v1/internal/*                             a cluster credential (checked with the body,
-                                               in the handler), then the caller's token,
-                                               whose scopes the handler applies per table
-    anything else (an application's routes)    any valid token; its table reads need read
-                                               on each table, its writes kiq:write
-                                               (``Request.tables``, ``lookup``, ``write``)
+On a node with authentication, every request needs a verified caller except the
+exact (method, path) pairs of ``OPEN``:
 
-``Access`` only exists on a node with authentication; the app picks its code path
-once, so a node without pays nothing. The verified caller goes into the ASGI scope
-as ``kiq.principal`` (a ``Principal``) and ``kiq.subject`` (its ``sub``, a ``str``,
-what a rate limiter counts by).
+    GET /v1/health/live, GET /v1/health/ready,  open (ready says only ready or not)
+    GET /openapi.json
+    /v1/tables/{table}/...                      kiq:read or kiq:read:{table}
+    GET /v1/tables                              any valid token
+    /v1/metadata, /metrics                      kiq:admin
+    /v1/internal/*                              a cluster credential made for this node
+                                                (its form checked here, before the body
+                                                is read; its MAC with the body, in the
+                                                handler), naming the caller the first
+                                                node verified, whose scopes apply
+    anything else (an application's routes)     any valid token; its table reads need read
+                                                on each table, its writes kiq:write
+                                                (``Request.tables``, ``lookup``, ``write``)
+
+Fail closed: ``require_read`` and ``require_write`` refuse a request with no caller
+on a node with authentication (``AUTH_ON`` in the scope), wherever it came from.
+Bad credentials count against the client's address (``failures``): past the limit
+a client is answered 429 before its next token is even decoded.
+
+``Access`` only exists on a node with authentication or a cluster secret; the app
+picks its code path once, so a node without pays nothing. The verified caller goes
+into the ASGI scope as ``kiq.principal`` (a ``Principal``) and ``kiq.subject`` (its
+``sub``, a ``str``, what a rate limiter counts by).
 """
 
 from __future__ import annotations
 
+import math
+
 from kiq.api.asgi import Scope, header
-from kiq.api.errors import InsufficientScope, InvalidToken, NotClusterMember, Unauthorized
+from kiq.api.errors import (
+    InsufficientScope,
+    InvalidToken,
+    NotClusterMember,
+    RateLimited,
+    Unauthorized,
+)
+from kiq.api.limits import RateLimiter, client_address
+from kiq.routing.wire import PRINCIPAL as PRINCIPAL_HEADER
 from kiq.security import (
     ADMIN,
     CLUSTER_HEADER,
@@ -36,9 +56,13 @@ from kiq.security import (
 
 PRINCIPAL = "kiq.principal"
 SUBJECT = "kiq.subject"
+AUTH_ON = "kiq.auth"
+OPEN = frozenset(
+    {("GET", "/v1/health/live"), ("GET", "/v1/health/ready"), ("GET", "/openapi.json")}
+)
 _AUTHORIZATION = b"authorization"
 _CLUSTER = CLUSTER_HEADER.encode()
-_OPEN = frozenset({"/v1/health/live", "/v1/health/ready", "/openapi.json"})
+_STATEMENT = PRINCIPAL_HEADER.encode()
 _ADMIN = frozenset({"/v1/metadata", "/metrics"})
 _TABLES = "/v1/tables/"
 _INTERNAL = "/v1/internal/"
@@ -50,40 +74,78 @@ def caller(scope: Scope) -> Principal | None:
     return found
 
 
-def require_read(scope: Scope, table: str) -> None:
+def forwarded_caller(scope: Scope) -> str | None:
+    """What a request to a peer says of this request's caller (never its token)."""
+    found: Principal | None = scope.get(PRINCIPAL)
+    return None if found is None else found.statement
+
+
+def _verified(scope: Scope) -> Principal | None:
     principal: Principal | None = scope.get(PRINCIPAL)
+    if principal is None and scope.get(AUTH_ON):
+        raise Unauthorized("this node needs a bearer token: Authorization: Bearer TOKEN")
+    return principal
+
+
+def require_read(scope: Scope, table: str) -> None:
+    principal = _verified(scope)
     if principal is not None and not principal.grants.may_read(table):
         raise InsufficientScope(read_scope(table))
 
 
 def require_write(scope: Scope) -> None:
-    principal: Principal | None = scope.get(PRINCIPAL)
+    principal = _verified(scope)
     if principal is not None and not principal.grants.write:
         raise InsufficientScope(WRITE)
 
 
 class Access:
     """Bearer tokens on the public API (``tokens``), the cluster's HMAC on the internal
-    paths (``cluster``); either may be off."""
+    paths (``cluster``, checked against this node's own advertised ``url``); either may
+    be off. ``failures`` limits bad credentials per client address."""
 
-    def __init__(self, tokens: TokenCache | None, cluster: ClusterKey | None) -> None:
+    def __init__(
+        self,
+        tokens: TokenCache | None,
+        cluster: ClusterKey | None,
+        url: str = "",
+        failures: RateLimiter | None = None,
+    ) -> None:
         self._tokens = tokens
         self._cluster = cluster
+        self._url = url
+        self._failures = failures
 
     def authenticate(self, scope: Scope) -> Principal:
         """The token's caller, put in the scope; 401 without a token we accept."""
+        scope[AUTH_ON] = True
         authorization = None
         for name, value in scope["headers"]:
             if name == _AUTHORIZATION:
                 authorization = value
                 break
-        if authorization is None:
-            raise Unauthorized("this node needs a bearer token: Authorization: Bearer TOKEN")
         assert self._tokens is not None
+        failures = self._failures
+        if failures is not None:
+            wait = failures.would_wait(client_address(scope))
+            if wait:  # a caller verified before still goes on; nothing new is checked
+                known = None if authorization is None else self._tokens.cached(authorization)
+                if known is None:
+                    raise _too_many_failures(wait)
+                scope[PRINCIPAL] = known
+                scope[SUBJECT] = known.subject
+                return known
         try:
-            principal = self._tokens.principal(authorization)
-        except TokenRejected as exc:
-            raise InvalidToken(exc.reason) from None
+            if authorization is None:
+                raise Unauthorized("this node needs a bearer token: Authorization: Bearer TOKEN")
+            try:
+                principal = self._tokens.principal(authorization)
+            except TokenRejected as exc:
+                raise InvalidToken(exc.reason) from None
+        except Unauthorized:
+            if failures is not None:
+                failures.retry_after(client_address(scope))
+            raise
         scope[PRINCIPAL] = principal
         scope[SUBJECT] = principal.subject
         return principal
@@ -94,11 +156,16 @@ class Access:
             raise InsufficientScope(read_scope(table))
 
     def admit(self, scope: Scope) -> None:
-        """Every route but the raw lookup path and the internal ones: the rule above."""
+        """Every route but the raw lookup path: the rule above. An internal request's
+        credential is checked for form and time here; ``member`` finishes with the body."""
         if self._tokens is None:
             return
+        scope[AUTH_ON] = True
         path: str = scope["path"]
-        if path in _OPEN or path.startswith(_INTERNAL):
+        if (scope["method"], path) in OPEN:
+            return
+        if path.startswith(_INTERNAL):
+            self.check_form(scope)
             return
         principal = self.authenticate(scope)
         if path in _ADMIN:
@@ -109,19 +176,71 @@ class Access:
             if not principal.grants.may_read(table):
                 raise InsufficientScope(read_scope(table))
 
-    def member(self, scope: Scope, body: bytes, admin: bool = False) -> None:
-        """An internal request: from a member (the HMAC), on behalf of a caller whose token
-        this node accepts too (with ``kiq:admin`` when ``admin``)."""
+    def check_form(self, scope: Scope) -> None:
+        """An internal request's credential, before its body is read: there, well formed, in
+        its time window. A node with tokens and no cluster secret never starts."""
+        if self._cluster is None:
+            if self._tokens is not None:
+                raise NotClusterMember("this node takes no node-to-node requests")
+            return
+        try:
+            self._cluster.check_form(header(scope, _CLUSTER))
+        except CredentialRejected as exc:
+            raise NotClusterMember(exc.reason) from None
+
+    def is_admin(self, scope: Scope) -> bool:
+        """Whether the request carries a token with ``kiq:admin`` (an open route's extras)."""
+        if self._tokens is None:
+            return True
+        for name, _ in scope["headers"]:
+            if name == _AUTHORIZATION:
+                try:
+                    return self.authenticate(scope).grants.admin
+                except (Unauthorized, RateLimited):
+                    return False
+        return False
+
+    def member(
+        self, scope: Scope, body: bytes, admin: bool = False, for_caller: bool = True
+    ) -> None:
+        """An internal request: from a member (the HMAC, made for this node), on behalf of
+        the caller it names (with ``kiq:admin`` when ``admin``; none for a peer's own call,
+        ``for_caller`` False)."""
+        statement = header(scope, _STATEMENT)
         if self._cluster is not None:
             path: str = scope["path"]
             query: bytes = scope.get("query_string") or b""
             if query:
                 path = f"{path}?{query.decode('latin-1')}"
             try:
-                self._cluster.verify(scope["method"], path, body, header(scope, _CLUSTER))
+                self._cluster.verify(
+                    self._url, scope["method"], path, body, header(scope, _CLUSTER), statement
+                )
             except CredentialRejected as exc:
                 raise NotClusterMember(exc.reason) from None
-        if self._tokens is not None:
-            principal = self.authenticate(scope)
+        if self._tokens is not None and for_caller:
+            scope[AUTH_ON] = True
+            if statement is None:
+                raise Unauthorized("a node-to-node request must name the caller it is made for")
+            try:
+                principal = Principal.from_statement(statement)
+            except TokenRejected as exc:
+                raise InvalidToken(exc.reason) from None
+            scope[PRINCIPAL] = principal
+            scope[SUBJECT] = principal.subject
             if admin and not principal.grants.admin:
                 raise InsufficientScope(ADMIN)
+
+    def seal(self, scope: Scope, answer: bytes) -> bytes:
+        """An internal answer as the asking member can believe it (``ClusterKey.seal``)."""
+        credential = header(scope, _CLUSTER)
+        if self._cluster is None or credential is None:
+            return answer
+        return self._cluster.seal(credential, answer)
+
+
+def _too_many_failures(wait_s: float) -> RateLimited:
+    seconds = max(1, math.ceil(wait_s))
+    return RateLimited(
+        f"too many refused credentials from this address: try again in {seconds} s", seconds
+    )

@@ -27,11 +27,18 @@ import orjson
 from starlette.responses import Response
 
 from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
-from kiq.api.auth import caller, require_read, require_write
+from kiq.api.auth import AUTH_ON, caller, forwarded_caller, require_read, require_write
 from kiq.api.batches import MAX_RANGE_LIMIT, Batches, value_json
-from kiq.api.errors import BadRequest, InsufficientScope, Unavailable, UnknownTable
+from kiq.api.errors import (
+    BadRequest,
+    InsufficientScope,
+    Unauthorized,
+    Unavailable,
+    UnknownTable,
+)
 from kiq.api.lookups import Enrich, Lookups
 from kiq.api.params import encode_cursor, int_param
+from kiq.api.routes import RESERVED
 from kiq.api.targets import resolve
 from kiq.errors import ConfigError
 from kiq.security import Principal, read_scope
@@ -50,15 +57,6 @@ __all__ = [
 
 JSON = "application/json"
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
-# The core API's paths: an application's routes may not take them.
-RESERVED = (
-    "/v1/tables",
-    "/v1/internal",
-    "/v1/metadata",
-    "/v1/health",
-    "/metrics",
-    "/openapi.json",
-)
 
 
 class Writer(Protocol):
@@ -145,19 +143,29 @@ class Page:
 class Tables:
     """Reads of the cluster's tables for one request, routed as the table API routes them."""
 
-    __slots__ = ("_auth", "_batches", "_caller")
+    __slots__ = ("_auth", "_auth_on", "_batches", "_caller")
 
-    def __init__(self, batches: Batches, auth: str | None, caller: Principal | None = None) -> None:
+    def __init__(
+        self,
+        batches: Batches,
+        auth: str | None,
+        caller: Principal | None = None,
+        auth_on: bool = False,
+    ) -> None:
         self._batches = batches
-        self._auth = auth
+        self._auth = auth  # what peers are told of the caller (``Principal.statement``)
         self._caller = caller  # None: no authentication on this node
+        self._auth_on = auth_on  # the node checks tokens: no caller is no read (fail closed)
 
     def serves(self, table: str) -> bool:
         """Whether this cluster serves ``table``."""
         return table in self._batches.node.tables
 
     def _runtime(self, table: str) -> TableRuntime:
-        if self._caller is not None and not self._caller.grants.may_read(table):
+        if self._caller is None:
+            if self._auth_on:
+                raise Unauthorized("this node needs a bearer token: Authorization: Bearer TOKEN")
+        elif not self._caller.grants.may_read(table):
             raise InsufficientScope(read_scope(table))
         runtime = self._batches.node.tables.get(table)
         if runtime is None:
@@ -270,8 +278,13 @@ class Request:
     def tables(self) -> Tables:
         """The cluster's tables, read on behalf of this request's caller."""
         if self._tables is None:
-            auth = header(self.scope, b"authorization")
-            self._tables = Tables(self._services.batches, auth, caller(self.scope))
+            scope = self.scope
+            self._tables = Tables(
+                self._services.batches,
+                forwarded_caller(scope),
+                caller(scope),
+                bool(scope.get(AUTH_ON)),
+            )
         return self._tables
 
     def lookup(
@@ -334,8 +347,12 @@ class Routes:
             raise ConfigError(f"route {path}: method {method} is not one of {sorted(METHODS)}")
         if not path.startswith("/"):
             raise ConfigError(f"route {path!r}: a path starts with /")
-        if any(path == r or path.startswith(r + "/") for r in RESERVED):
-            raise ConfigError(f"route {path}: the core API answers under {', '.join(RESERVED)}")
+        for core in RESERVED:
+            if path == core or path.startswith(core + "/"):
+                raise ConfigError(
+                    f"route {method} {path} could never be reached: the core API's {core} "
+                    f"answers every path under it; move the route elsewhere"
+                )
         if any(m == method and p == path for m, p, _ in self._routes):
             raise ConfigError(f"route {method} {path} is declared twice")
         self._routes.append((method, path, handler))

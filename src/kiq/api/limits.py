@@ -9,6 +9,11 @@ bucket below empty. A bucket full again is the same as no bucket, so idle
 callers are dropped when the table is swept, and the table never holds more than
 ``clients`` buckets (the oldest go first when every caller is busy).
 
+A second limiter of the same kind counts refused credentials per client address
+(``[limits] auth_failure_rate``, on by default on a node with authentication):
+``api/auth.py`` answers an address past it 429 before decoding its next token, so
+junk tokens cost a dict lookup, not a signature check each.
+
 Node-to-node requests (``/v1/internal/...``: one node forwards for many callers)
 and health probes are never limited. ``KiqApp`` puts the guards in front of its
 two paths only when the limit is on, so an unlimited node pays nothing for it.
@@ -59,6 +64,13 @@ class RateLimiter:
             return None
         return cls(limits.rate_limit, limits.burst, limits.rate_clients)
 
+    @classmethod
+    def for_failures(cls, limits: LimitsSettings) -> RateLimiter | None:
+        """Refused credentials per client address (``api/auth.py``), or None when off."""
+        if limits.auth_failure_rate <= 0:
+            return None
+        return cls(limits.auth_failure_rate, limits.auth_failure_burst, limits.rate_clients)
+
     def retry_after(self, caller: str) -> float:
         """0 when ``caller`` may go on (its token taken), else the seconds until it may."""
         now = self._clock()
@@ -75,6 +87,15 @@ class RateLimiter:
             return wait
         table[caller] = after
         return 0.0
+
+    def would_wait(self, caller: str) -> float:
+        """What ``retry_after`` would answer, without taking a token: 0 when ``caller`` may go."""
+        full_at = self._full_at.get(caller)
+        if full_at is None:
+            return 0.0
+        now = self._clock()
+        wait = (full_at if full_at > now else now) + self.interval - now - self.capacity
+        return wait if wait > 1e-9 else 0.0
 
     def __len__(self) -> int:
         return len(self._full_at)
@@ -95,8 +116,12 @@ def caller_of(scope: Scope) -> str:
     subject: str | None = scope.get("kiq.subject")
     if subject is not None:
         return subject
+    return client_address(scope)
+
+
+def client_address(scope: Scope) -> str:
     client = scope.get("client")
-    return client[0] if client else ""
+    return str(client[0]) if client else ""
 
 
 def refusal(wait_s: float) -> RateLimited:

@@ -19,34 +19,43 @@ Any other error becomes the response ``send_error`` makes, as on every route.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from kiq.api.asgi import JSON, Send, header, query, respond
+from kiq.api.auth import forwarded_caller
 from kiq.api.errors import (
     BadRequest,
     InsufficientScope,
     KeyNotFound,
     NotHere,
+    RateLimited,
     Unavailable,
     UnknownTable,
     send_error,
 )
+from kiq.api.limits import caller_of
 from kiq.api.params import bool_param, check_key, int_param, key_from_path
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
 from kiq.replicas import Replica, ReplicaState
+from kiq.replicas.waits import Parking, wait_applied
 from kiq.routing import FAILED, FORWARDED, LOCAL, LookupResult, Peers, Router, servable
 from kiq.routing.wire import DecodeError, decode_lookups, encode
 from kiq.security import Principal, read_scope
+from kiq.settings import LimitsSettings
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
 
+log = logging.getLogger(__name__)
 OCTETS = (b"content-type", b"application/octet-stream")
 MAX_WAIT_MS = 60_000
 # How long a read waits for a store being reopened (its open takes milliseconds) before it
 # tries the other replicas: on a single replica a read has nowhere else to go.
 REOPEN_WAIT_S = 0.2
+# Retry-After (s) of a lookup refused because too many wait for min_offset already.
+PARKED_RETRY_S = 1
 _NOT_HERE = LookupResult(421, reason="no usable replica of this partition here")
 _NO_TABLE = LookupResult(421, reason="no such table here")
 _NO_SCOPE = LookupResult(403, reason="the caller's token does not read this table")
@@ -56,7 +65,12 @@ Enrich = Callable[[bytes], Awaitable[bytes]]
 
 
 class Lookups:
-    def __init__(self, node: NodeView, router: Router, peers: Peers) -> None:
+    def __init__(
+        self, node: NodeView, router: Router, peers: Peers, limits: LimitsSettings | None = None
+    ) -> None:
+        """``limits``: how many lookups may wait for ``min_offset`` at once (see ``_wait_for``)."""
+        limits = limits if limits is not None else LimitsSettings()
+        self._parking = Parking(limits.max_parked_waits, limits.max_parked_waits_per_caller)
         self._node = node
         # The node's live mappings and its partitioner, bound once for the hot path.
         self._tables = node.tables
@@ -148,7 +162,7 @@ class Lookups:
         local = self._replicas.get((table, partition))
         params = query(scope)
         if not params and local is not None and local.state is ReplicaState.ACTIVE:
-            served = await self._serve_local(send, runtime, local, key, params, enrich)
+            served = await self._serve_local(send, runtime, local, key, params, enrich, scope)
             if served is not None:
                 return served
             local = None  # revoked under this request: the next replica answers
@@ -156,7 +170,7 @@ class Lookups:
 
         if header(scope, FORWARDED.encode()) is not None:
             if local is not None and servable(local, max_lag):
-                served = await self._serve_local(send, runtime, local, key, params, enrich)
+                served = await self._serve_local(send, runtime, local, key, params, enrich, scope)
                 if served is not None:
                     return served  # else revoked under this request: as if never here
             raise NotHere(f"{self._node.node_id} holds no usable replica of {table}[{partition}]")
@@ -172,7 +186,7 @@ class Lookups:
             return 307
         min_offset = int_param(params, "min_offset") if params else None
         wait_ms = (int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0) if params else 0
-        auth = header(scope, b"authorization")
+        auth = forwarded_caller(scope)
         last_error = "no replica of this partition is known"
         i = 0
         while i < len(targets):
@@ -180,7 +194,7 @@ class Lookups:
             if target == LOCAL:
                 i += 1
                 assert local is not None
-                served = await self._serve_local(send, runtime, local, key, params, enrich)
+                served = await self._serve_local(send, runtime, local, key, params, enrich, scope)
                 if served is not None:
                     return served
                 last_error = "this node's replica was revoked during the request"
@@ -195,11 +209,18 @@ class Lookups:
                 return await _answer(send, runtime, key, result, enrich)
             if status == FAILED:
                 self._forward_failed.inc()
-                last_error = result.reason
+                # The peer's URL and the OS's words stay in the log, out of the answer.
+                log.info(
+                    "lookup forward failed table=%s partition=%d error=%s",
+                    table,
+                    partition,
+                    result.reason,
+                )
+                last_error = "no other replica answered in time"
             elif status == 403:  # the owner applies the caller's scopes too
                 raise InsufficientScope(read_scope(table))
             else:  # 421, 503: this replica cannot answer (yet); the next one may
-                last_error = f"{target} answered {status}: {result.reason}"
+                last_error = f"a replica answered {status}: {result.reason}"
         raise Unavailable(
             f"no replica of {table}[{partition}] could answer",
             partition=partition,
@@ -214,6 +235,7 @@ class Lookups:
         key: bytes,
         params: dict[str, str],
         enrich: Enrich | None,
+        scope: dict[str, Any],
     ) -> int | None:
         """:meth:`_serve` from this node's ``replica``; None if its store closed under the
         request for good (revoked: the caller asks the next replica). A store closed to be
@@ -221,7 +243,7 @@ class Lookups:
         ``REOPEN_WAIT_S``: its open takes milliseconds."""
         closed, state = replica.store, replica.state
         try:
-            return await self._serve(send, runtime, replica, key, params, enrich)
+            return await self._serve(send, runtime, replica, key, params, enrich, scope)
         except StoreClosedError:
             pass
         registered = (replica.table, replica.partition)
@@ -232,7 +254,7 @@ class Lookups:
                 return None
             if replica.store is not closed:
                 try:
-                    return await self._serve(send, runtime, replica, key, params, enrich)
+                    return await self._serve(send, runtime, replica, key, params, enrich, scope)
                 except StoreClosedError:
                     return None
         return None
@@ -245,12 +267,13 @@ class Lookups:
         key: bytes,
         params: dict[str, str],
         enrich: Enrich | None,
+        scope: dict[str, Any],
     ) -> int:
         if params:
             min_offset = int_param(params, "min_offset")
             if min_offset is not None and replica.applied_offset < min_offset:
                 wait_ms = int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0
-                await _wait_for(replica, min_offset, wait_ms / 1000)
+                await self._wait_for(replica, min_offset, wait_ms / 1000, caller_of(scope))
         return await _answer(send, runtime, key, self._result(replica, key), enrich)
 
     def _result(self, replica: Replica, key: bytes) -> LookupResult:
@@ -281,6 +304,7 @@ class Lookups:
         except DecodeError as exc:
             raise BadRequest(f"malformed lookup batch: {exc}") from exc
         tables = self._tables
+        waiter = None if caller is None else caller.subject  # else the node's cap alone
         results: list[LookupResult] = []
         waiting: list[Coroutine[Any, Any, None]] = []
         for item in items:
@@ -305,7 +329,9 @@ class Lookups:
             if min_offset is not None and replica.applied_offset < min_offset:
                 wait_s = min(item.wait_ms, MAX_WAIT_MS) / 1000
                 index = len(results)
-                waiting.append(self._when_applied(results, index, replica, key, min_offset, wait_s))
+                waiting.append(
+                    self._when_applied(results, index, replica, key, min_offset, wait_s, waiter)
+                )
                 results.append(_NOT_HERE)  # replaced once the wait is over
                 continue
             try:
@@ -325,14 +351,49 @@ class Lookups:
         key: bytes,
         min_offset: int,
         wait_s: float,
+        caller: str | None,
     ) -> None:
         try:
-            await _wait_for(replica, min_offset, wait_s)
+            await self._wait_for(replica, min_offset, wait_s, caller)
             results[index] = self._result(replica, key)
-        except Unavailable as exc:
+        except (Unavailable, RateLimited) as exc:  # too many parked: the next replica may
             results[index] = LookupResult(503, replica.partition, reason=exc.message)
         except StoreClosedError:
             pass  # revoked meanwhile: stays 421, the caller asks the next replica
+
+    async def _wait_for(
+        self, replica: Replica, min_offset: int, wait_s: float, caller: str | None
+    ) -> None:
+        """Read-your-writes: returns once ``replica`` applied ``min_offset``.
+
+        The wait parks until the materializer applies that offset (``replicas.waits``),
+        never polling. Raises ``Unavailable`` (503) when ``wait_s`` passes first,
+        ``StoreClosedError`` when the replica is revoked meanwhile (the next replica is
+        asked), and ``RateLimited`` (429, ``Retry-After``) when the node already parks
+        ``max_parked_waits`` lookups, or ``caller`` ``max_parked_waits_per_caller``.
+        """
+        parked = wait_s > 0
+        if parked and not self._parking.enter(caller):
+            raise RateLimited(
+                f"too many lookups wait for min_offset: try again in {PARKED_RETRY_S} s",
+                PARKED_RETRY_S,
+            )
+        try:
+            reached = await wait_applied(replica, min_offset, wait_s)
+        finally:
+            if parked:
+                self._parking.leave(caller)
+        if reached:
+            return
+        if replica.state is ReplicaState.REVOKED:
+            raise StoreClosedError(f"{replica.table}[{replica.partition}] was revoked")
+        raise Unavailable(
+            f"{replica.table}[{replica.partition}] has applied offset "
+            f"{replica.applied_offset}, not yet {min_offset}",
+            partition=replica.partition,
+            applied_offset=replica.applied_offset,
+            reason="min_offset not reached within wait_ms",
+        )
 
 
 _DIGITS = [str(i).encode() for i in range(1024)]
@@ -370,18 +431,3 @@ async def _answer(
     value = result.value if enrich is None else await enrich(result.value)
     await respond(send, 200, value, headers)
     return 200
-
-
-async def _wait_for(replica: Replica, min_offset: int, wait_s: float) -> None:
-    """Read-your-writes: wait until the replica applied ``min_offset``, or give up."""
-    deadline = time.monotonic() + wait_s
-    while replica.applied_offset < min_offset:
-        if time.monotonic() >= deadline:
-            raise Unavailable(
-                f"{replica.table}[{replica.partition}] has applied offset "
-                f"{replica.applied_offset}, not yet {min_offset}",
-                partition=replica.partition,
-                applied_offset=replica.applied_offset,
-                reason="min_offset not reached within wait_ms",
-            )
-        await asyncio.sleep(0.002)

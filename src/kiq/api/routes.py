@@ -8,10 +8,13 @@
   GET  /metrics                             Prometheus
   GET  /openapi.json                        the OpenAPI 3.1 document (openapi.py)
   POST /v1/internal/lookups, /v1/internal/multiget, /v1/internal/scan,
-  GET  /v1/internal/metadata                node-to-node calls (msgpack; routing/wire.py)
+  GET  /v1/internal/metadata,
+  POST /v1/internal/hello                   node-to-node calls (msgpack; routing/wire.py)
 
-then the application's own routes (endpoints.py; the shipped stock and word-count
-ones among them), after the core ones so that they never shadow one.
+Every path under ``RESERVED`` is the core API's: the core router answers it, a
+route it lacks included (404), whatever an application's patterns would match.
+The application's own routes (endpoints.py; the shipped stock and word-count ones
+among them) have a router of their own, for every other path.
 
 A route answers its one method; any other request is a 404 ``no_route``, as
 before the router. Handlers raise; the app turns what they raise into the answer.
@@ -29,15 +32,16 @@ from starlette.routing import Match, Route, Router
 from starlette.types import ASGIApp
 
 from kiq.api import admin
-from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
-from kiq.api.auth import Access, caller
+from kiq.api.asgi import Receive, Scope, Send, query, read_body
+from kiq.api.auth import Access, caller, forwarded_caller
 from kiq.api.batches import Batches
-from kiq.api.errors import NoRoute
+from kiq.api.errors import BadRequest, NoRoute
 from kiq.api.lookups import Lookups
 from kiq.api.openapi import OPENAPI_PATH
 from kiq.node import NodeView
 from kiq.routing import Peers
 from kiq.routing.wire import (
+    INTERNAL_HELLO,
     INTERNAL_LOOKUPS,
     INTERNAL_METADATA,
     INTERNAL_MULTIGET,
@@ -47,6 +51,21 @@ from kiq.routing.wire import (
 
 JSON = "application/json"
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+# The core API's paths and everything under them: an application's routes never answer there.
+RESERVED = (
+    "/v1/tables",
+    "/v1/internal",
+    "/v1/metadata",
+    "/v1/health",
+    "/metrics",
+    "/openapi.json",
+)
+_UNDER_RESERVED = tuple(r + "/" for r in RESERVED)
+
+
+def is_core(path: str) -> bool:
+    """Whether ``path`` belongs to the core API (``RESERVED``, or under one of them)."""
+    return path in RESERVED or path.startswith(_UNDER_RESERVED)
 
 
 class _Route(Route):
@@ -70,7 +89,13 @@ def _json(body: bytes, status: int = 200) -> Response:
 
 
 def _auth(request: Request) -> str | None:
-    return header(request.scope, b"authorization")
+    return forwarded_caller(request.scope)
+
+
+def app_router(custom: Sequence[tuple[str, str, ASGIApp]]) -> Router:
+    """An application's routes (method, path, ASGI endpoint), for paths outside ``RESERVED``."""
+    routes = [_Route(method, path, endpoint) for method, path, endpoint in custom]
+    return Router(routes, redirect_slashes=False, default=_no_route)
 
 
 class Endpoints:
@@ -93,15 +118,26 @@ class Endpoints:
         self.document = b"{}"  # /openapi.json, set once the routes are known (openapi.py)
         self._access = access  # None: a node without authentication
 
-    async def _from_member(self, request: Request, admin: bool = False) -> bytes:
-        """The body of a node-to-node request, once its sender is known to be a member."""
+    async def _from_member(
+        self, request: Request, admin: bool = False, for_caller: bool = True
+    ) -> bytes:
+        """The body of a node-to-node request, once its sender is known to be a member (the
+        credential's form and time are checked before the body is read)."""
+        if self._access is not None:
+            self._access.check_form(request.scope)
         body = await read_body(request.receive, self._max_body)
         if self._access is not None:
-            self._access.member(request.scope, body, admin)
+            self._access.member(request.scope, body, admin, for_caller)
         return body
 
-    def router(self, custom: Sequence[tuple[str, str, ASGIApp]] = ()) -> Router:
-        """The core routes, then ``custom`` ones (method, path, ASGI endpoint)."""
+    def _sealed(self, request: Request, answer: bytes) -> Response:
+        """An internal answer, sealed for the member that asked (``Access.seal``)."""
+        if self._access is not None:
+            answer = self._access.seal(request.scope, answer)
+        return Response(answer, media_type=MSGPACK)
+
+    def router(self) -> Router:
+        """The core routes: every path under ``RESERVED`` is answered here."""
         return Router(
             [
                 _Route("GET", "/v1/tables", self.tables),
@@ -116,7 +152,7 @@ class Endpoints:
                 _Route("POST", INTERNAL_MULTIGET, self.internal_multiget),
                 _Route("POST", INTERNAL_SCAN, self.internal_scan),
                 _Route("GET", INTERNAL_METADATA, self.internal_metadata),
-                *(_Route(method, path, endpoint) for method, path, endpoint in custom),
+                _Route("POST", INTERNAL_HELLO, self.internal_hello),
             ],
             redirect_slashes=False,
             default=_no_route,
@@ -142,7 +178,8 @@ class Endpoints:
         return _json(b'{"live":true}')
 
     async def ready(self, request: Request) -> Response:
-        status, body = await asyncio.to_thread(admin.ready, self._node)
+        detail = self._access is None or self._access.is_admin(request.scope)
+        status, body = await asyncio.to_thread(admin.ready, self._node, detail)
         return _json(body, status)
 
     async def metrics(self, request: Request) -> Response:
@@ -154,18 +191,25 @@ class Endpoints:
     async def internal_lookups(self, request: Request) -> Response:
         body = await self._from_member(request)
         answer = await self._lookups.internal(body, caller(request.scope))
-        return Response(answer, media_type=MSGPACK)
+        return self._sealed(request, answer)
 
     async def internal_multiget(self, request: Request) -> Response:
         body = await self._from_member(request)
         answer = self._batches.internal_multiget(body, caller(request.scope))
-        return Response(answer, media_type=MSGPACK)
+        return self._sealed(request, answer)
 
     async def internal_scan(self, request: Request) -> Response:
         body = await self._from_member(request)
         answer = self._batches.internal_scan(body, caller(request.scope))
-        return Response(answer, media_type=MSGPACK)
+        return self._sealed(request, answer)
 
     async def internal_metadata(self, request: Request) -> Response:
         await self._from_member(request, admin=True)
-        return Response(admin.node_status(self._node), media_type=MSGPACK)
+        return self._sealed(request, admin.node_status(self._node))
+
+    async def internal_hello(self, request: Request) -> Response:
+        """A peer's challenge, answered sealed: proof that this node holds the secret."""
+        challenge = await self._from_member(request, for_caller=False)
+        if len(challenge) > 64:
+            raise BadRequest("a challenge is at most 64 bytes")
+        return self._sealed(request, challenge)

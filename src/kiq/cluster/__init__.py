@@ -7,7 +7,7 @@ derives the *standbys* of every partition the same way on every node
 (rendezvous hashing), so all nodes agree without talking to each other.
 """
 
-from kiq.cluster.members import Member, decode_client_id, encode_client_id
+from kiq.cluster.members import Member, admitted, decode_client_id, encode_client_id
 from kiq.cluster.view import ClusterView, PartitionReplicas, Role, build_view
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "Member",
     "PartitionReplicas",
     "Role",
+    "admitted",
     "build_view",
     "decode_client_id",
     "encode_client_id",

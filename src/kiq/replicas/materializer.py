@@ -203,6 +203,8 @@ class Materializer:
             if not self._store(replica, batch, last):
                 continue
             replica.position = last + 1
+            if last >= replica.waits.lowest:  # a parked lookup waits for what just landed
+                replica.waits.reached(last)
             replica.restored += len(batch)
             replica.end_offset = max(replica.end_offset, replica.position)
             self._metrics.records_applied.labels(runtime.spec.name).inc(len(batch))
@@ -216,6 +218,8 @@ class Materializer:
                 if not self._store(replica, [], end - 1):
                     continue
                 replica.position = end
+                if end > replica.waits.lowest:
+                    replica.waits.reached(end - 1)
             replica.end_offset = max(end, replica.position)
             self._caught_up(replica)
 
@@ -300,6 +304,8 @@ class Materializer:
             del self._faulted[key]
             replica.store = store
             replica.position = store.applied_offset() + 1
+            if replica.position > replica.waits.lowest:
+                replica.waits.reached(replica.position - 1)
             self._reader.assign([(replica.topic, replica.partition, replica.position)])
 
     def _replica_of(self, topic: str, partition: int) -> tuple[TableRuntime | None, Replica | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from kiq.replicas.state import ReplicaState, Role, check_transition
+from kiq.replicas.waits import OffsetWaits
 from kiq.stores import PartitionStore
 
 
@@ -15,6 +16,8 @@ class Replica:
     ``fault`` says why the store last refused a write (a full disk, an I/O error)
     until a retry succeeds: the replica still answers what it has, with its lag.
     Plain attribute writes are atomic under the GIL, so readers need no lock.
+    ``waits``: lookups parked until an offset is applied (``replicas.waits``); whoever
+    moves ``position`` forward tells it, and revoking the replica releases them.
     """
 
     __slots__ = (
@@ -31,6 +34,7 @@ class Replica:
         "store",
         "table",
         "topic",
+        "waits",
     )
 
     def __init__(
@@ -49,6 +53,7 @@ class Replica:
         self.caught_up_at: float | None = None
         self.lingering_since: float | None = None
         self.fault: str | None = None
+        self.waits = OffsetWaits()
 
     @property
     def applied_offset(self) -> int:
@@ -64,6 +69,8 @@ class Replica:
     def move_to(self, target: ReplicaState) -> None:
         check_transition(self.state, target)
         self.state = target
+        if target is ReplicaState.REVOKED:
+            self.waits.close()  # its lookups go to the next replica, not on waiting here
 
     def set_role(self, role: Role) -> None:
         self.role = role

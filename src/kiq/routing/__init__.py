@@ -2,7 +2,7 @@
 
 from kiq.routing.errors import PeerError
 from kiq.routing.hedging import HedgePolicy
-from kiq.routing.peers import ExtraHeaders, Peers
+from kiq.routing.peers import Peers
 from kiq.routing.router import LOCAL, Router, servable
 from kiq.routing.wire import FAILED, FORWARDED, Item, LookupResult, MultigetResult, NodeStatus
 
@@ -10,7 +10,6 @@ __all__ = [
     "FAILED",
     "FORWARDED",
     "LOCAL",
-    "ExtraHeaders",
     "HedgePolicy",
     "Item",
     "LookupResult",

@@ -28,7 +28,7 @@ from kiq.routing.errors import PeerError
 from kiq.routing.wire import FAILED, Lookup, LookupResult
 
 MAX_BATCH = 256
-# Batches on the wire per (target, authorization, waits) at once. While they
+# Batches on the wire per (target, caller, waits) at once. While they
 # are out, new lookups gather into the next batch: under load batches grow by
 # themselves, and the node makes fewer, bigger requests (each send is a
 # syscall the event loop pays for, and an HTTP request the owner parses).
@@ -36,7 +36,7 @@ MAX_IN_FLIGHT = 2
 _CANCELLED = LookupResult(FAILED, reason="the batch was cancelled")
 
 _SlotKey = tuple[str, str | None, bool]
-# (target, authorization, lookups, the longest wait_ms among them) → their results, in order
+# (target, caller, lookups, the longest wait_ms among them) → their results, in order
 SendBatch = Callable[[str, str | None, list[Lookup], int], Awaitable[list[LookupResult]]]
 
 
@@ -72,7 +72,7 @@ class _Batch:
 
 
 class _Slot:
-    """The batch gathering for one (target, authorization, waits), and its sends."""
+    """The batch gathering for one (target, caller, waits), and its sends."""
 
     __slots__ = ("in_flight", "next", "scheduled")
 
@@ -100,20 +100,18 @@ class LookupBatcher:
         max_lag: int | None,
         min_offset: int | None,
         wait_ms: int,
-        authorization: str | None,
+        caller: str | None,
     ) -> LookupResult:
         """The target's answer for ``key`` from its own replica, or a ``FAILED`` result."""
         future: asyncio.Future[LookupResult] = asyncio.get_running_loop().create_future()
         lookup = Lookup(table, key, max_lag, min_offset, wait_ms)
-        self.submit(target_url, lookup, authorization, _Future(future))
+        self.submit(target_url, lookup, caller, _Future(future))
         return await future
 
-    def submit(
-        self, target_url: str, lookup: Lookup, authorization: str | None, waiter: Waiter
-    ) -> None:
+    def submit(self, target_url: str, lookup: Lookup, caller: str | None, waiter: Waiter) -> None:
         """Queues ``lookup`` for the target; ``waiter`` hears the answer."""
         wait_ms = lookup.wait_ms
-        slot_key = (target_url, authorization, lookup.min_offset is not None and wait_ms > 0)
+        slot_key = (target_url, caller, lookup.min_offset is not None and wait_ms > 0)
         slot = self._slots.get(slot_key)
         if slot is None:
             slot = self._slots[slot_key] = _Slot()
@@ -159,11 +157,11 @@ class LookupBatcher:
                 del self._slots[slot_key]  # idle: one per Authorization value must not pile up
 
     async def _exchange(
-        self, target: str, authorization: str | None, batch: _Batch
+        self, target: str, caller: str | None, batch: _Batch
     ) -> LookupResult | None:
         """Resolves the batch's futures and returns None, or returns the failure for all."""
         try:
-            results = await self._send_batch(target, authorization, batch.items, batch.wait_ms)
+            results = await self._send_batch(target, caller, batch.items, batch.wait_ms)
         except PeerError as exc:
             return LookupResult(FAILED, reason=str(exc))
         if len(results) != len(batch.waiters):

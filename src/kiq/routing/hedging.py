@@ -123,10 +123,10 @@ class Hedger:
         self._timer: asyncio.TimerHandle | None = None
 
     def race(
-        self, targets: list[str], start: int, lookup: Lookup, authorization: str | None
+        self, targets: list[str], start: int, lookup: Lookup, caller: str | None
     ) -> LookupRace:
         """The lookup sent to ``targets[start]``, hedged over the remote targets that follow."""
-        return LookupRace(self, targets, start, lookup, authorization)
+        return LookupRace(self, targets, start, lookup, caller)
 
     def arm(self, race: LookupRace, now: float) -> None:
         """``race._due()`` once the hedge delay from ``now`` has passed, unless done by then."""
@@ -170,7 +170,7 @@ class LookupRace:
         "_out",
         "_primary_out",
         "_sent",
-        "authorization",
+        "caller",
         "deadline",
         "end",
         "lookup",
@@ -185,12 +185,12 @@ class LookupRace:
         targets: list[str],
         start: int,
         lookup: Lookup,
-        authorization: str | None,
+        caller: str | None,
     ) -> None:
         self._hedger = hedger
         self.targets = targets
         self.lookup = lookup
-        self.authorization = authorization
+        self.caller = caller
         end = start + 1
         n = len(targets)
         while end < n and targets[end] != LOCAL:
@@ -221,7 +221,7 @@ class LookupRace:
         target = self.targets[self.next]
         self.next += 1
         self._out += 1
-        self._hedger.batcher.submit(target, self.lookup, self.authorization, self)
+        self._hedger.batcher.submit(target, self.lookup, self.caller, self)
 
     def deliver(self, target: str, result: LookupResult) -> None:
         self._out -= 1

@@ -5,10 +5,16 @@ One transport (``ConnectionPool``: pooled keep-alive HTTP/1.1, over TLS to
 (the msgpack records of ``wire.py``), one timeout (the node's forward timeout,
 stretched by as long as a lookup may wait for ``min_offset``), and one set of
 request headers, built in ``_headers``: ``X-Kiq-Forwarded`` with this node's id,
-the caller's Authorization when it sent one, and what ``extra_headers`` returns
-for the request's method, path and body (the cluster credential, kiq.security).
-The router hears of every peer that could not be reached, and of every one that
-answered.
+the statement of the caller this node verified (``X-Kiq-Principal``: never the
+caller's token), and, with a ``cluster`` key, the credential signing the request
+for that one peer. The router hears of every peer that could not be reached, and
+of every one that answered.
+
+With a cluster key a peer is sent nothing until it has proven it holds the secret
+(``POST /v1/internal/hello``: a challenge it answers sealed), and no answer of
+its is believed unless sealed for the request it answers. A group member that
+cannot prove it is treated as a dead peer (its partitions are read from standbys)
+and named once in the log; it is asked again at most every ``PROOF_RETRY_S``.
 
 A peer that gives no usable answer raises ``PeerError`` (lookups: a ``FAILED``
 result), so the caller asks the next replica. ``forward`` hedges a lookup over
@@ -19,7 +25,10 @@ not answering is probed (``GET /v1/health/live``) until it answers again.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import ssl
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -30,14 +39,15 @@ from kiq.routing.hedging import HedgePolicy, Hedger, LookupRace
 from kiq.routing.pool import ConnectionPool
 from kiq.routing.router import Router
 from kiq.routing.wire import (
-    AUTHORIZATION,
     FORWARDED,
     HEALTH_LIVE,
+    INTERNAL_HELLO,
     INTERNAL_LOOKUPS,
     INTERNAL_METADATA,
     INTERNAL_MULTIGET,
     INTERNAL_SCAN,
     MSGPACK,
+    PRINCIPAL,
     DecodeError,
     Item,
     Lookup,
@@ -52,16 +62,16 @@ from kiq.routing.wire import (
     decode_scan_result,
     encode,
 )
+from kiq.security import CLUSTER_HEADER, ClusterKey, CredentialRejected
 
 T = TypeVar("T")
-
-# Headers to add to a request to a peer, given its method, path and body (a credential
-# signing them: ``kiq.security.ClusterKey.headers``); asked for each request.
-ExtraHeaders = Callable[[str, str, bytes], Mapping[str, str]]
+log = logging.getLogger(__name__)
 
 # A peer avoided for not answering is asked every PROBE_INTERVAL_S whether it is back.
 PROBE_INTERVAL_S = 0.25
 PROBE_TIMEOUT_S = 0.5
+# A peer that failed to prove it holds the cluster secret is not asked again before this.
+PROOF_RETRY_S = 5.0
 
 
 class Transport(Protocol):
@@ -91,7 +101,7 @@ class Peers:
         node_id: str,
         router: Router,
         timeout_ms: int,
-        extra_headers: ExtraHeaders | None = None,
+        cluster: ClusterKey | None = None,
         connect_timeout_s: float = 0.5,
         max_batch: int = MAX_BATCH,
         max_in_flight: int = MAX_IN_FLIGHT,
@@ -102,7 +112,12 @@ class Peers:
     ) -> None:
         self._router = router
         self._timeout_s = timeout_ms / 1000
-        self._extra_headers = extra_headers
+        self._cluster = cluster
+        # Peers that proved they hold the cluster secret; those that failed, until when not
+        # to ask again; proofs under way (one per peer, awaited by every request meanwhile).
+        self._proven: set[str] = set()
+        self._refused: dict[str, float] = {}
+        self._proving: dict[str, asyncio.Task[None]] = {}
         self._pool: Transport = transport or ConnectionPool(connect_timeout_s, ssl_context)
         self._with_body = {FORWARDED: node_id, "content-type": MSGPACK}
         self._without_body = {FORWARDED: node_id}
@@ -121,14 +136,14 @@ class Peers:
         max_lag: int | None,
         min_offset: int | None,
         wait_ms: int,
-        authorization: str | None,
+        caller: str | None,
     ) -> Coroutine[Any, Any, LookupResult]:
         """The target's answer for ``key`` from its own replica, or a ``FAILED`` result.
 
         Batched with the other lookups for the target in this loop tick (``batcher.py``).
         Not ``async`` itself: the forwarded lookup path pays for no extra coroutine.
         """
-        return self._batcher.get(target, table, key, max_lag, min_offset, wait_ms, authorization)
+        return self._batcher.get(target, table, key, max_lag, min_offset, wait_ms, caller)
 
     def forward(
         self,
@@ -139,7 +154,7 @@ class Peers:
         max_lag: int | None,
         min_offset: int | None,
         wait_ms: int,
-        authorization: str | None,
+        caller: str | None,
     ) -> LookupRace:
         """``key`` looked up at ``targets[start]``, hedged over the remote targets after it.
 
@@ -147,14 +162,14 @@ class Peers:
         ``end`` is the index where the caller goes on (``LOCAL``, or no more).
         """
         lookup = Lookup(table, key, max_lag, min_offset, wait_ms)
-        return self._hedger.race(targets, start, lookup, authorization)
+        return self._hedger.race(targets, start, lookup, caller)
 
     async def multiget(
-        self, target: str, table: str, keys: list[bytes], authorization: str | None
+        self, target: str, table: str, keys: list[bytes], caller: str | None
     ) -> MultigetResult:
         """The keys the target holds, from the partitions it can serve; ``PeerError`` else."""
         request = encode(Multiget(table, keys))
-        body = await self._call(target, "POST", INTERNAL_MULTIGET, request, authorization)
+        body = await self._call(target, "POST", INTERNAL_MULTIGET, request, caller)
         return _decoded(target, decode_multiget_result, body)
 
     async def scan(
@@ -165,19 +180,19 @@ class Peers:
         start: bytes | None,
         end: bytes | None,
         limit: int,
-        authorization: str | None,
+        caller: str | None,
     ) -> list[Item]:
         """Up to ``limit`` (key, value) of the target's replica in [start, end), in key order.
 
         ``PeerError`` with status 421 when the target holds no usable replica of it.
         """
         request = encode(Scan(table, partition, start, end, limit))
-        body = await self._call(target, "POST", INTERNAL_SCAN, request, authorization)
+        body = await self._call(target, "POST", INTERNAL_SCAN, request, caller)
         return _decoded(target, decode_scan_result, body).items
 
-    async def metadata(self, target: str, authorization: str | None = None) -> NodeStatus:
+    async def metadata(self, target: str, caller: str | None = None) -> NodeStatus:
         """The target's own replicas: role, state, offsets, lag."""
-        body = await self._call(target, "GET", INTERNAL_METADATA, b"", authorization)
+        body = await self._call(target, "GET", INTERNAL_METADATA, b"", caller)
         return _decoded(target, decode_node_status, body)
 
     def close(self) -> None:
@@ -198,7 +213,7 @@ class Peers:
 
     async def _probe(self, target: str) -> None:
         """Until the avoided ``target`` answers (anything: it is alive), or others hear it."""
-        headers = self._headers("GET", HEALTH_LIVE, None, b"")
+        headers = self._without_body  # an open path: no credential to spend on it
         while self._router.suspect(target):
             await asyncio.sleep(PROBE_INTERVAL_S)
             self.hedge_stats.probes += 1
@@ -211,12 +226,10 @@ class Peers:
     # -- one request ----------------------------------------------------------------
 
     async def _send_lookups(
-        self, target: str, authorization: str | None, items: list[Lookup], wait_ms: int
+        self, target: str, caller: str | None, items: list[Lookup], wait_ms: int
     ) -> list[LookupResult]:
         request = encode(items)
-        body = await self._call(
-            target, "POST", INTERNAL_LOOKUPS, request, authorization, wait_ms / 1000
-        )
+        body = await self._call(target, "POST", INTERNAL_LOOKUPS, request, caller, wait_ms / 1000)
         return _decoded(target, decode_results, body)
 
     async def _call(
@@ -225,11 +238,14 @@ class Peers:
         method: str,
         path: str,
         body: bytes,
-        authorization: str | None,
+        caller: str | None,
         extra_timeout_s: float = 0.0,
     ) -> bytes:
         """The body of the target's 200 answer; ``PeerError`` for anything else."""
-        headers = self._headers(method, path, authorization, body)
+        cluster = self._cluster
+        if cluster is not None and target not in self._proven:
+            await self._prove(target, cluster)
+        headers, credential = self._headers(target, method, path, caller, body)
         try:
             status, payload = await self._pool.request(
                 target, method, path, body, headers, self._timeout_s + extra_timeout_s
@@ -240,20 +256,82 @@ class Peers:
         self._router.succeeded(target)
         if status != 200:
             raise PeerError(target, f"{path} answered {status}: {payload[:200]!r}", status)
+        if cluster is not None:
+            assert credential is not None
+            try:
+                return cluster.open(credential, payload)
+            except CredentialRejected:
+                self._proven.discard(target)
+                self._not_a_member(target, "answered without the cluster secret's seal")
         return payload
 
     def _headers(
-        self, method: str, path: str, authorization: str | None, body: bytes
-    ) -> Mapping[str, str]:
+        self, target: str, method: str, path: str, caller: str | None, body: bytes
+    ) -> tuple[Mapping[str, str], str | None]:
         headers = self._with_body if body else self._without_body
-        if authorization is None and self._extra_headers is None:
-            return headers
+        if caller is None and self._cluster is None:
+            return headers, None
         headers = dict(headers)
-        if authorization is not None:
-            headers[AUTHORIZATION] = authorization
-        if self._extra_headers is not None:
-            headers.update(self._extra_headers(method, path, body))
-        return headers
+        if caller is not None:
+            headers[PRINCIPAL] = caller
+        credential = None
+        if self._cluster is not None:
+            credential = self._cluster.sign(target, method, path, body, caller)
+            headers[CLUSTER_HEADER] = credential
+        return headers, credential
+
+    # -- peers proving they are members ---------------------------------------------
+
+    async def _prove(self, target: str, cluster: ClusterKey) -> None:
+        """Returns once ``target`` has proven it holds the cluster secret; ``PeerError`` else."""
+        refused_until = self._refused.get(target)
+        if refused_until is not None and time.monotonic() < refused_until:
+            raise PeerError(target, "has not proven it is a cluster member")
+        proving = self._proving.get(target)
+        if proving is None:
+            # A task of its own: a request given up meanwhile (a hedge won) does not cancel it
+            # under the others waiting for the same proof.
+            proving = asyncio.get_running_loop().create_task(self._challenge(target, cluster))
+            self._proving[target] = proving
+            proving.add_done_callback(lambda done: self._proven_or_not(target, done))
+        await asyncio.shield(proving)
+
+    def _proven_or_not(self, target: str, done: asyncio.Task[None]) -> None:
+        self._proving.pop(target, None)
+        if not done.cancelled() and done.exception() is None:
+            self._proven.add(target)
+            self._refused.pop(target, None)
+
+    async def _challenge(self, target: str, cluster: ClusterKey) -> None:
+        challenge = os.urandom(16)
+        headers, credential = self._headers(target, "POST", INTERNAL_HELLO, None, challenge)
+        assert credential is not None
+        try:
+            status, payload = await self._pool.request(
+                target, "POST", INTERNAL_HELLO, challenge, headers, self._timeout_s
+            )
+        except ConnectionError as exc:
+            self._router.failed(target)
+            raise PeerError(target, f"{INTERNAL_HELLO}: {exc}") from exc
+        try:
+            if status != 200 or cluster.open(credential, payload) != challenge:
+                raise CredentialRejected("no sealed answer to the challenge")
+        except CredentialRejected:
+            self._not_a_member(target, f"answered the challenge with {status}, unsealed")
+
+    def _not_a_member(self, target: str, why: str) -> None:
+        """A peer without the cluster secret: like a dead one, asked again only later."""
+        if target not in self._refused:
+            log.error(
+                "peer refused: not proven a cluster member url=%s reason=%s; its partitions "
+                "are read from their other replicas (check --cluster-secret-file on it, or who "
+                "joined the serving group)",
+                target,
+                why,
+            )
+        self._refused[target] = time.monotonic() + PROOF_RETRY_S
+        self._router.failed(target)
+        raise PeerError(target, "has not proven it is a cluster member")
 
 
 def _decoded(target: str, decode: Callable[[bytes], T], body: bytes) -> T:

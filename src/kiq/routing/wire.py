@@ -7,6 +7,7 @@ decoded into the records below (``routing/peers.py`` sends them, ``api/`` answer
     POST /v1/internal/multiget  Multiget             → MultigetResult
     POST /v1/internal/scan      Scan                 → ScanResult
     GET  /v1/internal/metadata  (no body)            → NodeStatus
+    POST /v1/internal/hello     16 random bytes      → the same bytes (sealed: a member's proof)
 
 Values travel as the bytes the store holds; they are decoded once, where a response
 is rendered. The receiver answers from its own replicas only and never forwards.
@@ -33,12 +34,17 @@ INTERNAL_LOOKUPS: Final = "/v1/internal/lookups"
 INTERNAL_MULTIGET: Final = "/v1/internal/multiget"
 INTERNAL_SCAN: Final = "/v1/internal/scan"
 INTERNAL_METADATA: Final = "/v1/internal/metadata"
+# A challenge (16 random bytes) answered sealed: a peer proves it holds the cluster secret
+# before it is sent anything else (routing/peers.py).
+INTERNAL_HELLO: Final = "/v1/internal/hello"
 HEALTH_LIVE: Final = "/v1/health/live"  # a node's liveness: the probe of a peer gone quiet
 
 MSGPACK: Final = "application/msgpack"
 # Request headers, spelled once (lower case, as ASGI servers hand them over).
 FORWARDED: Final = "x-kiq-forwarded"  # the sending node's id: answer locally, never forward
-AUTHORIZATION: Final = "authorization"  # the caller's, passed on as it came
+# The caller the sending node verified (``kiq.security.Principal.statement``), covered by
+# the cluster credential: the caller's own token never leaves the node it reached.
+PRINCIPAL: Final = "x-kiq-principal"
 
 FAILED: Final = 0  # the target could not be reached, or did not answer the batch
 # A hedged race that ended for the caller's own replica to answer (routing/hedging.py):

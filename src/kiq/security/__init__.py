@@ -1,9 +1,11 @@
 """Who may ask a node what: bearer tokens for callers, an HMAC for fellow nodes; TLS.
 
+The threat model (who is trusted, what each fence stops) is docs/security.md.
+
     scopes.py    the ``scope`` claim → ``Grants``; ``Principal`` = subject + grants
     keys.py      the key a token is checked with, and the algorithms it allows
-    tokens.py    ``TokenVerifier`` (PyJWT) and ``TokenCache`` (per raw token, bounded)
-    cluster.py   ``ClusterKey``: node-to-node requests signed and checked
+    tokens.py    ``TokenVerifier`` (PyJWT) and ``TokenCache`` (by the header's hash, bounded)
+    cluster.py   ``ClusterKey``: node-to-node requests signed for one node, answers sealed
     setup.py     ``security_for``: the above from ``[auth]`` settings, once at startup
     tls.py       HTTPS for the API and between nodes, from ``[tls]``
 

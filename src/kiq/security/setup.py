@@ -61,6 +61,12 @@ def security_for(auth: AuthSettings, host: str) -> Security:
     mode = auth_mode(auth, host)
     cluster = ClusterKey.from_file(auth.cluster_secret_file) if auth.cluster_secret_file else None
     if mode == "none":
+        if cluster is None and not is_loopback(host):
+            raise ConfigError(
+                f"--auth none on {host}, not a loopback address, needs --cluster-secret-file (the "
+                "same file on every node): without it anyone who reaches this node could call "
+                "its node-to-node paths and join as a peer"
+            )
         return Security(None, cluster)
     given = [
         name

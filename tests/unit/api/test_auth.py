@@ -7,6 +7,7 @@ either node is local for some keys and forwarded for the others.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +16,16 @@ import pytest
 from kiq.api.app import KiqApp, SecuredKiqApp
 from kiq.partitioning import partition_for
 from kiq.replicas import ReplicaState
-from kiq.routing.wire import INTERNAL_LOOKUPS, Lookup, decode_results, encode
-from kiq.security import CLUSTER_HEADER, ClusterKey, Security, TokenCache, TokenVerifier
+from kiq.routing.wire import INTERNAL_LOOKUPS, PRINCIPAL, Lookup, decode_results, encode
+from kiq.security import (
+    CLUSTER_HEADER,
+    ClusterKey,
+    Grants,
+    Principal,
+    Security,
+    TokenCache,
+    TokenVerifier,
+)
 from kiq.security.keys import SecretKey
 from tests.unit.security.keys import SECRET, hs256, secret_file, unsigned
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
@@ -222,35 +231,67 @@ def test_internal_paths_refuse_a_user_token_alone(pair):
     assert r.status == 403
 
 
-def signed(path: str, body: bytes, key: ClusterKey, token: str | None, method: str = "POST"):
-    headers = [(CLUSTER_HEADER.encode(), key.sign(method, path, body).encode())]
-    return headers + (bearer(token) if token else [])
+N1 = "http://n1.test"
 
 
-def test_a_member_request_still_carries_a_token_the_owner_accepts(pair):
+def statement(scope: str = "kiq:read", sub: str = "alice", ttl_s: float = 600.0) -> str:
+    """What a member says of the caller it verified (``Principal.statement``)."""
+    return Principal(sub, Grants.parse(scope), time.time() + ttl_s).statement
+
+
+def signed(
+    path: str, body: bytes, key: ClusterKey, caller: str | None, to: str = N1
+) -> tuple[list[tuple[bytes, bytes]], str]:
+    credential = key.sign(to, "POST", path, body, caller)
+    headers = [(CLUSTER_HEADER.encode(), credential.encode())]
+    if caller is not None:
+        headers.append((PRINCIPAL.encode(), caller.encode()))
+    return headers, credential
+
+
+def test_a_member_request_names_its_caller_and_is_answered_sealed(pair):
     n1, _ = pair
     member = ClusterKey(b"g" * 32)
     body = batch(owned_by_n1())
-    ok = post(n1, INTERNAL_LOOKUPS, body, signed(INTERNAL_LOOKUPS, body, member, hs256()))
-    assert ok.status == 200 and decode_results(ok.body)[0].status == 200
-    no_token = post(n1, INTERNAL_LOOKUPS, body, signed(INTERNAL_LOOKUPS, body, member, None))
-    assert no_token.status == 401
-    stranger = ClusterKey(b"h" * 32)
-    forged = post(n1, INTERNAL_LOOKUPS, body, signed(INTERNAL_LOOKUPS, body, stranger, hs256()))
+    headers, credential = signed(INTERNAL_LOOKUPS, body, member, statement())
+    ok = post(n1, INTERNAL_LOOKUPS, body, headers)
+    assert ok.status == 200
+    assert decode_results(member.open(credential, ok.body))[0].status == 200
+    no_caller, _ = signed(INTERNAL_LOOKUPS, body, member, None)
+    assert post(n1, INTERNAL_LOOKUPS, body, no_caller).status == 401
+    stranger, _ = signed(INTERNAL_LOOKUPS, body, ClusterKey(b"h" * 32), statement())
+    forged = post(n1, INTERNAL_LOOKUPS, body, stranger)
     assert (forged.status, forged.json()["error"]) == (403, "not_cluster_member")
-    headers = signed(INTERNAL_LOOKUPS, body, member, hs256())
-    assert post(n1, INTERNAL_LOOKUPS, body, headers).status == 200
-    replay = post(n1, INTERNAL_LOOKUPS, body, headers)
-    assert (replay.status, replay.json()["message"]) == (403, "cluster credential already used")
+    assert post(n1, INTERNAL_LOOKUPS, body, headers).json()["message"] == (
+        "cluster credential already used"
+    )
+
+
+def test_a_member_request_made_for_another_node_or_caller_is_refused(pair):
+    n1, _ = pair
+    member = ClusterKey(b"g" * 32)
+    body = batch(owned_by_n1())
+    for_n2, _ = signed(INTERNAL_LOOKUPS, body, member, statement(), to="http://n2.test")
+    assert post(n1, INTERNAL_LOOKUPS, body, for_n2).status == 403
+    headers, _ = signed(INTERNAL_LOOKUPS, body, member, statement("kiq:read:other"))
+    swapped = [h for h in headers if h[0] != PRINCIPAL.encode()]
+    swapped.append((PRINCIPAL.encode(), statement("kiq:read kiq:admin").encode()))
+    assert post(n1, INTERNAL_LOOKUPS, body, swapped).status == 403
+    expired, _ = signed(INTERNAL_LOOKUPS, body, member, statement(ttl_s=-1))
+    r = post(n1, INTERNAL_LOOKUPS, body, expired)
+    assert (r.status, r.json()["error"]) == (401, "invalid_token")
+    # A user's token alone, even with the member's credential, names no caller.
+    headers, _ = signed(INTERNAL_LOOKUPS, body, member, None)
+    assert post(n1, INTERNAL_LOOKUPS, body, headers + bearer(hs256())).status == 401
 
 
 def test_the_owner_applies_the_callers_scopes(pair):
     n1, _ = pair
     member = ClusterKey(b"g" * 32)
     body = batch(owned_by_n1())
-    headers = signed(INTERNAL_LOOKUPS, body, member, hs256(scope="kiq:read:other"))
+    headers, credential = signed(INTERNAL_LOOKUPS, body, member, statement("kiq:read:other"))
     r = post(n1, INTERNAL_LOOKUPS, body, headers)
-    assert r.status == 200 and decode_results(r.body)[0].status == 403
+    assert r.status == 200 and decode_results(member.open(credential, r.body))[0].status == 403
 
 
 def test_forwarded_requests_carry_the_cluster_credential_and_the_callers_token(pair):
@@ -261,5 +302,6 @@ def test_forwarded_requests_carry_the_cluster_credential_and_the_callers_token(p
     assert get(n2, f"/v1/tables/t/keys/{key}", token).status == 200
     _, path, headers = network.sent[-1]  # type: ignore[attr-defined]
     assert path == INTERNAL_LOOKUPS
-    assert headers["authorization"] == f"Bearer {token}"
+    assert "authorization" not in headers and all(token not in v for v in headers.values())
+    assert Principal.from_statement(headers[PRINCIPAL]).subject == "alice"
     assert CLUSTER_HEADER in headers

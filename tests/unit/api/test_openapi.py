@@ -44,9 +44,8 @@ def served(node: LocalNode) -> dict:
 
 def router_routes(node: LocalNode) -> set[tuple[str, str]]:
     """Every (method, path) the node answers, read from its router, not from the document."""
-    router = node.app._routes
     found = {("GET", "/v1/tables/{table}/keys/{key}")}  # the raw path, before the router
-    for route in router.routes:  # type: ignore[attr-defined]
+    for route in (r for router in node.app.routers for r in router.routes):
         assert isinstance(route, Route)
         found.update((m, route.path) for m in route.methods or ())
     return found

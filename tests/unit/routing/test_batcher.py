@@ -85,7 +85,7 @@ def test_concurrent_lookups_to_one_node_share_one_request():
     assert all(item.table == "users" and item.max_lag is None for item in batch.items)
     assert batch.headers[FORWARDED] == "node-7"
     assert batch.headers["content-type"] == MSGPACK
-    assert "authorization" not in batch.headers
+    assert "x-kiq-principal" not in batch.headers
     # each caller gets its own item's answer
     assert [r.value for r in got] == [f"k{i}".encode()[::-1] for i in range(100)]
     assert got[0] == LookupResult(200, 3, 5, True, b"n2", 42, b"0k")
@@ -106,7 +106,7 @@ def test_lookups_to_two_nodes_go_in_two_requests():
     assert [r.status for r in got] == [200] * 10 + [404]
 
 
-def test_authorization_is_carried_and_keeps_batches_apart():
+def test_the_caller_is_carried_and_keeps_batches_apart():
     async def scenario(urls: list[str], peers: Peers) -> None:
         await asyncio.gather(
             _get(peers, urls[0], "a1", "Bearer alice"),
@@ -115,7 +115,7 @@ def test_authorization_is_carried_and_keeps_batches_apart():
         )
 
     ((*batches,),) = with_servers(scenario)
-    by_auth = {b.headers["authorization"]: [i.key for i in b.items] for b in batches}
+    by_auth = {b.headers["x-kiq-principal"]: [i.key for i in b.items] for b in batches}
     assert by_auth == {"Bearer alice": [b"a1", b"a2"], "Bearer bob": [b"b1"]}
     assert all(b.headers[FORWARDED] == "node-7" for b in batches)
 

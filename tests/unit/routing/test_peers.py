@@ -10,7 +10,6 @@ import pytest
 
 from kiq.routing import (
     FORWARDED,
-    ExtraHeaders,
     MultigetResult,
     NodeStatus,
     PeerError,
@@ -18,10 +17,12 @@ from kiq.routing import (
     Router,
 )
 from kiq.routing.wire import (
+    INTERNAL_HELLO,
     INTERNAL_METADATA,
     INTERNAL_MULTIGET,
     INTERNAL_SCAN,
     MSGPACK,
+    PRINCIPAL,
     Multiget,
     ReplicaStatus,
     Scan,
@@ -30,6 +31,7 @@ from kiq.routing.wire import (
     decode_scan,
     encode,
 )
+from kiq.security import CLUSTER_HEADER, ClusterKey
 from tests.unit.routing.servers import Answer, Request, Server, serving
 
 STATUS = ReplicaStatus("t", 3, "active", "active", 41, 42, 0, 42, 0.5, False)
@@ -70,11 +72,11 @@ def run(
     scenario: Callable[[Server, Peers], Awaitable[None]],
     handler: Callable[[Request], Awaitable[Answer]] = kiq_node,
     router: Router | None = None,
-    extra_headers: ExtraHeaders | None = None,
+    cluster: ClusterKey | None = None,
 ) -> Server:
     async def main() -> Server:
         async with serving(handler) as server:
-            peers = Peers("n1", router or Router("n1"), 1000, extra_headers)
+            peers = Peers("n1", router or Router("n1"), 1000, cluster)
             try:
                 await scenario(server, peers)
             finally:
@@ -95,7 +97,8 @@ def test_multiget_sends_the_keys_and_returns_stored_values_and_refused_partition
     assert decode_multiget(request.body) == Multiget("t", [b"k1", b"nope", b"k\xc3\xa9"])
     assert request.headers["content-type"] == MSGPACK
     assert request.headers[FORWARDED] == "n1"
-    assert request.headers["authorization"] == "Bearer a"
+    assert request.headers[PRINCIPAL] == "Bearer a"
+    assert "authorization" not in request.headers
 
 
 def test_scan_sends_its_bounds_and_a_refusal_is_a_peer_error_with_the_status():
@@ -110,7 +113,7 @@ def test_scan_sends_its_bounds_and_a_refusal_is_a_peer_error_with_the_status():
     first, second = run(scenario).seen
     assert decode_scan(first.body) == Scan("t", 3, b"a", None, 1)
     assert decode_scan(second.body) == Scan("t", 4, None, b"z", 10)
-    assert "authorization" not in first.headers
+    assert PRINCIPAL not in first.headers
 
 
 def test_metadata_is_a_get_and_comes_back_typed():
@@ -124,27 +127,78 @@ def test_metadata_is_a_get_and_comes_back_typed():
     assert "content-type" not in request.headers and request.headers[FORWARDED] == "n1"
 
 
-def test_extra_headers_are_asked_for_on_every_request():
-    calls = 0
-    asked: list[tuple[str, str, bytes]] = []
+SECRET = b"s" * 32
 
-    def credentials(method: str, path: str, body: bytes) -> dict[str, str]:
-        nonlocal calls
-        calls += 1
-        asked.append((method, path, body))
-        return {"x-kiq-cluster-token": f"t{calls}"}
 
+def member(key: ClusterKey, handler: Callable[[Request], Awaitable[Answer]] = kiq_node):
+    """A node holding the cluster secret: checks each request's credential, seals answers."""
+
+    async def answer(request: Request) -> Answer:
+        credential = request.headers[CLUSTER_HEADER]
+        path = request.path
+        here = "http://" + request.headers["host"]
+        key.verify(
+            here, request.method, path, request.body, credential, request.headers.get(PRINCIPAL)
+        )
+        if path == INTERNAL_HELLO:
+            return Answer(200, key.seal(credential, request.body))
+        got = await handler(request)
+        return Answer(got.status, key.seal(credential, got.body) if got.status == 200 else got.body)
+
+    return answer
+
+
+def test_a_peer_proves_it_holds_the_secret_before_it_is_sent_anything():
     async def scenario(server: Server, peers: Peers) -> None:
         await peers.metadata(server.url)
-        await peers.multiget(server.url, "t", [b"k"], "Bearer a")
+        await peers.multiget(server.url, "t", [b"k"], "alice-statement")
         await peers.lookup(server.url, "t", b"k", None, None, 0, None)  # 404 here: FAILED
 
-    seen = run(scenario, extra_headers=credentials).seen
-    assert [r.headers["x-kiq-cluster-token"] for r in seen] == ["t1", "t2", "t3"]
-    # Each credential is asked for the very request it goes with (it signs them).
-    assert asked == [(r.method, r.path, r.body) for r in seen]
-    assert seen[1].headers["authorization"] == "Bearer a"
+    seen = run(scenario, member(ClusterKey(SECRET)), cluster=ClusterKey(SECRET)).seen
+    assert [r.path for r in seen][:2] == [INTERNAL_HELLO, INTERNAL_METADATA]
+    assert INTERNAL_HELLO not in [r.path for r in seen[1:]]  # proven once
+    assert len({r.headers[CLUSTER_HEADER] for r in seen}) == len(seen)
+    assert seen[2].headers[PRINCIPAL] == "alice-statement"
     assert all(r.headers[FORWARDED] == "n1" for r in seen)
+
+
+def test_a_member_without_the_secret_is_sent_no_request_and_is_a_dead_peer(caplog):
+    router = CountingRouter()
+    urls: list[str] = []
+
+    async def scenario(server: Server, peers: Peers) -> None:
+        urls.append(server.url)
+        for _ in range(3):
+            with pytest.raises(PeerError, match="not proven"):
+                await peers.multiget(server.url, "t", [b"k"], "alice-statement")
+
+    stranger = member(ClusterKey(b"x" * 32))  # answers, sealed with another secret
+
+    async def unverified(request: Request) -> Answer:
+        if request.path == INTERNAL_HELLO:  # it cannot check ours, so it answers anything
+            return Answer(200, request.body + b"\0" * 32)
+        return await stranger(request)
+
+    seen = run(scenario, unverified, router, cluster=ClusterKey(SECRET)).seen
+    assert [r.path for r in seen] == [INTERNAL_HELLO]  # the multiget never went out
+    assert router.failures[0] == urls[0] and "peer refused" in caplog.text
+    assert caplog.text.count("peer refused") == 1
+
+
+def test_an_unsealed_answer_is_not_believed():
+    async def scenario(server: Server, peers: Peers) -> None:
+        with pytest.raises(PeerError, match="not proven"):
+            await peers.metadata(server.url)
+
+    honest = member(ClusterKey(SECRET))
+
+    async def forger(request: Request) -> Answer:
+        if request.path == INTERNAL_HELLO:  # a proof replayed, say; then its own answers
+            return await honest(request)
+        return Answer(200, encode(NodeStatus("n9", 1, [])) + b"\0" * 32)
+
+    seen = run(scenario, forger, cluster=ClusterKey(SECRET)).seen
+    assert [r.path for r in seen] == [INTERNAL_HELLO, INTERNAL_METADATA]
 
 
 def test_a_malformed_answer_is_a_peer_error_but_the_peer_is_up():

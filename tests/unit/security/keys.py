@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -13,10 +15,18 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 SECRET = b"s" * 64
 
 
-def secret_file(tmp_path: Path, secret: bytes = SECRET) -> Path:
+def secret_file(tmp_path: Path, secret: bytes = SECRET, mode: int = 0o600) -> Path:
     path = tmp_path / "jwt.secret"
     path.write_bytes(secret + b"\n")
+    path.chmod(mode)
     return path
+
+
+def write_jwks(path: Path, keys: list[dict[str, object]], bump: int = 0) -> None:
+    """A JWKS file of ``keys``, its mtime ``bump`` seconds from now."""
+    path.write_text(json.dumps({"keys": keys}))
+    stamp = time.time_ns() + bump * 1_000_000_000
+    os.utime(path, ns=(stamp, stamp))
 
 
 def claims(**overrides: Any) -> dict[str, Any]:

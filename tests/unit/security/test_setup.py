@@ -35,10 +35,18 @@ def test_a_node_on_the_network_without_auth_refuses_to_start(host: str):
     assert "--auth none" in str(caught.value)
 
 
-def test_auth_none_given_explicitly_is_honoured_anywhere():
+def test_auth_none_given_explicitly_is_honoured_anywhere(tmp_path: Path):
     assert auth_mode(AuthSettings(mode="none"), "0.0.0.0") == "none"
-    security = security_for(AuthSettings(mode="none"), "0.0.0.0")
+    security = security_for(AuthSettings(mode="none"), "127.0.0.1")
     assert security.tokens is None and security.cluster is None and not security.enabled
+    cluster = secret_file(tmp_path)
+    security = security_for(AuthSettings(mode="none", cluster_secret_file=cluster), "0.0.0.0")
+    assert security.tokens is None and security.cluster is not None
+
+
+def test_auth_none_off_loopback_without_a_cluster_secret_leaves_no_open_internal_path():
+    with pytest.raises(ConfigError, match="--cluster-secret-file"):
+        security_for(AuthSettings(mode="none"), "0.0.0.0")
 
 
 def test_jwt_needs_one_key_and_the_cluster_secret(tmp_path: Path):

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import time
+import tracemalloc
 from pathlib import Path
 
 import jwt
 import pytest
-from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
-from kiq.errors import ConfigError
 from kiq.security import Grants, Principal, TokenCache, TokenRejected, TokenVerifier
-from kiq.security.keys import JwksFile, PublicKey, SecretKey
-from kiq.security.tokens import MAX_CACHED_S, REFUSED_CACHED_S
+from kiq.security.keys import PublicKey, SecretKey
+from kiq.security.tokens import (
+    MAX_CACHED_S,
+    MAX_HEADER_BYTES,
+    MAX_REFUSED_ENTRIES,
+    OTHER_AUDIENCE,
+    REFUSED_CACHED_S,
+    SWEEP_STEP,
+)
 from tests.unit.security.keys import (
     SECRET,
     claims,
@@ -26,6 +31,8 @@ from tests.unit.security.keys import (
     secret_file,
     unsigned,
 )
+
+OTHER = "token meant for another service (aud); set --jwt-audience"
 
 
 @pytest.fixture
@@ -96,6 +103,16 @@ def test_wrong_audience_or_issuer_is_refused(tmp_path: Path):
     )
     assert refused(v, hs256(aud=None, iss="https://idp")) == "token without the 'aud' claim"
     assert refused(v, hs256(iss="https://evil")) == "token from another issuer (iss)"
+    assert v.verify(hs256(aud=["other", "kiq"], iss="https://idp")).subject == "alice"
+
+
+def test_without_an_audience_a_token_for_another_service_is_refused(tmp_path: Path):
+    """No --jwt-audience: a token that names any aud was minted for someone else."""
+    v = TokenVerifier(SecretKey(secret_file(tmp_path)))
+    assert OTHER_AUDIENCE == OTHER
+    assert v.verify(hs256(aud=None)).subject == "alice"
+    for aud in ("kiq", "other", ["kiq"], "", []):
+        assert refused(v, hs256(aud=aud)) == OTHER, aud
 
 
 def test_hmac_signed_with_the_public_key_is_refused(tmp_path: Path):
@@ -132,60 +149,6 @@ def test_ec_and_eddsa_keys_allow_their_own_algorithm_only(tmp_path: Path):
     assert ed_v.verify(jwt.encode(claims(), ed_private, algorithm="EdDSA")).subject == "alice"
     assert "not accepted" in refused(ec_v, jwt.encode(claims(), ed_private, algorithm="EdDSA"))
     assert "not accepted" in refused(ed_v, jwt.encode(claims(), ec_private, algorithm="ES256"))
-
-
-def test_key_files_that_will_not_do_stop_the_node(tmp_path: Path):
-    short = tmp_path / "short"
-    short.write_bytes(b"too short\n")
-    with pytest.raises(ConfigError, match="use at least 32"):
-        SecretKey(short)
-    with pytest.raises(ConfigError, match="cannot be read"):
-        SecretKey(tmp_path / "absent")
-    with pytest.raises(ConfigError, match="not a PEM public key"):
-        PublicKey(short)
-
-
-def write_jwks(path: Path, keys: list[dict[str, object]], bump: int = 0) -> None:
-    path.write_text(json.dumps({"keys": keys}))
-    stamp = time.time_ns() + bump * 1_000_000_000
-    os.utime(path, ns=(stamp, stamp))
-
-
-def test_jwks_keys_are_chosen_by_kid_and_rotate_with_the_file(tmp_path: Path):
-    old, new = rsa_key(), ec_key()
-    path = tmp_path / "jwks.json"
-    write_jwks(path, [{**RSAAlgorithm.to_jwk(old.public_key(), as_dict=True), "kid": "old"}])
-    v = TokenVerifier(JwksFile(path), audience="kiq")
-    old_token = jwt.encode(claims(), old, algorithm="RS256", headers={"kid": "old"})
-    new_token = jwt.encode(claims(), new, algorithm="ES256", headers={"kid": "new"})
-    assert v.verify(old_token).subject == "alice"
-    assert refused(v, new_token) == "no key with kid 'new' in the JWKS"
-    assert "kid" in refused(v, jwt.encode(claims(), old, algorithm="RS256"))
-
-    write_jwks(path, [{**ECAlgorithm.to_jwk(new.public_key(), as_dict=True), "kid": "new"}], 1)
-    assert v.verify(new_token).subject == "alice"
-    assert refused(v, old_token) == "no key with kid 'old' in the JWKS"
-    # The kid names a key; the key still decides the algorithm.
-    forged = jwt.encode(claims(), old, algorithm="RS256", headers={"kid": "new"})
-    assert "not accepted" in refused(v, forged)
-
-
-def test_a_broken_jwks_keeps_the_last_good_keys(tmp_path: Path):
-    key = ed_key()
-    path = tmp_path / "jwks.json"
-    write_jwks(path, [{**OKPAlgorithm.to_jwk(key.public_key(), as_dict=True), "kid": "a"}])
-    v = TokenVerifier(JwksFile(path), audience="kiq")
-    token = jwt.encode(claims(), key, algorithm="EdDSA", headers={"kid": "a"})
-    path.write_text("{not json")
-    os.utime(path, ns=(time.time_ns() + 2_000_000_000,) * 2)
-    assert v.verify(token).subject == "alice"
-
-
-def test_a_jwks_refuses_symmetric_keys(tmp_path: Path):
-    path = tmp_path / "jwks.json"
-    write_jwks(path, [{"kty": "oct", "k": "c2VjcmV0", "kid": "s"}])
-    with pytest.raises(ConfigError, match="symmetric"):
-        JwksFile(path)
 
 
 # -- the cache -------------------------------------------------------------------------
@@ -287,3 +250,66 @@ def test_the_real_verifier_behind_the_cache(verifier: TokenVerifier):
     for malformed in (b"Basic abc", b"Bearer", b"Bearer  ", b"token", hs256().encode()):
         with pytest.raises(TokenRejected, match="not 'Bearer TOKEN'"):
             tokens.principal(malformed)
+
+
+# -- junk, and what the cache holds ----------------------------------------------------
+
+
+def test_a_header_too_long_for_a_token_is_refused_unread():
+    verifier, clock = Counting(), Clock()
+    tokens = TokenCache(verifier, 100, clock)  # type: ignore[arg-type]
+    longest = b"Bearer " + b"x" * (MAX_HEADER_BYTES - len(b"Bearer "))
+    tokens.principal(longest)
+    assert len(verifier.calls) == 1 and len(tokens) == 1
+    with pytest.raises(TokenRejected, match=f"over {MAX_HEADER_BYTES} bytes"):
+        tokens.principal(longest + b"x")
+    assert len(verifier.calls) == 1 and len(tokens) == 1
+
+
+@pytest.mark.parametrize("size", [300_000, MAX_HEADER_BYTES])
+def test_junk_headers_keep_the_cache_small(verifier: TokenVerifier, size: int):
+    """2,000 distinct junk tokens: refused, and what is kept is bounded, not their bytes."""
+    tokens = TokenCache(verifier)
+    junk = b"A" * (size - 20)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(2_000):
+            with pytest.raises(TokenRejected):
+                tokens.principal(b"Bearer %013d" % i + junk)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(tokens) <= MAX_REFUSED_ENTRIES
+    assert held < 1_000_000, f"{held} bytes held"
+
+
+def test_junk_never_pushes_a_valid_caller_out():
+    verifier, clock = Counting(), Clock()
+    tokens = cache(verifier, clock, size=100)
+    first = tokens.principal("a")
+    for i in range(5_000):
+        with pytest.raises(TokenRejected):
+            tokens.principal(f"bad-{i}")
+    assert tokens.principal("a") is first
+    assert verifier.calls.count("a") == 1 and len(tokens) <= 101
+
+
+def test_expired_entries_are_swept_a_few_at_a_time():
+    verifier, clock = Counting(expires_at=10_000.0), Clock()
+    tokens = cache(verifier, clock, size=10_000)
+
+    def round_of(name: str) -> None:
+        for i in range(100):
+            tokens.principal(f"{name}-{i}")
+        for i in range(50):
+            with pytest.raises(TokenRejected):
+                tokens.principal(f"bad-{name}-{i}")
+
+    round_of("first")
+    assert len(tokens) == 150
+    clock.now += MAX_CACHED_S + 1  # every entry of the first round has expired
+    tokens.principal("one")
+    assert len(tokens) == 150 + 1 - SWEEP_STEP  # a few dropped per store, never all at once
+    round_of("second")
+    assert len(tokens) == 151  # the first round's are all gone
