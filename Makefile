@@ -8,6 +8,7 @@
 #                   ([tool.importlinter] in pyproject.toml)
 #   .ci/run         lint, typecheck, contracts, then test, stopping at the first failure
 #   make demo    setup, then `kiq up` on the shipped stock application (src/kiq/apps/stocks/kiq.toml)
+#   make docs    render docs/architecture.svg from docs/architecture.dot (needs Graphviz's dot)
 #   make clean   stop the local broker, remove venv, caches and local state
 
 PYTHON ?= python3
@@ -17,7 +18,7 @@ JARS   := .cache/jars
 MVN    := mvn -B -q -Dstyle.color=never
 PYTEST_ARGS ?=
 
-.PHONY: setup deps jars test test-fast lint typecheck contracts demo stop clean
+.PHONY: setup deps jars test test-fast lint typecheck contracts demo docs stop clean
 
 setup: deps $(BIN)/.installed jars
 
@@ -76,6 +77,9 @@ contracts: setup
 
 demo: setup
 	$(BIN)/kiq up --config src/kiq/apps/stocks/kiq.toml
+
+docs:
+	dot -Tsvg docs/architecture.dot -o docs/architecture.svg
 
 stop:
 	@if [ -x $(BIN)/kiq ]; then $(BIN)/kiq broker stop; fi

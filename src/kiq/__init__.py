@@ -1,8 +1,9 @@
 """kiq: Kafka topics and Spark-derived tables, answerable by key from any node.
 
-The public API is what this package exports (``from kiq import ...``); everything
-else is kiq's own. Names are imported when first used, so ``import kiq`` stays
-cheap (no Starlette, no PySpark) and its layers stay as pyproject.toml draws them.
+The public API is what this package exports (``from kiq import ...``), each name
+documented in docs/api.md; everything else is kiq's own. Names are imported when
+first used, so ``import kiq`` stays cheap (no Starlette, no PySpark) and its layers
+stay as pyproject.toml draws them.
 """
 
 from __future__ import annotations
@@ -25,25 +26,29 @@ _ENDPOINTS = {
     "Routes": "kiq.api.endpoints",
     "Tables": "kiq.api.endpoints",
     "json_reply": "kiq.api.endpoints",
+}
+
+# Errors a handler raises (each becomes its HTTP status) or catches (docs/api.md says which).
+_ERRORS = {
+    "KiqError": "kiq.errors",
+    "WriteFailed": "kiq.errors",
     "ApiError": "kiq.api.errors",
     "BadRequest": "kiq.api.errors",
     "KeyNotFound": "kiq.api.errors",
     "Unavailable": "kiq.api.errors",
     "UnknownTable": "kiq.api.errors",
-    "WriteFailed": "kiq.errors",
-    "AppSettings": "kiq.settings",
 }
 
 # public name -> the module that defines it
-_EXPORTS = {**_PIPELINES, **_ENDPOINTS}
+_EXPORTS = {**_PIPELINES, **_ENDPOINTS, **_ERRORS}
 
 __all__ = [
     "MAX_RANGE_LIMIT",
     "ApiError",
-    "AppSettings",
     "BadRequest",
     "Context",
     "KeyNotFound",
+    "KiqError",
     "Many",
     "Page",
     "Reply",
@@ -68,9 +73,8 @@ if TYPE_CHECKING:
         json_reply,
     )
     from kiq.api.errors import ApiError, BadRequest, KeyNotFound, Unavailable, UnknownTable
-    from kiq.errors import WriteFailed
+    from kiq.errors import KiqError, WriteFailed
     from kiq.pipelines.context import Context
-    from kiq.settings import AppSettings
 
 
 def __getattr__(name: str) -> Any:

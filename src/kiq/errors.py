@@ -4,7 +4,8 @@ Every error kiq raises on purpose derives from ``KiqError``; its message says
 what to do next, and two class attributes say it to code: ``retriable`` (the same
 call may succeed later) and ``owner_moved`` (ask another replica, not this one
 again). The tree grows with the serving layer (``kiq.api.errors`` adds the HTTP
-answers)::
+answers). An application takes the ones it meets from ``kiq`` itself (``KiqError``,
+``WriteFailed``; docs/api.md), never from here::
 
     KiqError               retriable  owner_moved
     ├── ConfigError            -          -        fix the flag/env/TOML named

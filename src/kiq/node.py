@@ -24,8 +24,9 @@ from kiq.kafka.logs import KAFKA_LOG
 from kiq.metrics import NodeMetrics
 from kiq.partitioning import partition_for
 from kiq.replicas import Materializer, Replica, Role
+from kiq.replicas.replica import ReadOnlyReplica
 from kiq.settings import ServeSettings
-from kiq.stores import PartitionStore, open_partition_store
+from kiq.stores import MemoryBudget, PartitionStore, open_partition_store
 from kiq.tables import TableRuntime
 
 log = logging.getLogger(__name__)
@@ -201,12 +202,14 @@ class Node:
 
 
 def store_opener(
-    tables: Mapping[str, TableRuntime], data_dir: Path
+    tables: Mapping[str, TableRuntime], data_dir: Path, budget: MemoryBudget | None = None
 ) -> Callable[[str, int], PartitionStore]:
-    """Opens a table partition's store, of the table's kind, under ``data_dir``."""
+    """Opens a table partition's store, of the table's kind, under ``data_dir``; every
+    store it opens shares ``budget`` (one of its own when not given: one per node)."""
+    shared = budget if budget is not None else MemoryBudget()
 
     def open_store(table: str, partition: int) -> PartitionStore:
-        return open_partition_store(tables[table].spec.store, data_dir, table, partition)
+        return open_partition_store(tables[table].spec.store, data_dir, table, partition, shared)
 
     return open_store
 
@@ -216,6 +219,8 @@ class NodeView:
 
     ``tables`` and ``replicas`` are the node's own live mappings, so the lookup hot
     path reads them with no call in between; ``view`` is the current cluster view.
+    A replica is seen as ``ReadOnlyReplica``: its store read-only, its role and state
+    not a handler's to move (reads go through ``kiq.routing.ReplicaReader``).
     """
 
     __slots__ = (
@@ -234,7 +239,7 @@ class NodeView:
         self.node_id = node.node_id
         self.url = node.url
         self.tables: Mapping[str, TableRuntime] = node.tables
-        self.replicas: Mapping[tuple[str, int], Replica] = node.replicas
+        self.replicas: Mapping[tuple[str, int], ReadOnlyReplica] = node.replicas
         self.metrics = node.metrics
         self.forward_timeout_ms = node.settings.forward_timeout_ms
         self._partitions: dict[str, dict[str, int]] = {name: {} for name in node.tables}
@@ -243,7 +248,7 @@ class NodeView:
     def view(self) -> ClusterView:
         return self._node.view
 
-    def replica(self, table: str, partition: int) -> Replica | None:
+    def replica(self, table: str, partition: int) -> ReadOnlyReplica | None:
         return self.replicas.get((table, partition))
 
     def partition_of(self, runtime: TableRuntime, key: str) -> int:

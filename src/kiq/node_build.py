@@ -1,19 +1,31 @@
-"""Making a node's parts from its settings: the I/O a node needs before it can start.
+"""The composition root of a serving node: every part of it, made from its settings alone.
 
-The broker is asked each table's partition count and gets the dead-letter topic;
-the Kafka reader, dead-letter sender and group seat are made here, and the
-materializer from the first two; all are handed to ``Node``, which does no I/O
-of its own (so tests build one from stand-ins and real stores).
+``build_node`` is given the ``NodeSettings`` ``kiq serve`` read at the edge and reads
+nothing else. It first checks what needs no network (tables, authentication, TLS,
+the application's routes), so a mistake there never waits on Kafka; then it asks
+the broker each table's partition count, creates the dead-letter topic, and makes
+the parts: one Kafka security and one RocksDB memory budget for the node, handed
+to every client that connects and to the store opener; the Kafka reader,
+dead-letter sender and group seat; the materializer; the ``Node`` (which does no
+I/O of its own, so tests build one from stand-ins); the writer and the ASGI app.
+Nothing is kept in the process: two nodes built in one keep their own.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import ssl
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
+from kiq.api.app import KiqApp, create_app
+from kiq.api.endpoints import Declare
+from kiq.api.targets import resolve
 from kiq.cluster.members import encode_client_id
 from kiq.errors import ConfigError, WriteFailed
-from kiq.kafka import create_topics, topic_partitions
+from kiq.kafka import KafkaSecurity, create_topics, topic_partitions
 from kiq.kafka.dlq import DeadLetters
 from kiq.kafka.group import GroupMember
 from kiq.kafka.reader import PartitionReader
@@ -21,46 +33,115 @@ from kiq.kafka.writer import AsyncProducer, ProduceFailed
 from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
 from kiq.replicas import Materializer
-from kiq.settings import ServeSettings
-from kiq.stores import set_memory_budget
+from kiq.security import Security, security_for
+from kiq.security import tls as tls_contexts
+from kiq.settings import NodeSettings, ServeSettings, TlsSettings
+from kiq.stores import MemoryBudget
 from kiq.tables import TableRuntime, TableSpec, codec_for, parse_table
 
 
-def build_node(settings: ServeSettings) -> Node:
-    tables = table_specs(settings)
-    set_memory_budget(settings.store_memory_mb * 1024 * 1024)
+@dataclass(frozen=True)
+class BuiltNode:
+    """A node and its app, ready to serve: what ``kiq serve`` runs, and how.
+
+    ``settings`` are those given, ``serve`` holding the URL peers use (its scheme
+    the one the node serves); ``kafka`` and ``budget`` are the node's own.
+    """
+
+    settings: NodeSettings
+    node: Node
+    app: KiqApp
+    security: Security
+    server_tls: tuple[Path, Path] | None
+    kafka: KafkaSecurity
+    budget: MemoryBudget
+
+
+def build_node(settings: NodeSettings) -> BuiltNode:
+    """Every part of the node ``settings`` describe; ``ConfigError`` names what to fix."""
+    # Who may ask first: a node that would listen unprotected says so before anything else.
+    security = security_for(settings.auth, settings.serve.host)
+    tables = table_specs(settings.serve)
+    serve = tls_contexts.advertised(settings.serve, settings.tls)
+    server_tls = tls_contexts.server_files(settings.tls)
+    peer_ssl = _peer_ssl(settings.tls)
+    endpoints = app_endpoints(settings)
+    kafka = KafkaSecurity.from_settings(settings.kafka)  # reads the password file now
+    budget = MemoryBudget.of_mib(serve.store_memory_mb)
+    node = _node(serve, tables, kafka, budget)
+    app = create_app(
+        node,
+        LogWriter(serve.bootstrap, kafka),
+        endpoints=endpoints,
+        limits=settings.limits,
+        security=security,
+        peer_ssl=peer_ssl,
+    )
+    return BuiltNode(
+        dataclasses.replace(settings, serve=serve),
+        node,
+        app,
+        security,
+        server_tls,
+        kafka,
+        budget,
+    )
+
+
+def _node(
+    serve: ServeSettings, tables: list[TableSpec], kafka: KafkaSecurity, budget: MemoryBudget
+) -> Node:
+    """The node's parts that talk to Kafka, and the node made of them."""
     runtimes: dict[str, TableRuntime] = {}
     for spec in tables:
-        count = topic_partitions(settings.bootstrap, spec.topic)
+        count = topic_partitions(serve.bootstrap, spec.topic, security=kafka)
         if count is None:
             raise ConfigError(
                 f"table {spec.name}: topic {spec.topic!r} does not exist on "
-                f"{settings.bootstrap}: create it (with the input's partition count) first"
+                f"{serve.bootstrap}: create it (with the input's partition count) first"
             )
         runtimes[spec.name] = TableRuntime(spec, codec_for(spec), count)
-    create_topics(settings.bootstrap, {settings.dead_letter_topic: 1})
+    create_topics(serve.bootstrap, {serve.dead_letter_topic: 1}, security=kafka)
     grouped = [t.topic for t in tables if not t.global_]
     group_changed = threading.Event()
     group = None
     if grouped:
         group = GroupMember(
-            settings.bootstrap,
-            settings.cluster,
-            encode_client_id(settings.node_id, settings.advertised_url),
+            serve.bootstrap,
+            serve.cluster,
+            encode_client_id(serve.node_id, serve.advertised_url),
             grouped,
             on_change=group_changed.set,
-            session_timeout_ms=settings.session_timeout_ms,
+            security=kafka,
+            session_timeout_ms=serve.session_timeout_ms,
         )
     metrics = NodeMetrics()
     materializer = Materializer(
-        reader=PartitionReader(settings.bootstrap, client_id=f"kiq-reader-{settings.node_id}"),
+        reader=PartitionReader(
+            serve.bootstrap, client_id=f"kiq-reader-{serve.node_id}", security=kafka
+        ),
         tables=runtimes,
-        open_store=store_opener(runtimes, settings.data_dir),
-        dead_letters=DeadLetters(settings.bootstrap, settings.dead_letter_topic),
+        open_store=store_opener(runtimes, serve.data_dir, budget),
+        dead_letters=DeadLetters(serve.bootstrap, serve.dead_letter_topic, security=kafka),
         metrics=metrics,
-        linger_s=settings.linger_s,
+        linger_s=serve.linger_s,
     )
-    return Node(settings, runtimes, materializer, metrics, group, group_changed)
+    return Node(serve, runtimes, materializer, metrics, group, group_changed)
+
+
+def _peer_ssl(tls: TlsSettings) -> ssl.SSLContext | None:
+    """What ``https://`` peers are verified with: a node serving TLS calls its peers so."""
+    if tls.enabled or tls.ca is not None:
+        return tls_contexts.client_context(tls.ca)
+    return None
+
+
+def app_endpoints(settings: NodeSettings) -> list[Declare]:
+    """The application's route declarations, found before the node asks Kafka anything;
+    a relative ``FILE.py`` is looked for beside the application file first."""
+    config = settings.config_file
+    base = str(config.parent) if config is not None else None
+    return [resolve(target, "[app] endpoints", base) for target in settings.app.endpoints]
 
 
 def table_specs(settings: ServeSettings) -> list[TableSpec]:
@@ -84,14 +165,15 @@ class LogWriter:
     Most nodes never take a write, and a producer costs a thread and a connection.
     """
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, security: KafkaSecurity) -> None:
         self._bootstrap = bootstrap
+        self._security = security
         self._producer: AsyncProducer | None = None
 
     async def send(self, topic: str, key: bytes, value: bytes) -> tuple[int, int]:
         """(partition, offset) once the broker has the record; ``WriteFailed`` if it did not."""
         if self._producer is None:
-            self._producer = AsyncProducer(self._bootstrap)
+            self._producer = AsyncProducer(self._bootstrap, security=self._security)
         try:
             return await self._producer.send(topic, key, value)
         except ProduceFailed as exc:

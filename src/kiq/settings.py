@@ -4,15 +4,19 @@ One name per setting everywhere: the TOML table ``[broker]`` key ``port`` is the
 environment variable ``KIQ_BROKER_PORT`` and the flag ``kiq broker start --port``.
 Precedence, highest first: flags, environment, the TOML file, defaults. The TOML
 file is ``--config``, else ``$KIQ_CONFIG``, else ``kiq.toml`` in the working
-directory when it exists.
+directory when it exists. A command hands its settings to a child kiq command as
+that child's environment (``child_env``), which the child loads back equal.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tomllib
+from collections.abc import Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -87,6 +91,28 @@ class _Section(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _TomlTable(settings_cls, cls.table))
+
+    def as_env(self) -> dict[str, str]:
+        """These settings as the environment of a child kiq command (see ``child_env``).
+
+        Lists and tables go as JSON, as the environment takes them; paths absolute,
+        since a child may run in another directory; an unset (None) setting is left
+        out, so the child has it unset too.
+        """
+        prefix = self.model_config.get("env_prefix", "")
+        return {
+            f"{prefix}{name.upper()}": _env_value(value)
+            for name, value in self
+            if value is not None
+        }
+
+
+def _env_value(value: object) -> str:
+    if isinstance(value, Path):
+        return str(value.absolute())
+    if isinstance(value, list | dict):
+        return json.dumps(value)
+    return str(value)
 
 
 class BrokerSettings(_Section):
@@ -236,7 +262,7 @@ class ServeSettings(_Section):
     )
     data_dir: Path = Path(".kiq/node-1")
     # RocksDB's memory in this node, all stores together: block cache plus memtables
-    # (which may take half of it before they are flushed). See stores/rocksdb.py.
+    # (which may take half of it before they are flushed). See stores/budget.py.
     store_memory_mb: int = Field(128, ge=8, description="RocksDB memory of all stores")
     tables: list[str] = Field(default_factory=list, description="NAME=TOPIC[,option...]")
     standby_replicas: int = Field(1, ge=0, le=10)
@@ -295,11 +321,6 @@ class LimitsSettings(_Section):
     @property
     def burst(self) -> int:
         return self.rate_burst or max(1, math.ceil(self.rate_limit))
-
-    def as_env(self) -> dict[str, str]:
-        """These limits as the environment of a child `kiq serve` (what `kiq up` hands on)."""
-        prefix = self.model_config.get("env_prefix", "")
-        return {f"{prefix}{name.upper()}": str(value) for name, value in self}
 
 
 class AuthSettings(_Section):
@@ -469,6 +490,69 @@ class AppSettings(_Section):
 
 
 S = TypeVar("S", bound=_Section)
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """Everything one serving node is configured by, each section read once at the edge.
+
+    ``kiq serve`` loads it and ``kiq.node_build.build_node`` builds the node from it
+    alone; ``kiq up`` hands it to each child node as its environment (``as_env``).
+    ``config_file`` is the application file, beside which ``[app] endpoints`` given as
+    ``FILE.py:FUNCTION`` are found.
+    """
+
+    serve: ServeSettings
+    limits: LimitsSettings
+    auth: AuthSettings
+    tls: TlsSettings
+    kafka: KafkaSettings
+    app: AppSettings
+    config_file: Path | None = None
+
+    @classmethod
+    def load(
+        cls,
+        config: Path | None = None,
+        *,
+        serve: Mapping[str, Any] | None = None,
+        limits: Mapping[str, Any] | None = None,
+        auth: Mapping[str, Any] | None = None,
+        tls: Mapping[str, Any] | None = None,
+        kafka: Mapping[str, Any] | None = None,
+        app: Mapping[str, Any] | None = None,
+    ) -> NodeSettings:
+        """Every section from its flags (``None`` meaning not given), env and the file."""
+        path = config_path(config)
+        return cls(
+            serve=load(ServeSettings, path, **(serve or {})),
+            limits=load(LimitsSettings, path, **(limits or {})),
+            auth=load(AuthSettings, path, **(auth or {})),
+            tls=load(TlsSettings, path, **(tls or {})),
+            kafka=load(KafkaSettings, path, **(kafka or {})),
+            app=load(AppSettings, path, **(app or {})),
+            config_file=path.absolute() if path is not None else None,
+        )
+
+    @property
+    def sections(self) -> tuple[_Section, ...]:
+        return (self.serve, self.limits, self.auth, self.tls, self.kafka, self.app)
+
+    def as_env(self) -> dict[str, str]:
+        """The environment of a child `kiq serve` that loads these very settings."""
+        return child_env(*self.sections, config=self.config_file)
+
+
+def child_env(*sections: _Section, config: Path | None = None) -> dict[str, str]:
+    """The environment under which a child kiq command loads ``sections`` equal to these
+    and reads ``config`` as its file: the one way a command hands settings on.
+
+    The environment beats the child's file, and the child's own flags beat both.
+    """
+    env = {"KIQ_CONFIG": str(config.absolute())} if config is not None else {}
+    for section in sections:
+        env.update(section.as_env())
+    return env
 
 
 def config_path(explicit: Path | None = None) -> Path | None:

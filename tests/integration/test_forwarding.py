@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 
 from kiq.kafka import producer_config
 from kiq.partitioning import partition_for
-from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, decode_results
+from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, Outcome, decode_results
 from kiq.runtime import LocalNode
 from tests.integration import test_serving
 from tests.integration.kafka_io import produce
@@ -220,8 +220,9 @@ def test_the_internal_batch_answers_each_item_from_the_local_replica_only(
     assert resp.status_code == 200
     assert resp.headers["content-type"] == MSGPACK
     results = decode_results(resp.content)
-    statuses = [r.status for r in results]
-    assert statuses == [200, 404, 421, 503, 503, 503, 200, 200, 421]
+    hit, behind, moved = Outcome.FOUND, Outcome.UNAVAILABLE, Outcome.MOVED
+    outcomes = [r.outcome for r in results]
+    assert outcomes == [hit, Outcome.MISSING, moved, behind, behind, behind, hit, hit, moved]
     found = results[0]
     assert json.loads(found.value) == owned
     assert (found.partition, found.served_by, found.stale, found.lag) == (

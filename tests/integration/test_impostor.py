@@ -22,7 +22,14 @@ import httpx
 import pytest
 from confluent_kafka import Consumer
 
-from kiq.routing.wire import INTERNAL_HELLO, LookupResult, MultigetResult, ScanResult, encode
+from kiq.routing.wire import (
+    INTERNAL_HELLO,
+    LookupResult,
+    MultigetResult,
+    Outcome,
+    ScanResult,
+    encode,
+)
 from tests.integration.test_auth import KEYS, bearer, secured, token  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -40,7 +47,7 @@ class Impostor(BaseHTTPRequestHandler):
         if self.path == INTERNAL_HELLO:
             payload = body  # the challenge back, with a tag it cannot compute
         elif self.path.startswith("/v1/internal/lookups"):
-            payload = encode([LookupResult(200, 0, 0, False, b"n9", 1, FORGED)] * 64)
+            payload = encode([LookupResult(Outcome.FOUND, 0, 0, False, b"n9", 1, FORGED)] * 64)
         elif self.path.startswith("/v1/internal/multiget"):
             payload = encode(MultigetResult([(k.encode(), FORGED) for k in KEYS], []))
         elif self.path.startswith("/v1/internal/scan"):

@@ -21,7 +21,6 @@ import httpx
 import pytest
 
 from kiq.kafka import create_topics, ping, topic_partitions
-from kiq.kafka.security import active, use
 from kiq.pipelines.runner import COMPACTED
 from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
 from kiq.runtime.ports import free_ports
@@ -54,15 +53,12 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroke
 
 
 @pytest.fixture
-def credentials(sasl_broker: LocalBroker, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This process and the ones it starts use the broker's user."""
+def credentials(sasl_broker: LocalBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The processes this test starts use the broker's user (it hands its own calls one)."""
     monkeypatch.setenv("KIQ_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
     monkeypatch.setenv("KIQ_KAFKA_SASL_MECHANISM", "PLAIN")
     monkeypatch.setenv("KIQ_KAFKA_SASL_USERNAME", sasl_broker.settings.sasl_username)
     monkeypatch.setenv("KIQ_KAFKA_SASL_PASSWORD_FILE", str(sasl_broker.password_file))
-    previous = use(sasl_broker.security)
-    yield
-    use(previous)
 
 
 def kiq(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -86,17 +82,16 @@ def until(check, timeout_s: float) -> bool:
 
 
 def test_the_broker_refuses_clients_without_credentials(sasl_broker: LocalBroker):
-    assert active().protocol == "PLAINTEXT"
     assert not ping(sasl_broker.bootstrap)  # plaintext: no answer on a SASL port
     assert ping(sasl_broker.bootstrap, security=sasl_broker.security)
 
 
 @pytest.mark.usefixtures("credentials")
 def test_nodes_a_feed_and_a_pipeline_through_sasl(sasl_broker: LocalBroker, tmp_path: Path):
-    bootstrap = sasl_broker.bootstrap
-    create_topics(bootstrap, {"ticks": 3, "words": 3})
-    create_topics(bootstrap, {"word-counts": 3}, config=COMPACTED)
-    assert topic_partitions(bootstrap, "ticks") == 3
+    bootstrap, security = sasl_broker.bootstrap, sasl_broker.security
+    create_topics(bootstrap, {"ticks": 3, "words": 3}, security=security)
+    create_topics(bootstrap, {"word-counts": 3}, config=COMPACTED, security=security)
+    assert topic_partitions(bootstrap, "ticks", security=security) == 3
 
     feed = kiq(
         "feed",

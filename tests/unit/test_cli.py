@@ -90,6 +90,45 @@ def test_kiq_up_hands_the_limits_to_its_nodes(tmp_path, monkeypatch):
     assert node.env["KIQ_LIMITS_MAX_CONNECTIONS"] == "9"
 
 
+def test_kiq_up_hands_every_child_the_settings_it_read(tmp_path, monkeypatch):
+    """One environment for driver, nodes and feeds: the file's sections with the broker
+    `kiq up` uses, files as absolute paths; its own process environment is left alone."""
+    import os
+    import threading
+
+    from kiq.cli.up import Plan, Running
+    from kiq.settings import NodeSettings
+
+    for name in [n for n in os.environ if n.startswith("KIQ_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pw").write_text("secret\n")
+    config = tmp_path / "app.toml"
+    config.write_text(
+        '[serve]\ntables = ["t=t"]\n[app]\nendpoints = []\nbootstrap = "k:9"\n'
+        '[kafka]\nsecurity_protocol = "SASL_PLAINTEXT"\nsasl_username = "u"\n'
+        'sasl_password_file = "pw"\n'
+    )
+    plan = Plan.load(config, "microbatch")
+    running = Running(plan, threading.Event())
+    env = running.env
+    assert running.security.username == "u" and running.security.password == "secret"
+    assert env["KIQ_BOOTSTRAP"] == env["KIQ_SERVE_BOOTSTRAP"] == "k:9"
+    assert env["KIQ_PIPELINE_BOOTSTRAP"] == env["KIQ_FEED_BOOTSTRAP"] == "k:9"
+    assert env["KIQ_PIPELINE_TRIGGER"] == "microbatch"
+    assert env["KIQ_KAFKA_SASL_PASSWORD_FILE"] == str(tmp_path / "pw")
+    assert env["KIQ_CONFIG"] == str(config)
+    assert all(node.env == env for node in running.nodes)
+    assert not any(name.startswith("KIQ_") for name in os.environ)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path.parent)  # a feed runs elsewhere
+    child = NodeSettings.load()
+    assert (child.app, child.limits, child.auth) == (plan.app, plan.limits, plan.auth)
+    assert child.kafka.sasl_password_file == tmp_path / "pw"
+    assert child.serve.tables == ["t=t"] and child.serve.bootstrap == "k:9"
+
+
 def test_bad_limits_are_a_one_line_error(tmp_path):
     result = runner.invoke(app, ["serve", "--bootstrap", "127.0.0.1:1", "--rate-limit", "-1"])
     assert result.exit_code == 1 and "KIQ_LIMITS_RATE_LIMIT" in result.output

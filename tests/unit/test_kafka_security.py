@@ -11,11 +11,10 @@ from kiq.errors import ConfigError
 from kiq.kafka import consumer_config, producer_config
 from kiq.kafka.config import client_config
 from kiq.kafka.security import (
+    PLAINTEXT,
     KafkaSecurity,
-    active,
     librdkafka_config,
     spark_options,
-    use,
 )
 from kiq.settings import KafkaSettings
 
@@ -25,13 +24,6 @@ def password_file(tmp_path: Path) -> Path:
     path = tmp_path / "password"
     path.write_text('s3cr"et\\x\n')
     return path
-
-
-@pytest.fixture
-def restore_security():
-    previous = active()
-    yield
-    use(previous)
 
 
 def test_plaintext_by_default_adds_nothing():
@@ -135,14 +127,32 @@ def test_the_password_stays_out_of_reprs(password_file: Path):
     assert "s3cr" not in repr(security) and "s3cr" not in repr(conf)
 
 
-@pytest.mark.usefixtures("restore_security")
-def test_every_client_config_carries_the_process_security():
-    assert "security.protocol" not in client_config("h:1")
-    use(KafkaSecurity("SASL_PLAINTEXT", "PLAIN", "u", "p"))
-    for conf in (client_config("h:1"), producer_config("h:1"), consumer_config("h:1", "g")):
+def test_every_client_config_carries_the_security_it_is_given():
+    assert "security.protocol" not in client_config("h:1")  # PLAINTEXT: Kafka's default
+    mine = KafkaSecurity("SASL_PLAINTEXT", "PLAIN", "u", "p")
+    confs = (
+        client_config("h:1", security=mine),
+        producer_config("h:1", security=mine),
+        consumer_config("h:1", "g", security=mine),
+    )
+    for conf in confs:
         assert conf["security.protocol"] == "sasl_plaintext"
         assert conf["sasl.username"] == "u" and conf["sasl.password"] == "p"
-    assert producer_config("h:1")["partitioner"] == "murmur2_random"
+    assert producer_config("h:1", security=mine)["partitioner"] == "murmur2_random"
+    # Nothing is left behind in the process: the next client without one is plaintext.
+    assert "security.protocol" not in producer_config("h:1")
+
+
+def test_two_securities_in_one_process_stay_apart():
+    """What a process-wide setting prevented: two identities side by side."""
+    import kiq.kafka.security as module
+
+    alice = KafkaSecurity("SASL_PLAINTEXT", "PLAIN", "alice", "a")
+    bob = KafkaSecurity("SASL_SSL", "SCRAM-SHA-512", "bob", "b")
+    confs = [consumer_config("h:1", "g", security=s) for s in (alice, bob, PLAINTEXT)]
+    assert [c.get("sasl.username") for c in confs] == ["alice", "bob", None]
+    assert [c.get("security.protocol") for c in confs] == ["sasl_plaintext", "sasl_ssl", None]
+    assert not hasattr(module, "use") and not hasattr(module, "active")
 
 
 def test_refused_credentials_are_an_error_not_an_outage(caplog: pytest.LogCaptureFixture):

@@ -1,14 +1,14 @@
-"""The ASGI application of one node: the raw lookup path, then Starlette's router.
+"""The ASGI application of one node: the raw lookup path, then Starlette's routers.
 
   GET /v1/tables/{table}/keys/{key}    point lookup (lookups.py, the hot path)
 
 is matched first by hand, at the cost of a few string operations; every other
-core route is declared in routes.py, and answers every path under its reserved
-prefixes; the application's own routes (endpoints.py) answer the other paths, so
-no pattern of theirs ever reaches a core path.
-A node with authentication is a ``SecuredKiqApp``, chosen once by ``create_app``:
-the same dispatch with the checks of api/auth.py in front, so a node without
-pays nothing for them.
+route is a declaration (routes.py for the core, endpoints.py for the application's)
+and the routers, their checks, the limits and /openapi.json are built from them.
+The core router answers every path under the reserved prefixes; the application's
+router the others, so no pattern of theirs ever reaches a core path.
+What a node checks is decided once, here: on a node without authentication or a rate
+limit, the raw path calls ``Lookups.get`` itself and no handler has a guard in front.
 Whatever a route raises ends here, in ``send_error`` (api/errors.py), as it does
 inside ``Lookups.get``: one door from exceptions to responses.
 """
@@ -22,18 +22,18 @@ from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
 
-from starlette.routing import Route
-
 from kiq import catalog
 from kiq.api import openapi
-from kiq.api.asgi import Receive, Scope, Send
-from kiq.api.auth import Access
+from kiq.api.auth import Access, guard_lookup
 from kiq.api.batches import Batches
 from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
-from kiq.api.limits import Asgi, Lookup, RateLimiter, limit_lookups, limit_routes
+from kiq.api.handlers import Handlers
+from kiq.api.limits import Lookup, RateLimiter, limit_lookups
 from kiq.api.lookups import Lookups
-from kiq.api.routes import Endpoints, app_router, is_core
+from kiq.api.routers import app_router, core_router
+from kiq.api.routes import CORE, LOOKUP, is_core
+from kiq.api.spec import RouteSpec
 from kiq.node import Node, NodeView
 from kiq.routing import HedgePolicy, Peers, Router
 from kiq.security import Security
@@ -41,7 +41,8 @@ from kiq.settings import LimitsSettings
 
 log = logging.getLogger(__name__)
 
-_TABLES = "/v1/tables/"
+# The raw lookup path's prefix, from its declaration (/v1/tables/{table}/keys/{key}).
+_TABLES = LOOKUP.path.partition("{table}")[0]
 
 
 class RecordWriter(Protocol):
@@ -82,6 +83,7 @@ class KiqApp:
             if security is not None and security.enabled
             else None
         )
+        self.limiter = RateLimiter.of(limits)
         self._node = node
         self._start_node = start_node
         self.router = Router(view.node_id)
@@ -99,35 +101,31 @@ class KiqApp:
         self.lookups = Lookups(view, self.router, peers, limits)
         self.batches = Batches(view, self.router, peers, limits.max_multiget_keys)
         self._writer = writer
-        declared = declared_routes(endpoints, base)
+        declared = list(declared_routes(endpoints, base))
         custom = endpoints_for(declared, self.lookups, self.batches, writer, limits.max_body_bytes)
-        core = Endpoints(
+        handlers = Handlers(
             view, self.lookups, self.batches, peers, limits.max_body_bytes, self.access
         )
-        core_router, own_router = core.router(), app_router(custom)
-        self.routers = (core_router, own_router)  # core paths, the application's (is_core)
-        self.routes: list[openapi.RouteDoc] = [
-            *((method, path, None) for method, path in openapi.RAW_ROUTES),
-            *(
-                (method, route.path, declared.docs.get((method, route.path)))
-                for route in (*core_router.routes, *own_router.routes)
-                if isinstance(route, Route)
-                for method in sorted(route.methods or ())
-            ),
-        ]
-        core.document = openapi.render(self.routes, _version(), secured=self.access is not None)
+        core_routes = core_router(handlers, self.access, self.limiter)
+        own_routes = app_router(custom, self.access, self.limiter)
+        self.routers = (core_routes, own_routes)  # core paths, the application's (is_core)
+        # Every route this node answers, as declared: what /openapi.json is made from.
+        self.specs: tuple[RouteSpec[Any], ...] = (*CORE, *declared)
+        secured = security is not None and security.tokens is not None
+        handlers.document = openapi.render(self.specs, _version(), secured=secured)
 
-        async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
-            router = core_router if is_core(scope["path"]) else own_router
+        async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            router = core_routes if is_core(scope["path"]) else own_routes
             await router(scope, receive, send)
 
-        self._routes: Asgi = dispatch
-        # The two paths, behind the rate limiter only when it is on: decided here, once.
+        self._routes = dispatch
+        # The raw path: its rule and limit as declared (LOOKUP), each only when this node has
+        # it; unwrapped on a node without either.
         self._lookup: Lookup = self.lookups.get
-        self.limiter = RateLimiter.of(limits)
-        if self.limiter is not None:
-            self._lookup = limit_lookups(self.limiter, self.lookups.get)
-            self._routes = limit_routes(self.limiter, self._routes)
+        if self.limiter is not None and LOOKUP.limited:
+            self._lookup = limit_lookups(self.limiter, self._lookup)
+        if self.access is not None:
+            self._lookup = guard_lookup(self.access, LOOKUP.access, self._lookup)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -168,37 +166,6 @@ class KiqApp:
                 return
 
 
-class SecuredKiqApp(KiqApp):
-    """``KiqApp`` with authentication: the caller is checked before anything answers."""
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        kind = scope["type"]
-        if kind == "http":
-            access = self.access
-            assert access is not None
-            if scope["method"] == "GET":
-                path: str = scope["path"]
-                if path.startswith(_TABLES):
-                    raw = scope.get("raw_path") or path.encode()
-                    table, sep, key = raw[len(_TABLES) :].partition(b"/keys/")
-                    if sep and b"/" not in table:
-                        name = table.decode("latin-1")
-                        try:
-                            access.read(scope, name)
-                        except Exception as exc:
-                            await send_error(send, exc, scope)
-                            return
-                        await self._lookup(scope, send, name, key)
-                        return
-            try:
-                access.admit(scope)
-                await self._routes(scope, receive, send)
-            except Exception as exc:
-                await send_error(send, exc, scope)
-        elif kind == "lifespan":
-            await self._lifespan(receive, send)
-
-
 def _version() -> str:
     try:
         return version("kiq")
@@ -228,5 +195,4 @@ def create_app(
     ``security`` (``kiq.security.security_for``), callers and peers are checked;
     ``peer_ssl`` verifies ``https://`` peers (``kiq.security.tls.client_context``).
     """
-    cls = SecuredKiqApp if security is not None and security.tokens is not None else KiqApp
-    return cls(node, writer, peers, start_node, endpoints, base, limits, security, peer_ssl)
+    return KiqApp(node, writer, peers, start_node, endpoints, base, limits, security, peer_ssl)

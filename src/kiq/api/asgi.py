@@ -32,20 +32,3 @@ def query(scope: Scope) -> dict[str, str]:
     if not raw:
         return {}
     return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
-
-
-async def read_body(receive: Receive, limit: int) -> bytes:
-    """The request body, refusing more than ``limit`` bytes (``[limits] max_body_bytes``)."""
-    from kiq.api.errors import TooLarge
-
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"request body larger than {limit} bytes", limit=limit)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)

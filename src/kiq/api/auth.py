@@ -1,46 +1,48 @@
-"""Which request needs what, and the 401/403 answers: the HTTP side of ``kiq.security``.
+"""Who may call a route, and the 401/403 answers: the HTTP side of ``kiq.security``.
 
-On a node with authentication, every request needs a verified caller except the
-exact (method, path) pairs of ``OPEN``:
+Each route declares its ``Rule`` (api/spec.py; the table is in routes.py). On a
+node with authentication ``Access.check`` turns a rule into the check a ``Guard``
+runs before the route's handler, as ``limits.Limit`` runs the rate limit:
 
-    GET /v1/health/live, GET /v1/health/ready,  open (ready says only ready or not)
-    GET /openapi.json
-    /v1/tables/{table}/...                      kiq:read or kiq:read:{table}
-    GET /v1/tables                              any valid token
-    /v1/metadata, /metrics                      kiq:admin
-    /v1/internal/*                              a cluster credential made for this node
-                                                (its form checked here, before the body
-                                                is read; its MAC with the body, in the
-                                                handler), naming the caller the first
-                                                node verified, whose scopes apply
-    anything else (an application's routes)     any valid token; its table reads need read
-                                                on each table, its writes kiq:write
-                                                (``Request.tables``, ``lookup``, ``write``)
+    OPEN      nothing (health probes, /openapi.json; readiness's reason needs kiq:admin)
+    CALLER    any valid token; an application's table reads then need read on each
+              table, its writes kiq:write (``Request.tables``, ``lookup``, ``write``)
+    READ      kiq:read or kiq:read:{table}, the table named in the path
+    WRITE     kiq:write
+    ADMIN     kiq:admin
+    CLUSTER   a cluster credential made for this node: its form checked here, before
+              the body is read; its MAC with the body, in the handler (``member``),
+              naming the caller the first node verified, whose scopes apply
 
-Fail closed: ``require_read`` and ``require_write`` refuse a request with no caller
+A path no route takes needs a caller all the same (a member under /v1/internal/):
+fail closed. ``require_read`` and ``require_write`` refuse a request with no caller
 on a node with authentication (``AUTH_ON`` in the scope), wherever it came from.
 Bad credentials count against the client's address (``failures``): past the limit
 a client is answered 429 before its next token is even decoded.
 
-``Access`` only exists on a node with authentication or a cluster secret; the app
-picks its code path once, so a node without pays nothing. The verified caller goes
-into the ASGI scope as ``kiq.principal`` (a ``Principal``) and ``kiq.subject`` (its
-``sub``, a ``str``, what a rate limiter counts by).
+``Access`` only exists on a node with authentication or a cluster secret, and a rule
+that needs nothing on the node gets no guard, so a node without pays nothing. The
+verified caller goes into the ASGI scope as ``kiq.principal`` (a ``Principal``) and
+``kiq.subject`` (its ``sub``, a ``str``, what a rate limiter counts by).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
-from kiq.api.asgi import Scope, header
+from kiq.api.asgi import Receive, Scope, Send, header
 from kiq.api.errors import (
     InsufficientScope,
     InvalidToken,
     NotClusterMember,
     RateLimited,
     Unauthorized,
+    send_error,
 )
-from kiq.api.limits import RateLimiter, client_address
+from kiq.api.limits import Asgi, Lookup, RateLimiter, client_address
+from kiq.api.spec import Rule
 from kiq.routing.wire import PRINCIPAL as PRINCIPAL_HEADER
 from kiq.security import (
     ADMIN,
@@ -57,15 +59,11 @@ from kiq.security import (
 PRINCIPAL = "kiq.principal"
 SUBJECT = "kiq.subject"
 AUTH_ON = "kiq.auth"
-OPEN = frozenset(
-    {("GET", "/v1/health/live"), ("GET", "/v1/health/ready"), ("GET", "/openapi.json")}
-)
 _AUTHORIZATION = b"authorization"
 _CLUSTER = CLUSTER_HEADER.encode()
 _STATEMENT = PRINCIPAL_HEADER.encode()
-_ADMIN = frozenset({"/v1/metadata", "/metrics"})
-_TABLES = "/v1/tables/"
-_INTERNAL = "/v1/internal/"
+
+Check = Callable[[Scope], object]  # raises the answer when the caller may not go on
 
 
 def caller(scope: Scope) -> Principal | None:
@@ -155,26 +153,32 @@ class Access:
         if self._tokens is not None and not self.authenticate(scope).grants.may_read(table):
             raise InsufficientScope(read_scope(table))
 
-    def admit(self, scope: Scope) -> None:
-        """Every route but the raw lookup path: the rule above. An internal request's
-        credential is checked for form and time here; ``member`` finishes with the body."""
-        if self._tokens is None:
-            return
-        scope[AUTH_ON] = True
-        path: str = scope["path"]
-        if (scope["method"], path) in OPEN:
-            return
-        if path.startswith(_INTERNAL):
-            self.check_form(scope)
-            return
-        principal = self.authenticate(scope)
-        if path in _ADMIN:
-            if not principal.grants.admin:
-                raise InsufficientScope(ADMIN)
-        elif path.startswith(_TABLES):
-            table = path[len(_TABLES) :].partition("/")[0]
-            if not principal.grants.may_read(table):
-                raise InsufficientScope(read_scope(table))
+    def check(self, rule: Rule) -> Check | None:
+        """What ``rule`` asks of a request on this node; None when nothing (no tokens, or
+        an open route)."""
+        if rule is Rule.CLUSTER:
+            return self.check_form
+        if self._tokens is None or rule is Rule.OPEN:
+            return None
+        return {
+            Rule.CALLER: self.authenticate,
+            Rule.READ: self._reads_path_table,
+            Rule.WRITE: self._writes,
+            Rule.ADMIN: self._admin,
+        }[rule]
+
+    def _reads_path_table(self, scope: Scope) -> None:
+        table: str = scope["path_params"]["table"]
+        if not self.authenticate(scope).grants.may_read(table):
+            raise InsufficientScope(read_scope(table))
+
+    def _writes(self, scope: Scope) -> None:
+        if not self.authenticate(scope).grants.write:
+            raise InsufficientScope(WRITE)
+
+    def _admin(self, scope: Scope) -> None:
+        if not self.authenticate(scope).grants.admin:
+            raise InsufficientScope(ADMIN)
 
     def check_form(self, scope: Scope) -> None:
         """An internal request's credential, before its body is read: there, well formed, in
@@ -237,6 +241,41 @@ class Access:
         if self._cluster is None or credential is None:
             return answer
         return self._cluster.seal(credential, answer)
+
+
+class Guard:
+    """An endpoint behind its route's check (a Starlette middleware: ``Route(...,
+    middleware=[Middleware(Guard, check)])``); what the check raises is the answer."""
+
+    __slots__ = ("_app", "_check")
+
+    def __init__(self, app: Asgi, check: Check) -> None:
+        self._app = app
+        self._check = check
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._check(scope)
+        await self._app(scope, receive, send)
+
+
+def guard_lookup(access: Access, rule: Rule, lookup: Lookup) -> Lookup:
+    """The raw lookup path behind ``rule`` (``READ``: of the table it names); unchanged when
+    the rule needs nothing on this node. Answers its own refusals, as ``Lookups.get`` does."""
+    if rule is not Rule.READ:
+        raise ValueError(f"the raw lookup path takes its table from the path, not {rule}")
+    if access.check(rule) is None:
+        return lookup
+    read = access.read
+
+    async def guarded(scope: dict[str, Any], send: Send, table: str, key: bytes) -> None:
+        try:
+            read(scope, table)
+        except Exception as exc:
+            await send_error(send, exc, scope)
+            return
+        await lookup(scope, send, table, key)
+
+    return guarded
 
 
 def _too_many_failures(wait_s: float) -> RateLimited:

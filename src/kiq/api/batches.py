@@ -2,11 +2,10 @@
 
 POST /v1/tables/{table}/multiget groups keys by partition and asks each owner
 once; GET /v1/tables/{table}/range asks every partition it may touch (one, when
-the prefix fixes the partition) and merges the answers in key order. Each
-partition is read from the replicas the router orders: the local one, or a peer
-through ``Peers``; one that cannot answer (a peer down or refusing, a local store
-closed under the read as its partition is revoked) hands the partition to the
-next. Values stay the stored bytes until the response is rendered.
+the prefix fixes the partition) and merges the answers in key order. The replica
+reader (``routing/reader.py``) reads each partition from its best replica, the
+next when one cannot answer. Values stay the stored bytes until the response is
+rendered.
 
 Another node's ``Peers.multiget`` and ``Peers.scan`` are answered by
 ``internal_multiget`` and ``internal_scan``, from local replicas only.
@@ -17,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import heapq
-import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -33,9 +31,8 @@ from kiq.api.errors import (
     UnknownTable,
 )
 from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param, prefix_end
-from kiq.errors import StoreClosedError
 from kiq.node import NodeView
-from kiq.routing import LOCAL, Item, PeerError, Peers, Router, servable
+from kiq.routing import Item, Peers, ReplicaReader, Router
 from kiq.routing.wire import (
     DecodeError,
     MultigetResult,
@@ -46,8 +43,6 @@ from kiq.routing.wire import (
 )
 from kiq.security import Principal, read_scope
 from kiq.tables import TableRuntime
-
-log = logging.getLogger(__name__)
 
 MAX_RANGE_LIMIT = 1000
 
@@ -64,8 +59,7 @@ class Batches:
         self, node: NodeView, router: Router, peers: Peers, max_keys: int = 10_000
     ) -> None:
         self.node = node
-        self.router = router
-        self.peers = peers
+        self.reader = ReplicaReader(node, router, peers)
         self.max_keys = max_keys  # per public multiget: [limits] max_multiget_keys
 
     def _table(self, name: str) -> TableRuntime:
@@ -73,10 +67,6 @@ class Batches:
         if runtime is None:
             raise UnknownTable(f"no table named {name!r}", table=name)
         return runtime
-
-    def _targets(self, table: str, partition: int) -> list[str]:
-        local = self.node.replica(table, partition)
-        return self.router.targets(self.node.view, table, partition, local)
 
     # -- multiget ----------------------------------------------------------------
 
@@ -104,84 +94,28 @@ class Batches:
     ) -> tuple[dict[str, bytes], list[str], list[str]]:
         """(found: key → stored value, missing, unavailable): one call per owner, fallbacks
         per partition."""
-        table = runtime.spec.name
-        by_partition: dict[int, list[str]] = defaultdict(list)
+        by_partition: dict[int, list[bytes]] = defaultdict(list)
         for key in dict.fromkeys(keys):
-            check_key(key.encode())
-            by_partition[self.node.partition_of(runtime, key)].append(key)
-
+            raw = key.encode()
+            check_key(raw)
+            by_partition[self.node.partition_of(runtime, key)].append(raw)
+        values, unanswered = await self.reader.get_many(runtime.spec.name, by_partition, auth)
         found: dict[str, bytes] = {}
         missing: list[str] = []
-        unavailable: list[str] = []
-        pending = {p: self._targets(table, p) for p in by_partition}
-        while pending:
-            groups: dict[str, list[int]] = defaultdict(list)
-            for p, targets in list(pending.items()):
-                if targets:
-                    groups[targets.pop(0)].append(p)
+        nobody = set(unanswered)
+        for p, asked in by_partition.items():
+            if p in nobody:
+                continue
+            for raw in asked:
+                value = values.get(raw)
+                if value is None:
+                    missing.append(raw.decode())
                 else:
-                    unavailable.extend(by_partition[p])
-                    del pending[p]
-            jobs = [self._fetch(table, t, ps, by_partition, auth) for t, ps in groups.items()]
-            answers = await asyncio.gather(*jobs)
-            for parts, (got, refused) in zip(groups.values(), answers, strict=True):
-                for p in parts:
-                    if p in refused:  # the next replica in its list gets it
-                        continue
-                    del pending[p]
-                    for key in by_partition[p]:
-                        value = got.get(key)
-                        if value is None:
-                            missing.append(key)
-                        else:
-                            found[key] = value
+                    found[raw.decode()] = value
+        unavailable = [raw.decode() for p in unanswered for raw in by_partition[p]]
         return found, missing, unavailable
 
-    async def _fetch(
-        self,
-        table: str,
-        target: str,
-        partitions: list[int],
-        by_partition: dict[int, list[str]],
-        auth: str | None,
-    ) -> tuple[dict[str, bytes], set[int]]:
-        """(found, the partitions the target could not answer for)."""
-        if target == LOCAL:
-            got: dict[str, bytes] = {}
-            refused: set[int] = set()
-            for p in partitions:
-                items = self._read_local(table, p, (k.encode() for k in by_partition[p]))
-                if items is None:
-                    refused.add(p)
-                else:
-                    got.update((k.decode(), v) for k, v in items)
-            return got, refused
-        keys = [k.encode() for p in partitions for k in by_partition[p]]
-        try:
-            result = await self.peers.multiget(target, table, keys, auth)
-        except PeerError as exc:
-            log.debug("multiget failed table=%s error=%s", table, exc)
-            return {}, set(partitions)
-        return {k.decode(): v for k, v in result.found}, set(result.refused)
-
-    def _read_local(self, table: str, partition: int, keys: Iterable[bytes]) -> list[Item] | None:
-        """The keys the local replica holds, or None when it cannot answer (gone, restoring,
-        closed under the read)."""
-        replica = self.node.replica(table, partition)
-        if replica is None or not servable(replica, None):
-            return None
-        get = replica.store.get
-        items: list[Item] = []
-        try:
-            for key in keys:
-                got = get(key)
-                if got is not None:
-                    items.append((key, got[0]))
-        except StoreClosedError:
-            return None
-        return items
-
-    def internal_multiget(self, body: bytes, caller: Principal | None = None) -> bytes:
+    async def internal_multiget(self, body: bytes, caller: Principal | None = None) -> bytes:
         """Another node's ``Peers.multiget``: keys from local replicas, partitions refused.
 
         ``caller``: whose token came along (None without authentication); it must read
@@ -199,10 +133,11 @@ class Batches:
         for key in request.keys:
             check_key(key)
             by_partition[self.node.partition_of(runtime, key.decode())].append(key)
+        here = self.reader.here
         found: list[Item] = []
         refused: list[int] = []
         for p, keys in by_partition.items():
-            items = self._read_local(request.table, p, keys)
+            items = await here.get(request.table, p, keys)
             if items is None:
                 refused.append(p)
             else:
@@ -267,37 +202,12 @@ class Batches:
         limit: int,
         auth: str | None,
     ) -> list[Item]:
-        for target in self._targets(table, partition):
-            if target == LOCAL:
-                items = self._scan_local(table, partition, start, end, limit)
-                if items is not None:
-                    return items
-                continue
-            try:
-                return await self.peers.scan(target, table, partition, start, end, limit, auth)
-            except PeerError as exc:
-                log.warning("scan failed table=%s partition=%d error=%s", table, partition, exc)
-        log.warning(
-            "scan unavailable table=%s partition=%d replicas=%s",
-            table,
-            partition,
-            self.node.view.of(table, partition),
-        )
-        raise Unavailable(f"no replica of {table}[{partition}] could scan", partition=partition)
+        items = await self.reader.scan(table, partition, start, end, limit, auth)
+        if items is None:
+            raise Unavailable(f"no replica of {table}[{partition}] could scan", partition=partition)
+        return items
 
-    def _scan_local(
-        self, table: str, partition: int, start: bytes | None, end: bytes | None, limit: int
-    ) -> list[Item] | None:
-        """The local replica's page, or None when it cannot answer."""
-        replica = self.node.replica(table, partition)
-        if replica is None or not servable(replica, None):
-            return None
-        try:
-            return [(k, v) for k, v, _ in replica.store.scan(start, end, limit)]
-        except StoreClosedError:
-            return None
-
-    def internal_scan(self, body: bytes, caller: Principal | None = None) -> bytes:
+    async def internal_scan(self, body: bytes, caller: Principal | None = None) -> bytes:
         """Another node's ``Peers.scan``: a page of a local replica, or 421; ``caller`` as
         for ``internal_multiget``."""
         try:
@@ -308,7 +218,9 @@ class Batches:
         if not 1 <= request.limit <= MAX_RANGE_LIMIT:
             raise BadRequest(f"limit must be between 1 and {MAX_RANGE_LIMIT}")
         table, partition = request.table, request.partition
-        items = self._scan_local(table, partition, request.start, request.end, request.limit)
+        items = await self.reader.here.scan(
+            table, partition, request.start, request.end, request.limit
+        )
         if items is None:
             raise NotHere(f"{self.node.node_id} holds no usable replica of {table}[{partition}]")
         return encode(ScanResult(items))

@@ -14,19 +14,22 @@ authentication every route here needs a valid token, each table read through
 (``BadRequest``, ``UnknownTable``, ...) for the answers ``send_error`` makes on
 every route.
 
-The core routes come first: an application's route never shadows one.
+A declared route is a ``RouteSpec`` as the core's are (api/spec.py), with the rule
+``CALLER``: one declaration gives its router entry, its checks and its operation in
+/openapi.json. The core routes come first: an application's route never shadows one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+import msgspec
 import orjson
 from starlette.responses import Response
 
-from kiq.api.asgi import Receive, Scope, Send, header, query, read_body
+from kiq.api.asgi import Receive, Scope, Send, header, query
 from kiq.api.auth import AUTH_ON, caller, forwarded_caller, require_read, require_write
 from kiq.api.batches import MAX_RANGE_LIMIT, Batches, value_json
 from kiq.api.errors import (
@@ -38,7 +41,9 @@ from kiq.api.errors import (
 )
 from kiq.api.lookups import Enrich, Lookups
 from kiq.api.params import encode_cursor, int_param
+from kiq.api.request_body import read_body
 from kiq.api.routes import RESERVED
+from kiq.api.spec import Answer, Doc, RouteSpec, Rule
 from kiq.api.targets import resolve
 from kiq.errors import ConfigError
 from kiq.security import Principal, read_scope
@@ -57,6 +62,7 @@ __all__ = [
 
 JSON = "application/json"
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+GENERIC = "declared by the application"  # the summary of a route declared without a doc
 
 
 class Writer(Protocol):
@@ -83,8 +89,9 @@ class _Json(Reply):
 
 
 def json_reply(value: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Reply:
-    """``value`` as a JSON body (``bytes`` are sent as they are: JSON already)."""
-    body = value if isinstance(value, bytes) else orjson.dumps(value)
+    """``value`` as a JSON body (``bytes`` are sent as they are: JSON already); msgspec
+    Structs, a route's declared ``response`` type, in it included."""
+    body = value if isinstance(value, bytes) else orjson.dumps(value, default=msgspec.to_builtins)
     return _Json(body, status, headers)
 
 
@@ -323,24 +330,47 @@ class Routes:
     """Where an application's ``routes(app)`` declares its handlers.
 
     Paths are Starlette's: ``/v1/orders/{id}`` puts ``id`` in ``Request.path_params``.
-    A route answers its one method; the core API's paths are not to be taken. ``doc``
-    is the route's OpenAPI operation (``summary``, ``parameters``, ``requestBody``,
-    ``responses``; ``#/components/schemas/Error`` is kiq's error body) for the node's
-    /openapi.json; without one the route appears there with a generic JSON answer.
+    A route answers its one method; the core API's paths are not to be taken. For the
+    node's /openapi.json: ``doc``, the route's OpenAPI operation (``summary``,
+    ``parameters``, ``requestBody``, ``responses``; ``#/components/schemas/Error`` is
+    kiq's error body); ``request`` and ``response``, the types of its JSON bodies (msgspec
+    Structs, dataclasses, ``list[str]``...), whose schemas the document is given. A route
+    declared with none of them appears with a generic JSON answer.
     """
 
     def __init__(self) -> None:
-        self._routes: list[tuple[str, str, Handler]] = []
-        self.docs: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._routes: list[RouteSpec[Handler]] = []
 
-    def get(self, path: str, handler: Handler, doc: Mapping[str, Any] | None = None) -> None:
-        self.add("GET", path, handler, doc)
+    def get(
+        self,
+        path: str,
+        handler: Handler,
+        doc: Mapping[str, Any] | None = None,
+        *,
+        response: Any = None,
+    ) -> None:
+        self.add("GET", path, handler, doc, response=response)
 
-    def post(self, path: str, handler: Handler, doc: Mapping[str, Any] | None = None) -> None:
-        self.add("POST", path, handler, doc)
+    def post(
+        self,
+        path: str,
+        handler: Handler,
+        doc: Mapping[str, Any] | None = None,
+        *,
+        request: Any = None,
+        response: Any = None,
+    ) -> None:
+        self.add("POST", path, handler, doc, request=request, response=response)
 
     def add(
-        self, method: str, path: str, handler: Handler, doc: Mapping[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        handler: Handler,
+        doc: Mapping[str, Any] | None = None,
+        *,
+        request: Any = None,
+        response: Any = None,
     ) -> None:
         method = method.upper()
         if method not in METHODS:
@@ -353,14 +383,21 @@ class Routes:
                     f"route {method} {path} could never be reached: the core API's {core} "
                     f"answers every path under it; move the route elsewhere"
                 )
-        if any(m == method and p == path for m, p, _ in self._routes):
+        if any(r.method == method and r.path == path for r in self._routes):
             raise ConfigError(f"route {method} {path} is declared twice")
-        self._routes.append((method, path, handler))
-        if doc is not None:
-            self.docs[(method, path)] = doc
+        described = _doc(doc, request, response)
+        self._routes.append(RouteSpec(method, path, handler, Rule.CALLER, True, described))
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[RouteSpec[Handler]]:
         return iter(self._routes)
+
+
+def _doc(operation: Mapping[str, Any] | None, request: Any, response: Any) -> Doc:
+    answers = {} if response is None else {"200": Answer.json("the route's answer", response)}
+    if operation is not None:
+        return Doc(body=request, answers=answers, operation=operation)
+    generic = Answer.json("the route's JSON answer, or an error")
+    return Doc(GENERIC, body=request, answers={**answers, "default": generic})
 
 
 class Endpoint:
@@ -394,11 +431,12 @@ def declared_routes(endpoints: Iterable[str | Declare], base: str | None = None)
 
 
 def endpoints_for(
-    routes: Iterable[tuple[str, str, Handler]],
+    routes: Iterable[RouteSpec[Handler]],
     lookups: Lookups,
     batches: Batches,
     writer: Writer,
     max_body: int,
-) -> list[tuple[str, str, Endpoint]]:
+) -> list[tuple[RouteSpec[Handler], Endpoint]]:
+    """Each declared route with the ASGI endpoint that calls its handler."""
     services = _Services(lookups, batches, writer, max_body)
-    return [(method, path, Endpoint(handler, services)) for method, path, handler in routes]
+    return [(spec, Endpoint(spec.endpoint, services)) for spec in routes if spec.endpoint]

@@ -17,6 +17,9 @@
         ├── RateLimited    429 rate_limited         yes        -   (+ Retry-After)
         └── Unavailable    503 unavailable          yes        -
 
+A lookup without a value says why as an outcome (``routing.wire.Outcome``), which
+``lookup_error`` turns into one of these, and nothing else does.
+
 ``error_response`` answers for every route, the raw lookup path included: an
 ``ApiError`` as itself, another retriable ``KiqError`` as a 503, anything else as a
 logged 500 whose body says nothing about the code. An ``ApiError`` may add
@@ -33,6 +36,8 @@ import orjson
 
 from kiq.api.asgi import JSON, Headers, Send, respond
 from kiq.errors import KiqError
+from kiq.routing.wire import LookupResult, Outcome
+from kiq.security import read_scope
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +135,39 @@ class RateLimited(ApiError):
     def __init__(self, message: str, retry_after_s: int, **details: Any) -> None:
         super().__init__(message, retry_after_s=retry_after_s, **details)
         self.headers = ((b"retry-after", str(retry_after_s).encode()),)
+
+
+# Retry-After (s) of a lookup refused because too many wait for min_offset already.
+PARKED_RETRY_S = 1
+
+
+def lookup_error(result: LookupResult, table: str, partition: int, key: bytes) -> ApiError:
+    """The HTTP error saying why a lookup has no value: the one place a lookup's outcome
+    (``routing.wire.Outcome``, any but FOUND) becomes a status."""
+    outcome = result.outcome
+    if outcome is Outcome.MISSING:
+        return KeyNotFound("no such key", table=table, key=key.decode(), partition=partition)
+    if outcome is Outcome.MOVED:
+        return NotHere(f"no usable replica of {table}[{partition}] here")
+    if outcome is Outcome.UNAVAILABLE:
+        return Unavailable(
+            result.reason,
+            partition=partition,
+            applied_offset=result.offset,
+            reason="min_offset not reached within wait_ms",
+        )
+    if outcome is Outcome.BUSY:
+        return RateLimited(f"{result.reason}: try again in {PARKED_RETRY_S} s", PARKED_RETRY_S)
+    if outcome is Outcome.FORBIDDEN:
+        return InsufficientScope(read_scope(table))
+    if outcome is Outcome.BAD_KEY:
+        return BadRequest(result.reason)
+    # NO_REPLICA, and FAILED or HEDGED should a caller hand one over as it came
+    return Unavailable(
+        f"no replica of {table}[{partition}] could answer",
+        partition=partition,
+        reason=result.reason,
+    )
 
 
 _INTERNAL = ApiError("internal error; the node's log says more").body()

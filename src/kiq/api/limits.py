@@ -14,9 +14,10 @@ A second limiter of the same kind counts refused credentials per client address
 ``api/auth.py`` answers an address past it 429 before decoding its next token, so
 junk tokens cost a dict lookup, not a signature check each.
 
-Node-to-node requests (``/v1/internal/...``: one node forwards for many callers)
-and health probes are never limited. ``KiqApp`` puts the guards in front of its
-two paths only when the limit is on, so an unlimited node pays nothing for it.
+A route says whether it is limited (``RouteSpec.limited``, routes.py): node-to-node
+requests (one node forwards for many callers) and health probes are not. The limit
+is put in front of a limited route's handler (``Limit``) and of the raw lookup path
+(``limit_lookups``) only when it is on, so an unlimited node pays nothing for it.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ from kiq.api.asgi import Receive, Scope, Send
 from kiq.api.errors import RateLimited, send_error
 from kiq.settings import LimitsSettings
 
-# Paths no caller is limited on: other nodes' calls, and load balancers' probes.
-EXEMPT = ("/v1/internal/", "/v1/health/")
 SWEEP_INTERVAL_S = 10.0
 
 Lookup = Callable[[dict[str, Any], Send, str, bytes], Awaitable[None]]
@@ -143,16 +142,18 @@ def limit_lookups(limiter: RateLimiter, get: Lookup) -> Lookup:
     return limited
 
 
-def limit_routes(limiter: RateLimiter, app: Asgi) -> Asgi:
-    """Every other route behind the limiter but ``EXEMPT``; a refusal is raised, for the app
-    to answer as any error."""
-    retry_after = limiter.retry_after
+class Limit:
+    """A route's handler behind the limiter (a Starlette middleware, as ``auth.Guard``); a
+    refusal is raised, for the app to answer as any error."""
 
-    async def limited(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not scope["path"].startswith(EXEMPT):
-            wait = retry_after(caller_of(scope))
-            if wait:
-                raise refusal(wait)
-        await app(scope, receive, send)
+    __slots__ = ("_app", "_retry_after")
 
-    return limited
+    def __init__(self, app: Asgi, limiter: RateLimiter) -> None:
+        self._app = app
+        self._retry_after = limiter.retry_after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        wait = self._retry_after(caller_of(scope))
+        if wait:
+            raise refusal(wait)
+        await self._app(scope, receive, send)

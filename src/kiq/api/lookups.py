@@ -1,19 +1,20 @@
 """Point lookups: GET /v1/tables/{table}/keys/{key}. The hot path: keep it lean.
 
-A node answers from its own replica when it is the best one, else asks the
-replicas the router orders, falling back on failure; a remote replica slow to
-answer is hedged with the next (routing/hedging.py). Lookups for another node
-go through ``Peers.forward``, which sends those of one loop tick together as one
-POST /v1/internal/lookups (``internal`` answers it); the receiver answers every
-item from its own replica or refuses it with 421, never forwarding it again (as
-for a GET carrying X-Kiq-Forwarded). Local and forwarded answers become a
-response in one place, ``_answer``, so both carry the same headers. An API may
-pass ``enrich`` to add to a found value what another table holds (the stock
-quote's day statistics); plain table lookups pass none.
+The replica reader (``routing/reader.py``) finds a key's answer: this node's own
+replica when it is the best one, else the others in the router's order, forwarded
+and hedged, through a store being reopened and a wait for ``min_offset``.
+``_get_owned`` is the reader's first choice inlined, for the common case (a plain
+key whose active replica is here) in one frame; anything else goes through the
+reader. Local and forwarded answers become a response in one place, ``_answer``, so
+both carry the same headers; no value becomes the error its outcome maps to
+(``api.errors.lookup_error``). An API may pass ``enrich`` to add to a found value
+what another table holds (the stock quote's day statistics); plain table lookups
+pass none.
 
-A replica whose store closes under a lookup (the partition was revoked) is
-passed over like one that failed: the lookup goes to the partition's next replica.
-Any other error becomes the response ``send_error`` makes, as on every route.
+Another node's lookups arrive in batches (POST /v1/internal/lookups, ``internal``):
+each item is answered from this node's replicas only, an outcome per item, never
+forwarded again (as a GET carrying X-Kiq-Forwarded is). Any other error becomes the
+response ``send_error`` makes, as on every route.
 """
 
 from __future__ import annotations
@@ -26,39 +27,25 @@ from typing import Any
 
 from kiq.api.asgi import JSON, Send, header, query, respond
 from kiq.api.auth import forwarded_caller
-from kiq.api.errors import (
-    BadRequest,
-    InsufficientScope,
-    KeyNotFound,
-    NotHere,
-    RateLimited,
-    Unavailable,
-    UnknownTable,
-    send_error,
-)
+from kiq.api.errors import BadRequest, UnknownTable, lookup_error, send_error
 from kiq.api.limits import caller_of
 from kiq.api.params import bool_param, check_key, int_param, key_from_path
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
-from kiq.replicas import Replica, ReplicaState
-from kiq.replicas.waits import Parking, wait_applied
-from kiq.routing import FAILED, FORWARDED, LOCAL, LookupResult, Peers, Router, servable
-from kiq.routing.wire import DecodeError, decode_lookups, encode
-from kiq.security import Principal, read_scope
+from kiq.replicas import ReplicaState
+from kiq.routing import FORWARDED, LookupResult, Outcome, Peers, ReplicaReader, Router
+from kiq.routing.local import MOVED
+from kiq.routing.wire import DecodeError, Lookup, decode_lookups, encode
+from kiq.security import Principal
 from kiq.settings import LimitsSettings
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
 
 log = logging.getLogger(__name__)
 OCTETS = (b"content-type", b"application/octet-stream")
-MAX_WAIT_MS = 60_000
-# How long a read waits for a store being reopened (its open takes milliseconds) before it
-# tries the other replicas: on a single replica a read has nowhere else to go.
-REOPEN_WAIT_S = 0.2
-# Retry-After (s) of a lookup refused because too many wait for min_offset already.
-PARKED_RETRY_S = 1
-_NOT_HERE = LookupResult(421, reason="no usable replica of this partition here")
-_NO_TABLE = LookupResult(421, reason="no such table here")
-_NO_SCOPE = LookupResult(403, reason="the caller's token does not read this table")
+MAX_WAIT_MS = 60_000  # the longest a lookup may wait for ``min_offset``
+FOUND, MISSING = Outcome.FOUND, Outcome.MISSING
+_NO_TABLE = LookupResult(Outcome.MOVED, reason="no such table here")
+_NO_SCOPE = LookupResult(Outcome.FORBIDDEN, reason="the caller's token does not read this table")
 
 # A found value → the value to answer with (an API adding what another table holds).
 Enrich = Callable[[bytes], Awaitable[bytes]]
@@ -68,22 +55,17 @@ class Lookups:
     def __init__(
         self, node: NodeView, router: Router, peers: Peers, limits: LimitsSettings | None = None
     ) -> None:
-        """``limits``: how many lookups may wait for ``min_offset`` at once (see ``_wait_for``)."""
-        limits = limits if limits is not None else LimitsSettings()
-        self._parking = Parking(limits.max_parked_waits, limits.max_parked_waits_per_caller)
-        self._node = node
+        """``limits``: how many lookups may wait for ``min_offset`` at once."""
+        self.reader = ReplicaReader(node, router, peers, limits)
+        self._here = self.reader.here
         # The node's live mappings and its partitioner, bound once for the hot path.
         self._tables = node.tables
         self._replicas = node.replicas
         self._partition_of = node.partition_of
-        self.router = router
-        self.peers = peers
         self._served_by = node.node_id.encode()
         m = node.metrics
         self._stats = m.route("get")
         self._internal_stats = m.route("internal_lookups")
-        self._forward_ok = m.forwards.labels("ok")
-        self._forward_failed = m.forwards.labels("failed")
 
     async def get(
         self,
@@ -128,7 +110,7 @@ class Lookups:
         try:
             found = replica.store.get(raw_key)
         except StoreClosedError:
-            return 0  # revoked under this request: the general way asks the next replica
+            return 0  # closed under this request: the reader waits for a reopen or goes on
         if found is None:
             return 0  # a 404 builds an error body: the general way
         value, offset = found
@@ -159,136 +141,33 @@ class Lookups:
             raise UnknownTable(f"no table named {table!r}", table=table)
         key = key_from_path(raw_key)
         partition = self._partition_of(runtime, key.decode())
-        local = self._replicas.get((table, partition))
         params = query(scope)
-        if not params and local is not None and local.state is ReplicaState.ACTIVE:
-            served = await self._serve_local(send, runtime, local, key, params, enrich, scope)
-            if served is not None:
-                return served
-            local = None  # revoked under this request: the next replica answers
-        max_lag = int_param(params, "max_lag") if params else None
-
-        if header(scope, FORWARDED.encode()) is not None:
-            if local is not None and servable(local, max_lag):
-                served = await self._serve_local(send, runtime, local, key, params, enrich, scope)
-                if served is not None:
-                    return served  # else revoked under this request: as if never here
-            raise NotHere(f"{self._node.node_id} holds no usable replica of {table}[{partition}]")
-
-        targets = self.router.targets(self._node.view, table, partition, local, max_lag)
-        if params and bool_param(params, "redirect") and targets and targets[0] != LOCAL:
-            location = targets[0] + scope["raw_path"].decode("latin-1")
-            query_string = scope["query_string"].decode("latin-1")
-            rest = [p for p in query_string.split("&") if p and not p.startswith("redirect=")]
-            if rest:
-                location += "?" + "&".join(rest)
-            await respond(send, 307, b"", [(b"location", location.encode()), JSON])
-            return 307
-        min_offset = int_param(params, "min_offset") if params else None
-        wait_ms = (int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0) if params else 0
-        auth = forwarded_caller(scope)
-        last_error = "no replica of this partition is known"
-        i = 0
-        while i < len(targets):
-            target = targets[i]
-            if target == LOCAL:
-                i += 1
-                assert local is not None
-                served = await self._serve_local(send, runtime, local, key, params, enrich, scope)
-                if served is not None:
-                    return served
-                last_error = "this node's replica was revoked during the request"
-                continue
-            # Hedged over the remote targets from i on (routing/hedging.py).
-            race = self.peers.forward(targets, i, table, key, max_lag, min_offset, wait_ms, auth)
-            result = await race
-            i = race.end
-            status = result.status
-            if status == 200 or status == 404:
-                self._forward_ok.inc()
-                return await _answer(send, runtime, key, result, enrich)
-            if status == FAILED:
-                self._forward_failed.inc()
-                # The peer's URL and the OS's words stay in the log, out of the answer.
-                log.info(
-                    "lookup forward failed table=%s partition=%d error=%s",
-                    table,
-                    partition,
-                    result.reason,
-                )
-                last_error = "no other replica answered in time"
-            elif status == 403:  # the owner applies the caller's scopes too
-                raise InsufficientScope(read_scope(table))
-            else:  # 421, 503: this replica cannot answer (yet); the next one may
-                last_error = f"a replica answered {status}: {result.reason}"
-        raise Unavailable(
-            f"no replica of {table}[{partition}] could answer",
-            partition=partition,
-            reason=last_error,
-        )
-
-    async def _serve_local(
-        self,
-        send: Send,
-        runtime: TableRuntime,
-        replica: Replica,
-        key: bytes,
-        params: dict[str, str],
-        enrich: Enrich | None,
-        scope: dict[str, Any],
-    ) -> int | None:
-        """:meth:`_serve` from this node's ``replica``; None if its store closed under the
-        request for good (revoked: the caller asks the next replica). A store closed to be
-        reopened after a refused write (``replicas.materializer``) is waited for, up to
-        ``REOPEN_WAIT_S``: its open takes milliseconds."""
-        closed, state = replica.store, replica.state
-        try:
-            return await self._serve(send, runtime, replica, key, params, enrich, scope)
-        except StoreClosedError:
-            pass
-        registered = (replica.table, replica.partition)
-        deadline = time.monotonic() + REOPEN_WAIT_S
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
-            if self._replicas.get(registered) is not replica or replica.state is not state:
-                return None
-            if replica.store is not closed:
-                try:
-                    return await self._serve(send, runtime, replica, key, params, enrich, scope)
-                except StoreClosedError:
-                    return None
-        return None
-
-    async def _serve(
-        self,
-        send: Send,
-        runtime: TableRuntime,
-        replica: Replica,
-        key: bytes,
-        params: dict[str, str],
-        enrich: Enrich | None,
-        scope: dict[str, Any],
-    ) -> int:
+        max_lag = min_offset = parker = None
+        wait_ms = 0
         if params:
+            max_lag = int_param(params, "max_lag")
             min_offset = int_param(params, "min_offset")
-            if min_offset is not None and replica.applied_offset < min_offset:
-                wait_ms = int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0
-                await self._wait_for(replica, min_offset, wait_ms / 1000, caller_of(scope))
-        return await _answer(send, runtime, key, self._result(replica, key), enrich)
-
-    def _result(self, replica: Replica, key: bytes) -> LookupResult:
-        """What the local replica holds for ``key``, as a local or forwarded answer needs it.
-
-        Raises ``StoreClosedError`` when the replica was revoked meanwhile.
-        """
-        got = replica.store.get(key)
-        stale = replica.state is not ReplicaState.ACTIVE
-        if got is None:
-            return LookupResult(404, replica.partition, replica.lag, stale, self._served_by)
-        value, offset = got
-        return LookupResult(
-            200, replica.partition, replica.lag, stale, self._served_by, offset, value
-        )
+            wait_ms = int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0
+            if min_offset is not None:
+                parker = caller_of(scope)  # whom a wait for it counts against
+        reader = self.reader
+        if header(scope, FORWARDED.encode()) is not None:  # answer from here, never forward
+            result = await self._here.lookup(
+                table, partition, key, max_lag, min_offset, wait_ms, parker
+            )
+        else:
+            if params and bool_param(params, "redirect"):
+                location = reader.elsewhere(table, partition, max_lag)
+                if location is not None:
+                    return await _redirect(send, scope, location)
+            caller = forwarded_caller(scope)
+            result = await reader.lookup(
+                table, partition, key, max_lag, min_offset, wait_ms, caller, parker
+            )
+        outcome = result.outcome
+        if outcome is not FOUND and outcome is not MISSING:
+            raise lookup_error(result, table, partition, key)
+        return await _answer(send, runtime, key, result, enrich)
 
     # -- POST /v1/internal/lookups: another node's batch --------------------------
 
@@ -296,7 +175,7 @@ class Lookups:
         """Answers each item from the local replica only; items that wait, wait together.
 
         ``caller``: whose token came along (None without authentication); an item of a
-        table it may not read is refused with 403.
+        table it may not read is refused with FORBIDDEN.
         """
         started = time.perf_counter()
         try:
@@ -304,7 +183,8 @@ class Lookups:
         except DecodeError as exc:
             raise BadRequest(f"malformed lookup batch: {exc}") from exc
         tables = self._tables
-        waiter = None if caller is None else caller.subject  # else the node's cap alone
+        lookup_now = self._here.lookup_now
+        parker = None if caller is None else caller.subject  # else the node's cap alone
         results: list[LookupResult] = []
         waiting: list[Coroutine[Any, Any, None]] = []
         for item in items:
@@ -319,80 +199,30 @@ class Lookups:
             try:
                 check_key(key)
             except BadRequest as exc:
-                results.append(LookupResult(400, reason=exc.message))
+                results.append(LookupResult(Outcome.BAD_KEY, reason=exc.message))
                 continue
-            replica = self._replicas.get((item.table, self._partition_of(runtime, key.decode())))
-            if replica is None or not servable(replica, item.max_lag):
-                results.append(_NOT_HERE)
-                continue
-            min_offset = item.min_offset
-            if min_offset is not None and replica.applied_offset < min_offset:
-                wait_s = min(item.wait_ms, MAX_WAIT_MS) / 1000
-                index = len(results)
-                waiting.append(
-                    self._when_applied(results, index, replica, key, min_offset, wait_s, waiter)
-                )
-                results.append(_NOT_HERE)  # replaced once the wait is over
-                continue
-            try:
-                results.append(self._result(replica, key))
-            except StoreClosedError:
-                results.append(_NOT_HERE)  # revoked meanwhile: the caller asks the next replica
+            partition = self._partition_of(runtime, key.decode())
+            result = lookup_now(item.table, partition, key, item.max_lag, item.min_offset)
+            if result is None:  # it takes a wait: for min_offset, or a store being reopened
+                waiting.append(self._later(results, len(results), partition, item, parker))
+                result = MOVED  # replaced once the wait is over
+            results.append(result)
         if waiting:
             await asyncio.gather(*waiting)
         self._internal_stats.record(200, time.perf_counter() - started)
         return encode(results)
 
-    async def _when_applied(
+    async def _later(
         self,
         results: list[LookupResult],
         index: int,
-        replica: Replica,
-        key: bytes,
-        min_offset: int,
-        wait_s: float,
-        caller: str | None,
+        partition: int,
+        item: Lookup,
+        parker: str | None,
     ) -> None:
-        try:
-            await self._wait_for(replica, min_offset, wait_s, caller)
-            results[index] = self._result(replica, key)
-        except (Unavailable, RateLimited) as exc:  # too many parked: the next replica may
-            results[index] = LookupResult(503, replica.partition, reason=exc.message)
-        except StoreClosedError:
-            pass  # revoked meanwhile: stays 421, the caller asks the next replica
-
-    async def _wait_for(
-        self, replica: Replica, min_offset: int, wait_s: float, caller: str | None
-    ) -> None:
-        """Read-your-writes: returns once ``replica`` applied ``min_offset``.
-
-        The wait parks until the materializer applies that offset (``replicas.waits``),
-        never polling. Raises ``Unavailable`` (503) when ``wait_s`` passes first,
-        ``StoreClosedError`` when the replica is revoked meanwhile (the next replica is
-        asked), and ``RateLimited`` (429, ``Retry-After``) when the node already parks
-        ``max_parked_waits`` lookups, or ``caller`` ``max_parked_waits_per_caller``.
-        """
-        parked = wait_s > 0
-        if parked and not self._parking.enter(caller):
-            raise RateLimited(
-                f"too many lookups wait for min_offset: try again in {PARKED_RETRY_S} s",
-                PARKED_RETRY_S,
-            )
-        try:
-            reached = await wait_applied(replica, min_offset, wait_s)
-        finally:
-            if parked:
-                self._parking.leave(caller)
-        if reached:
-            return
-        if replica.state is ReplicaState.REVOKED:
-            raise StoreClosedError(f"{replica.table}[{replica.partition}] was revoked")
-        raise Unavailable(
-            f"{replica.table}[{replica.partition}] has applied offset "
-            f"{replica.applied_offset}, not yet {min_offset}",
-            partition=replica.partition,
-            applied_offset=replica.applied_offset,
-            reason="min_offset not reached within wait_ms",
+        wait_ms = min(item.wait_ms, MAX_WAIT_MS)
+        results[index] = await self._here.lookup(
+            item.table, partition, item.key, item.max_lag, item.min_offset, wait_ms, parker
         )
 
 
@@ -403,6 +233,17 @@ def _digits(n: int) -> bytes:
     return _DIGITS[n] if n < 1024 else str(n).encode()
 
 
+async def _redirect(send: Send, scope: dict[str, Any], base_url: str) -> int:
+    """307 to the same path at ``base_url``, with the query less ``redirect``."""
+    location = base_url + scope["raw_path"].decode("latin-1")
+    query_string = scope["query_string"].decode("latin-1")
+    rest = [p for p in query_string.split("&") if p and not p.startswith("redirect=")]
+    if rest:
+        location += "?" + "&".join(rest)
+    await respond(send, 307, b"", [(b"location", location.encode()), JSON])
+    return 307
+
+
 async def _answer(
     send: Send,
     runtime: TableRuntime,
@@ -410,7 +251,7 @@ async def _answer(
     result: LookupResult,
     enrich: Enrich | None,
 ) -> int:
-    """The response for a found (200) or missing (404) key, wherever it was looked up."""
+    """The response for a found or missing key, wherever it was looked up."""
     headers = [
         JSON,
         (b"x-kiq-partition", str(result.partition).encode()),
@@ -419,12 +260,10 @@ async def _answer(
     ]
     if result.stale:
         headers.append((b"x-kiq-stale", b"true"))
-    if result.status == 404:
-        body = KeyNotFound(
-            "no such key", table=runtime.spec.name, key=key.decode(), partition=result.partition
-        ).body()
-        await respond(send, 404, body, headers)
-        return 404
+    if result.outcome is MISSING:
+        missing = lookup_error(result, runtime.spec.name, result.partition, key)
+        await respond(send, missing.status, missing.body(), headers)
+        return missing.status
     headers.append((b"x-kiq-offset", str(result.offset).encode()))
     if runtime.spec.format == "raw":
         headers[0] = OCTETS

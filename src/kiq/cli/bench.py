@@ -1,7 +1,12 @@
-"""`kiq bench SCENARIO`: measurements that start their own stack on loopback."""
+"""`kiq bench SCENARIO`: measurements that start their own stack on loopback.
+
+The scenarios (``kiq.bench``) need the ``bench`` extra; this module imports them only
+inside each command, so ``kiq`` starts without it and ``kiq bench`` says how to get it.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -11,11 +16,28 @@ import typer
 from rich.table import Table
 
 from kiq.cli.context import console, run_or_exit
-from kiq.errors import ConfigError
+from kiq.errors import ConfigError, SetupError
+
+# The modules pyproject.toml's `bench` extra brings: kiq.bench imports them, the runtime does not.
+BENCH_EXTRA = ("aiohttp",)
 
 app = typer.Typer(
-    help="Benchmarks: each starts what it needs on loopback, then stops it.", no_args_is_help=True
+    # "\\[" keeps rich's markup from reading [bench] as a style
+    help="Benchmarks: each starts what it needs on loopback, then stops it. "
+    "Needs the bench extra: pip install 'kiq\\[bench]'.",
+    no_args_is_help=True,
 )
+
+
+@app.callback()
+def needs_the_extra() -> None:
+    """Stops every scenario before it starts anything when the bench extra is not installed."""
+    run_or_exit(_check_extra)
+
+
+def _check_extra() -> None:
+    if any(importlib.util.find_spec(module) is None for module in BENCH_EXTRA):
+        raise SetupError("kiq bench needs the bench extra: pip install 'kiq[bench]'")
 
 
 @app.command()

@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from kiq.errors import KiqError
+
+if TYPE_CHECKING:
+    from kiq.kafka import KafkaSecurity
 
 T = TypeVar("T")
 
@@ -46,14 +49,11 @@ def run_or_exit(fn: Callable[[], T]) -> T:
         raise typer.Exit(1) from exc
 
 
-def use_kafka_security(config_file: Path | None) -> None:
-    """Load ``[kafka]`` (flags have none: env and the file) and make it this process's.
-
-    Each command that makes Kafka clients calls it before the first one; a bad
-    password file stops the command here, with the setting's name.
-    """
+def kafka_security(config_file: Path | None) -> KafkaSecurity:
+    """``[kafka]`` (flags have none: env and the file), for the command to hand to each
+    Kafka client it makes; a bad password file stops the command here, with its name."""
     from kiq import settings
-    from kiq.kafka.security import KafkaSecurity, use
+    from kiq.kafka import KafkaSecurity
 
     kafka = run_or_exit(lambda: settings.load(settings.KafkaSettings, config_file))
-    use(run_or_exit(lambda: KafkaSecurity.from_settings(kafka)))
+    return run_or_exit(lambda: KafkaSecurity.from_settings(kafka))

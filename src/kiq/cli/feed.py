@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kiq import settings
-from kiq.cli.context import CliState, console, err_console, run_or_exit, use_kafka_security
+from kiq.cli.context import CliState, console, err_console, kafka_security, run_or_exit
 from kiq.errors import BrokerError, ConfigError
 from kiq.feeds import (
     BadLine,
@@ -28,7 +28,7 @@ from kiq.feeds import (
     TickSimulator,
     pace,
 )
-from kiq.kafka import create_topics, ping, topic_partitions
+from kiq.kafka import KafkaSecurity, create_topics, ping, topic_partitions
 
 app = typer.Typer(
     help="Feed ticks into Kafka: a simulated stock market, or a file replayed.",
@@ -64,7 +64,7 @@ def stocks(
     partitions: Partitions = None,
 ) -> None:
     """Simulate a stock market: quotes, and trades on some, for N symbols on several exchanges."""
-    conf = _settings(
+    conf, security = _settings(
         ctx,
         bootstrap=bootstrap,
         topic=topic,
@@ -77,7 +77,7 @@ def stocks(
     )
     if duration is not None and duration <= 0:
         run_or_exit(_fail("--duration must be a positive number of seconds (omit it to run on)"))
-    run_or_exit(lambda: _prepare_topic(conf))
+    run_or_exit(lambda: _prepare_topic(conf, security))
     simulator = TickSimulator(conf.symbols, conf.exchanges, conf.seed, trade_ratio=conf.trade_ratio)
     until = f"for {duration:g} s" if duration is not None else "until Ctrl-C"
     console.print(
@@ -90,6 +90,7 @@ def stocks(
         lambda: _feed(
             simulator.ticks(),
             conf,
+            security,
             rate=conf.rate,
             duration_s=duration,
             total=expected,
@@ -115,13 +116,13 @@ def replay(
     partitions: Partitions = None,
 ) -> None:
     """Produce the ticks of a file in file order; bad lines are reported and skipped."""
-    conf = _settings(
+    conf, security = _settings(
         ctx, bootstrap=bootstrap, topic=topic, create_topic=create_topic, partitions=partitions
     )
     if rate is not None and rate <= 0:
         run_or_exit(_fail("--rate must be a positive number of ticks per second"))
     source = run_or_exit(lambda: TickFile(file, strict=strict, on_bad=_BadLineReporter(file)))
-    run_or_exit(lambda: _prepare_topic(conf))
+    run_or_exit(lambda: _prepare_topic(conf, security))
     pacing = f"{rate:,.0f} ticks/s" if rate is not None else "as fast as possible"
     console.print(
         f"replaying {escape(str(file))} ({source.format}) into [bold]{conf.topic}[/] "
@@ -132,6 +133,7 @@ def replay(
         lambda: _feed(
             source,
             conf,
+            security,
             rate=rate,
             duration_s=None,
             total=max(source.size, 1),
@@ -148,12 +150,11 @@ def replay(
     _finish(outcome, conf, f"replayed {escape(str(file))}:")
 
 
-def _settings(ctx: typer.Context, **flags: Any) -> FeedSettings:
-    """The feed's settings; the process's Kafka security (``[kafka]``) is set on the way."""
+def _settings(ctx: typer.Context, **flags: Any) -> tuple[FeedSettings, KafkaSecurity]:
+    """The feed's settings, and the Kafka security (``[kafka]``) its clients connect with."""
     state: CliState = ctx.obj
     conf = run_or_exit(lambda: settings.load(FeedSettings, state.config, **flags))
-    use_kafka_security(state.config)
-    return conf
+    return conf, kafka_security(state.config)
 
 
 def _fail(message: str) -> Callable[[], None]:
@@ -163,14 +164,14 @@ def _fail(message: str) -> Callable[[], None]:
     return fail
 
 
-def _prepare_topic(conf: FeedSettings) -> int:
+def _prepare_topic(conf: FeedSettings, security: KafkaSecurity) -> int:
     """Check the broker answers and the topic exists (creating it if allowed); its partitions."""
-    if not ping(conf.bootstrap):
+    if not ping(conf.bootstrap, security=security):
         raise BrokerError(
             f"no Kafka broker answers at {conf.bootstrap}: start the local one with "
             "`kiq broker start`, or point --bootstrap at yours"
         )
-    partitions = topic_partitions(conf.bootstrap, conf.topic)
+    partitions = topic_partitions(conf.bootstrap, conf.topic, security=security)
     if partitions is not None:
         return partitions
     if not conf.create_topic:
@@ -178,7 +179,7 @@ def _prepare_topic(conf: FeedSettings) -> int:
             f"topic {conf.topic!r} does not exist on {conf.bootstrap}: create it, "
             "or leave out --no-create-topic and kiq creates it"
         )
-    create_topics(conf.bootstrap, {conf.topic: conf.partitions})
+    create_topics(conf.bootstrap, {conf.topic: conf.partitions}, security=security)
     console.print(f"created topic {conf.topic} with {conf.partitions} partitions", highlight=False)
     return conf.partitions
 
@@ -195,6 +196,7 @@ class _Outcome:
 def _feed(
     ticks: Iterable[Mapping[str, Any]],
     conf: FeedSettings,
+    security: KafkaSecurity,
     *,
     rate: float | None,
     duration_s: float | None,
@@ -202,7 +204,7 @@ def _feed(
     completed: Callable[[RunStats], float],
 ) -> _Outcome:
     """Pace ``ticks`` into the topic with a live status line; flushes, even on errors."""
-    producer = TickProducer(conf.bootstrap, conf.topic, linger_ms=conf.linger_ms)
+    producer = TickProducer(conf.bootstrap, conf.topic, linger_ms=conf.linger_ms, security=security)
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from kiq import settings
-from kiq.cli.context import CliState, run_or_exit, use_kafka_security
+from kiq.cli.context import CliState, kafka_security, run_or_exit
 
 app = typer.Typer(help="Run the Spark pipelines that derive kiq's tables.", no_args_is_help=True)
 
@@ -95,15 +95,12 @@ def run(
             settings.SparkSettings, state.config, master=master, checkpoint_dir=checkpoint
         )
     )
-    from kiq.kafka.security import active, spark_options
-
-    use_kafka_security(state.config)
     opts = StreamOptions(
         bootstrap=conf.bootstrap,
         checkpoint_root=spark.checkpoint_root,
         trigger=conf.trigger,
         interval=conf.interval,
-        kafka=spark_options(active()),
+        security=kafka_security(state.config),
         realtime_batch=conf.realtime_batch,
     )
     # ctx.write_table(name, ...) writes the topic the config's [serve] tables give `name`.

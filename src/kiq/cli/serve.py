@@ -1,4 +1,9 @@
-"""`kiq serve`: one serving node of a kiq cluster."""
+"""`kiq serve`: one serving node of a kiq cluster.
+
+The flags, the environment and the file are read here, once, into ``NodeSettings``;
+``kiq.node_build.build_node`` makes the node and its app from them alone, and this
+command only runs the server.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,6 @@ import asyncio
 import logging
 import os
 import signal
-import ssl
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -15,12 +19,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kiq import settings
-from kiq.cli.context import CliState, ConfigOption, run_or_exit, use_kafka_security
+from kiq.cli.context import CliState, ConfigOption, run_or_exit
 
 if TYPE_CHECKING:
-    from kiq.api.endpoints import Declare
-    from kiq.node import Node
-    from kiq.security import Security
+    from kiq.node_build import BuiltNode
 
 log = logging.getLogger(__name__)
 
@@ -124,110 +126,61 @@ def serve(
     With an application file (--config), its \\[serve] tables and \\[app] endpoints.
     """
     state: CliState = ctx.obj
-    config_file = state.config_file(config)
     conf = run_or_exit(
-        lambda: settings.load(
-            settings.ServeSettings,
-            config_file,
-            bootstrap=bootstrap,
-            node_id=node_id,
-            host=host,
-            port=port,
-            advertise=advertise,
-            data_dir=data_dir,
-            tables=table or None,
-            standby_replicas=standby_replicas,
-            cluster=cluster,
+        lambda: settings.NodeSettings.load(
+            state.config_file(config),
+            serve={
+                "bootstrap": bootstrap,
+                "node_id": node_id,
+                "host": host,
+                "port": port,
+                "advertise": advertise,
+                "data_dir": data_dir,
+                "tables": table or None,
+                "standby_replicas": standby_replicas,
+                "cluster": cluster,
+            },
+            limits={
+                "max_body_bytes": max_body_bytes,
+                "max_multiget_keys": max_multiget_keys,
+                "max_connections": max_connections,
+                "header_timeout_s": header_timeout_s,
+                "rate_limit": rate_limit,
+                "rate_burst": rate_burst,
+            },
+            auth={
+                "mode": auth,
+                "jwt_secret_file": jwt_secret_file,
+                "jwt_public_key_file": jwt_public_key_file,
+                "jwt_jwks_file": jwt_jwks_file,
+                "jwt_audience": jwt_audience,
+                "jwt_issuer": jwt_issuer,
+                "jwt_leeway_s": jwt_leeway_s,
+                "cluster_secret_file": cluster_secret_file,
+            },
+            tls={"cert": tls_cert, "key": tls_key, "ca": tls_ca},
+            app={"endpoints": endpoint},
         )
     )
-    limits = run_or_exit(
-        lambda: settings.load(
-            settings.LimitsSettings,
-            config_file,
-            max_body_bytes=max_body_bytes,
-            max_multiget_keys=max_multiget_keys,
-            max_connections=max_connections,
-            header_timeout_s=header_timeout_s,
-            rate_limit=rate_limit,
-            rate_burst=rate_burst,
-        )
-    )
-    auth_conf = run_or_exit(
-        lambda: settings.load(
-            settings.AuthSettings,
-            config_file,
-            mode=auth,
-            jwt_secret_file=jwt_secret_file,
-            jwt_public_key_file=jwt_public_key_file,
-            jwt_jwks_file=jwt_jwks_file,
-            jwt_audience=jwt_audience,
-            jwt_issuer=jwt_issuer,
-            jwt_leeway_s=jwt_leeway_s,
-            cluster_secret_file=cluster_secret_file,
-        )
-    )
-    from kiq.security import security_for
-
-    security = run_or_exit(lambda: security_for(auth_conf, conf.host))
-    tls = run_or_exit(
-        lambda: settings.load(
-            settings.TlsSettings, config_file, cert=tls_cert, key=tls_key, ca=tls_ca
-        )
-    )
-    from kiq.security import tls as tls_contexts
-
-    conf = run_or_exit(lambda: tls_contexts.advertised(conf, tls))
-    server_tls = run_or_exit(lambda: tls_contexts.server_files(tls))
-    peer_ssl = None
-    if tls.enabled or tls.ca is not None:
-        peer_ssl = run_or_exit(lambda: tls_contexts.client_context(tls.ca))
-    app = run_or_exit(lambda: settings.load(settings.AppSettings, config_file, endpoints=endpoint))
-    declared = run_or_exit(lambda: _endpoints(app.endpoints, config_file))
-    use_kafka_security(config_file)
     from kiq.node_build import build_node
 
-    node = run_or_exit(lambda: build_node(conf))
+    built = run_or_exit(lambda: build_node(conf))
     import uvloop
 
-    uvloop.run(_serve(node, conf, declared, limits, security, server_tls, peer_ssl))
+    uvloop.run(_serve(built))
 
 
-def _endpoints(targets: list[str], config_file: Path | None) -> list[Declare]:
-    """The application's route declarations, found before the node asks Kafka anything."""
-    from kiq.api.targets import resolve
-
-    path = settings.config_path(config_file)
-    base = str(path.parent) if path is not None else None
-    return [resolve(target, "[app] endpoints", base) for target in targets]
-
-
-async def _serve(
-    node: Node,
-    conf: settings.ServeSettings,
-    endpoints: list[Declare],
-    limits: settings.LimitsSettings,
-    security: Security,
-    server_tls: tuple[Path, Path] | None,
-    peer_ssl: ssl.SSLContext | None,
-) -> None:
+async def _serve(built: BuiltNode) -> None:
+    """Serve ``built.app`` until SIGINT or SIGTERM."""
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
     from granian.server.embed import Server
 
-    from kiq.api import create_app
-    from kiq.node_build import LogWriter
-
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
-    cert, key = server_tls or (None, None)
+    conf, limits, security = built.settings.serve, built.settings.limits, built.security
+    cert, key = built.server_tls or (None, None)
     server = Server(
-        create_app(
-            node,
-            LogWriter(conf.bootstrap),
-            endpoints=endpoints,
-            limits=limits,
-            security=security,
-            peer_ssl=peer_ssl,
-        ),
+        built.app,
         address=conf.host,
         port=conf.port,
         interface=Interfaces.ASGI,

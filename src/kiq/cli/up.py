@@ -3,14 +3,16 @@
 Broker (unless ``[app] bootstrap`` names one) → topics (``[app] topics``, then each
 table's, compacted, where missing) → one Spark driver running ``[app] pipelines`` →
 ``[app] nodes`` serving nodes (the first on ``[app] port``, the front door) with the
-file's tables and endpoints → ``[app] feeds`` (run beside the file). Every child
-reads the same file (``KIQ_CONFIG``) and is told the broker (``KIQ_BOOTSTRAP``,
-``KIQ_*_BOOTSTRAP``); state and logs go under ``[app] home``. Ctrl-C stops it all
-in reverse order.
+file's tables and endpoints → ``[app] feeds`` (run beside the file). `kiq up` reads
+the settings once; every child is handed them, with the broker it decided on, as its
+environment (``kiq.settings.child_env``), and user feeds find the broker in
+``KIQ_BOOTSTRAP``; state and logs go under ``[app] home``. Ctrl-C stops it all in
+reverse order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -27,10 +29,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kiq import settings
-from kiq.cli.context import CliState, ConfigOption, console, run_or_exit, use_kafka_security
+from kiq.cli.context import CliState, ConfigOption, console, run_or_exit
 from kiq.errors import ConfigError, KiqError
 
 if TYPE_CHECKING:
+    from kiq.feeds import FeedSettings
     from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
     from kiq.tables import TableSpec
 
@@ -107,7 +110,6 @@ def run_app(
 ) -> None:
     """`kiq up` (and `kiq demo`, on the shipped stock application's file)."""
     plan = run_or_exit(lambda: Plan.load(config, trigger, limits, tls, **flags))
-    use_kafka_security(plan.file)
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
@@ -116,17 +118,46 @@ def run_app(
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything `kiq up` will start, read and checked before anything starts."""
+    """Everything `kiq up` will start, read and checked before anything starts.
+
+    ``node``, ``pipeline`` and ``feed`` are the settings its children are handed,
+    each with the broker `kiq up` uses (``bootstrap``).
+    """
 
     file: Path | None
-    app: settings.AppSettings
+    node: settings.NodeSettings
     tables: list[TableSpec]
     broker: settings.BrokerSettings
-    trigger: str
-    limits: settings.LimitsSettings
-    auth: settings.AuthSettings
-    tls: settings.TlsSettings
-    kafka: settings.KafkaSettings
+    pipeline: settings.PipelineSettings
+    feed: FeedSettings
+    bootstrap: str
+
+    @property
+    def app(self) -> settings.AppSettings:
+        return self.node.app
+
+    @property
+    def limits(self) -> settings.LimitsSettings:
+        return self.node.limits
+
+    @property
+    def auth(self) -> settings.AuthSettings:
+        return self.node.auth
+
+    @property
+    def tls(self) -> settings.TlsSettings:
+        return self.node.tls
+
+    @property
+    def kafka(self) -> settings.KafkaSettings:
+        return self.node.kafka
+
+    def child_env(self) -> dict[str, str]:
+        """What every child (driver, nodes, feeds) is handed: the settings, and the broker
+        under the name user feeds read it by."""
+        env = {**self.node.as_env(), **settings.child_env(self.pipeline, self.feed)}
+        env["KIQ_BOOTSTRAP"] = self.bootstrap
+        return env
 
     @classmethod
     def load(
@@ -137,30 +168,28 @@ class Plan:
         tls: dict[str, Path | None] | None = None,
         **flags: Any,
     ) -> Plan:
-        from kiq.api.targets import resolve
-        from kiq.node_build import table_specs
+        from kiq.feeds import FeedSettings
+        from kiq.node_build import app_endpoints, table_specs
 
         file = settings.config_path(config)
-        app = settings.load(settings.AppSettings, file, **flags)
-        serve = settings.load(settings.ServeSettings, file)
-        pipeline = settings.load(settings.PipelineSettings, file, trigger=trigger)
-        tables = table_specs(serve)
-        base = str(file.parent) if file is not None else None
-        for target in app.endpoints:  # a typo fails now, not in every node's log
-            resolve(target, "[app] endpoints", base)
-        for command in app.feeds:
+        node = settings.NodeSettings.load(file, limits=limits, tls=tls, app=flags)
+        tables = table_specs(node.serve)
+        app_endpoints(node)  # a typo fails now, not in every node's log
+        for command in node.app.feeds:
             if not command:
                 raise ConfigError("[app] feeds: a feed is a command, e.g. ['kiq', 'feed', ...]")
+        broker = settings.load(settings.BrokerSettings, file)
+        bootstrap = node.app.bootstrap or broker.bootstrap
+        on_it = {"bootstrap": bootstrap}
+        pipeline = settings.load(settings.PipelineSettings, file, trigger=trigger)
         return cls(
             file.resolve() if file is not None else None,
-            app,
+            dataclasses.replace(node, serve=node.serve.model_copy(update=on_it)),
             tables,
-            settings.load(settings.BrokerSettings, file),
-            pipeline.trigger,
-            settings.load(settings.LimitsSettings, file, **(limits or {})),
-            settings.load(settings.AuthSettings, file),
-            settings.load(settings.TlsSettings, file, **(tls or {})),
-            settings.load(settings.KafkaSettings, file),
+            broker,
+            pipeline.model_copy(update=on_it),
+            settings.load(FeedSettings, file).model_copy(update=on_it),
+            bootstrap,
         )
 
 
@@ -168,14 +197,18 @@ class Running:
     """The application's processes, started in order and stopped in reverse."""
 
     def __init__(self, plan: Plan, stopping: threading.Event) -> None:
+        from kiq.kafka import KafkaSecurity
         from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
 
         self.plan = plan
         self.stopping = stopping
+        # What `kiq up` itself connects with (its children are handed [kafka] to do the same).
+        self.security = KafkaSecurity.from_settings(plan.kafka)
         app = plan.app
         self.home = app.home_dir.resolve()
         self.broker: LocalBroker | None = None if app.bootstrap else LocalBroker(plan.broker)
-        self.bootstrap = app.bootstrap or plan.broker.bootstrap
+        self.bootstrap = plan.bootstrap
+        self.env = plan.child_env()
         self.pipeline: LocalPipeline | None = None
         if app.pipelines:
             self.pipeline = LocalPipeline(
@@ -183,23 +216,23 @@ class Running:
                 self.bootstrap,
                 self.home / "checkpoints",
                 self.home / "pipeline.log",
-                trigger=plan.trigger,
+                trigger=plan.pipeline.trigger,
                 partitions=app.table_partitions,
+                env=self.env,
             )
         from kiq.security import operator_token
 
-        # The nodes read [auth] from the file (or KIQ_AUTH_*) themselves; with a shared
-        # secret, `kiq up` signs itself a token to watch their metadata.
+        # With a shared secret, `kiq up` signs itself a token to watch the nodes' metadata.
         watch = operator_token(plan.auth, "kiq:admin")
         self.nodes = [
             LocalNode(
                 f"n{i}",
                 self.bootstrap,
-                [],  # the file's tables, read by the node itself
+                [],  # the tables are in the settings it is handed
                 self.home / f"n{i}",
                 self.home / f"n{i}.log",
                 port=app.port + i - 1,
-                env=plan.limits.as_env(),  # the file's [limits], and kiq up's flags over them
+                env=self.env,
                 authorization=f"Bearer {watch}" if watch else None,
                 tls=plan.tls,
             )
@@ -207,29 +240,6 @@ class Running:
         ]
         self.feeds: list[subprocess.Popen[bytes]] = []
         self._broker_was_running = False
-
-    def _env(self) -> dict[str, str]:
-        """What every child is told: the file, the broker, the routes `kiq up` was given."""
-        env = {
-            "KIQ_SERVE_BOOTSTRAP": self.bootstrap,
-            "KIQ_PIPELINE_BOOTSTRAP": self.bootstrap,
-            "KIQ_FEED_BOOTSTRAP": self.bootstrap,
-            "KIQ_BOOTSTRAP": self.bootstrap,
-            "KIQ_APP_ENDPOINTS": json.dumps(self.plan.app.endpoints),
-        }
-        if self.plan.file is not None:
-            env["KIQ_CONFIG"] = str(self.plan.file)
-        # Files as absolute paths: feeds run in the application file's directory.
-        tls, kafka = self.plan.tls, self.plan.kafka
-        files = {
-            "KIQ_TLS_CERT": tls.cert,
-            "KIQ_TLS_KEY": tls.key,
-            "KIQ_TLS_CA": tls.ca,
-            "KIQ_KAFKA_SASL_PASSWORD_FILE": kafka.sasl_password_file,
-            "KIQ_KAFKA_SSL_CA_FILE": kafka.ssl_ca_file,
-        }
-        env.update({name: str(path.resolve()) for name, path in files.items() if path})
-        return env
 
     @property
     def url(self) -> str:
@@ -249,8 +259,6 @@ class Running:
     def _start(self) -> None:
         app = self.plan.app
         self.home.mkdir(parents=True, exist_ok=True)
-        # Every child (driver, nodes, feeds) reads the same file and is told the broker.
-        os.environ.update(self._env())
         if self.broker is not None:
             self._broker_was_running = self.broker.status().running
             with console.status("starting the Kafka broker ..."):
@@ -277,19 +285,21 @@ class Running:
         from kiq.kafka import create_topics, topic_partitions
         from kiq.pipelines.runner import COMPACTED
 
-        inputs = self.plan.app.topics
+        inputs, security = self.plan.app.topics, self.security
         if inputs:
-            create_topics(self.bootstrap, inputs)
+            create_topics(self.bootstrap, inputs, security=security)
         missing = [
             t.topic
             for t in self.plan.tables
-            if t.topic not in inputs and topic_partitions(self.bootstrap, t.topic) is None
+            if t.topic not in inputs
+            and topic_partitions(self.bootstrap, t.topic, security=security) is None
         ]
         if missing:
             create_topics(
                 self.bootstrap,
                 dict.fromkeys(missing, self.plan.app.table_partitions),
                 config=COMPACTED,
+                security=security,
             )
         made = [*inputs, *missing]
         _done(f"topics: {', '.join(made) if made else 'all there already'}")
@@ -305,6 +315,7 @@ class Running:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
+                    env={**os.environ, **self.env},
                     start_new_session=True,  # stopped by us, after the Ctrl-C, not by it
                     cwd=self.plan.file.parent if self.plan.file is not None else None,
                 )

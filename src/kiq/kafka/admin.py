@@ -1,4 +1,7 @@
-"""Topic administration and broker liveness checks."""
+"""Topic administration and broker liveness checks.
+
+Each call connects with the ``security`` it is given (PLAINTEXT when none is).
+"""
 
 from __future__ import annotations
 
@@ -12,11 +15,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kiq.errors import ConfigError, KiqError
 from kiq.kafka.config import client_config
 from kiq.kafka.logs import KAFKA_LOG
-from kiq.kafka.security import KafkaSecurity, librdkafka_config
+from kiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 
-def _admin(bootstrap: str, **extra: str | int | float) -> AdminClient:
-    return AdminClient(client_config(bootstrap, **{"socket.timeout.ms": 5000, **extra}))
+def _admin(bootstrap: str, security: KafkaSecurity, **extra: str | int | float) -> AdminClient:
+    conf = client_config(bootstrap, security=security, **{"socket.timeout.ms": 5000, **extra})
+    return AdminClient(conf)
 
 
 def _refused(admin: AdminClient, bootstrap: str, failures_before: int) -> ConfigError | None:
@@ -47,17 +51,15 @@ def _reachable(bootstrap: str, timeout_s: float) -> bool:
     return False
 
 
-def ping(bootstrap: str, timeout_s: float = 2.0, security: KafkaSecurity | None = None) -> bool:
+def ping(bootstrap: str, timeout_s: float = 2.0, *, security: KafkaSecurity = PLAINTEXT) -> bool:
     """True when a broker at ``bootstrap`` answers a metadata request in time.
 
-    ``security``: ask with it instead of the process's (a local broker's own user).
     A broker that refuses the credentials raises ``ConfigError`` saying so.
     """
     if not _reachable(bootstrap, timeout_s):
         return False
-    extra = librdkafka_config(security) if security is not None else {}
     failures = KAFKA_LOG.auth_failures
-    admin = _admin(bootstrap, log_level=0, **extra)
+    admin = _admin(bootstrap, security, log_level=0)
     try:
         md = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
@@ -68,15 +70,19 @@ def ping(bootstrap: str, timeout_s: float = 2.0, security: KafkaSecurity | None 
     return bool(md.brokers)
 
 
-def broker_count(bootstrap: str, timeout_s: float = 10.0) -> int:
+def broker_count(
+    bootstrap: str, timeout_s: float = 10.0, *, security: KafkaSecurity = PLAINTEXT
+) -> int:
     """How many brokers the cluster's metadata lists (those alive and registered)."""
-    return len(_admin(bootstrap).list_topics(timeout=timeout_s).brokers)
+    return len(_admin(bootstrap, security).list_topics(timeout=timeout_s).brokers)
 
 
-def topic_partitions(bootstrap: str, topic: str, timeout_s: float = 10.0) -> int | None:
+def topic_partitions(
+    bootstrap: str, topic: str, timeout_s: float = 10.0, *, security: KafkaSecurity = PLAINTEXT
+) -> int | None:
     """The partition count of ``topic``, or None when it does not exist."""
     failures = KAFKA_LOG.auth_failures
-    admin = _admin(bootstrap)
+    admin = _admin(bootstrap, security)
     try:
         md = admin.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
@@ -107,6 +113,7 @@ def create_topics(
     replication_factor: int | None = None,
     config: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Create topics (name → partition count) and wait until every one has leaders.
 
@@ -116,7 +123,7 @@ def create_topics(
     """
     wanted = dict(topics) if isinstance(topics, Mapping) else dict.fromkeys(topics, partitions)
     failures = KAFKA_LOG.auth_failures
-    admin = _admin(bootstrap)
+    admin = _admin(bootstrap, security)
     if replication_factor is None:
         brokers = len(admin.list_topics(timeout=timeout_s).brokers)
         replication_factor, durable = replication_for(brokers)
@@ -164,10 +171,16 @@ def create_topics(
             time.sleep(0.1)
 
 
-def delete_topics(bootstrap: str, names: Iterable[str], timeout_s: float = 30.0) -> None:
+def delete_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    timeout_s: float = 30.0,
+    *,
+    security: KafkaSecurity = PLAINTEXT,
+) -> None:
     """Delete topics and wait until the broker no longer lists them."""
     wanted = list(names)
-    admin = _admin(bootstrap)
+    admin = _admin(bootstrap, security)
     for name, fut in admin.delete_topics(wanted, operation_timeout=timeout_s).items():
         try:
             fut.result()
@@ -175,7 +188,7 @@ def delete_topics(bootstrap: str, names: Iterable[str], timeout_s: float = 30.0)
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise KiqError(f"could not delete topic {name!r}: {exc.args[0].str()}") from exc
     deadline = time.monotonic() + timeout_s
-    while any(topic_partitions(bootstrap, name) is not None for name in wanted):
+    while any(topic_partitions(bootstrap, n, security=security) is not None for n in wanted):
         if time.monotonic() > deadline:
             raise KiqError(f"topics {wanted} still listed {timeout_s:.0f}s after deletion")
         time.sleep(0.1)

@@ -11,26 +11,30 @@ from __future__ import annotations
 from typing import Any
 
 from kiq.kafka.logs import KAFKA_LOG
-from kiq.kafka.security import active, librdkafka_config
+from kiq.kafka.security import PLAINTEXT, KafkaSecurity, librdkafka_config
 
 PARTITIONER = "murmur2_random"
 
 
-def client_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
-    """What every kiq client sets: where to connect, the process's security
-    (``kiq.kafka.security``), and logs and errors through ``KAFKA_LOG``."""
+def client_config(
+    bootstrap: str, *, security: KafkaSecurity = PLAINTEXT, **overrides: Any
+) -> dict[str, Any]:
+    """What every kiq client sets: where to connect, with which ``security`` (the
+    caller's, ``kiq.kafka.security``), and logs and errors through ``KAFKA_LOG``."""
     return {
         "bootstrap.servers": bootstrap,
-        **librdkafka_config(active()),
+        **librdkafka_config(security),
         **KAFKA_LOG.client_config(),
         **overrides,
     }
 
 
-def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+def producer_config(
+    bootstrap: str, *, security: KafkaSecurity = PLAINTEXT, **overrides: Any
+) -> dict[str, Any]:
     """Producer settings: Java-compatible partitioning, idempotent, no lost writes."""
     conf: dict[str, Any] = {
-        **client_config(bootstrap),
+        **client_config(bootstrap, security=security),
         "partitioner": PARTITIONER,
         "enable.idempotence": True,
         "acks": "all",
@@ -45,10 +49,12 @@ def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     return conf
 
 
-def consumer_config(bootstrap: str, group_id: str, **overrides: Any) -> dict[str, Any]:
+def consumer_config(
+    bootstrap: str, group_id: str, *, security: KafkaSecurity = PLAINTEXT, **overrides: Any
+) -> dict[str, Any]:
     """Consumer settings: kiq commits by itself, and reads from the start by default."""
     conf: dict[str, Any] = {
-        **client_config(bootstrap),
+        **client_config(bootstrap, security=security),
         "group.id": group_id,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",

@@ -7,6 +7,7 @@ import logging
 from confluent_kafka import Producer
 
 from kiq.kafka.config import producer_config
+from kiq.kafka.security import KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -14,9 +15,10 @@ log = logging.getLogger(__name__)
 class DeadLetters:
     """Sends a bad record, untouched, with headers saying where it came from and why."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, *, security: KafkaSecurity) -> None:
         self.topic = topic
-        self._producer = Producer(producer_config(bootstrap, **{"linger.ms": 50}))
+        conf = producer_config(bootstrap, security=security, **{"linger.ms": 50})
+        self._producer = Producer(conf)
         self.sent = 0
 
     def send(

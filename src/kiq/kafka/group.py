@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient
 from kiq.errors import KafkaUnavailable
 from kiq.kafka.config import client_config
 from kiq.kafka.logs import KAFKA_LOG
+from kiq.kafka.security import KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +61,18 @@ class GroupMember:
         client_id: str,
         topics: list[str],
         on_change: Callable[[], None],
+        *,
+        security: KafkaSecurity,
         session_timeout_ms: int = 6000,
     ) -> None:
         self.group_id = group_id
         self.client_id = client_id
         self._bootstrap = bootstrap
+        self._security = security
         self._topics = topics
         self._on_change = on_change
         self._conf = {
-            **client_config(bootstrap),
+            **client_config(bootstrap, security=security),
             "group.id": group_id,
             "client.id": client_id,
             "partition.assignment.strategy": "cooperative-sticky",
@@ -110,7 +114,7 @@ class GroupMember:
         """
         with self._describing:
             if self._admin is None:
-                self._admin = AdminClient(client_config(self._bootstrap))
+                self._admin = AdminClient(client_config(self._bootstrap, security=self._security))
             future = self._admin.describe_consumer_groups(
                 [self.group_id], request_timeout=_LIBRDKAFKA_TIMEOUT_S
             )[self.group_id]

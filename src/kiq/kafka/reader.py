@@ -16,6 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from kiq.kafka.config import client_config
 from kiq.kafka.logs import KAFKA_LOG
+from kiq.kafka.security import KafkaSecurity
 
 Partition = tuple[str, int]
 
@@ -54,10 +55,12 @@ class Fetched:
 
 
 class PartitionReader:
-    def __init__(self, bootstrap: str, client_id: str, **overrides: object) -> None:
+    def __init__(
+        self, bootstrap: str, client_id: str, *, security: KafkaSecurity, **overrides: object
+    ) -> None:
         self._consumer = Consumer(
             {
-                **client_config(bootstrap),
+                **client_config(bootstrap, security=security),
                 # Required by librdkafka even with manual assignment; nothing is committed.
                 "group.id": f"kiq-reader-{uuid.uuid4().hex}",
                 "client.id": client_id,

@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from kiq.errors import KafkaUnavailable
 from kiq.kafka.config import consumer_config, producer_config
+from kiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class JsonProducer:
         on_delivery: DeliveryHook | None = None,
         linger_ms: int = 5,
         delivery_timeout_ms: int = 30_000,
+        security: KafkaSecurity = PLAINTEXT,
         **overrides: Any,
     ) -> None:
         self.topic = topic
@@ -55,6 +57,7 @@ class JsonProducer:
         self._hook = on_delivery
         conf = producer_config(
             bootstrap,
+            security=security,
             **{
                 "linger.ms": linger_ms,
                 "message.timeout.ms": delivery_timeout_ms,
@@ -110,13 +113,17 @@ class JsonProducer:
             self._hook(msg.key().decode(), msg.partition(), msg.offset(), msg.timestamp()[1])
 
 
-def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[tuple[bytes, int, int]]:
+def read_topic(
+    bootstrap: str, topic: str, timeout_s: float = 60.0, *, security: KafkaSecurity = PLAINTEXT
+) -> list[tuple[bytes, int, int]]:
     """Every record of ``topic`` up to its end now: (value, partition, offset) in log order.
 
     For checks that must see exactly what the log holds (a benchmark's reference),
     whatever its producers believed they wrote.
     """
-    consumer = Consumer(consumer_config(bootstrap, f"kiq-read-{uuid.uuid4().hex}"))
+    consumer = Consumer(
+        consumer_config(bootstrap, f"kiq-read-{uuid.uuid4().hex}", security=security)
+    )
     try:
         meta = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
         ends: dict[int, int] = {}

@@ -1,12 +1,13 @@
 """Kafka security from ``KafkaSettings``: one translation for librdkafka, one for Spark.
 
-Every kiq process talks to one Kafka cluster with one identity, so the security
-in force is set once per process, at the command's start (``use``), and
-``client_config`` adds it to every librdkafka client (nodes' reader, group seat,
-admin, writers, dead letters, feeds). Spark's Kafka source and sink take the same
-settings as ``kafka.``-prefixed options (``spark_options``), passed with every
-read and write. The password is read from its file once and kept out of reprs;
-nothing here logs it.
+A ``KafkaSecurity`` is a frozen value, made once where a command reads its settings
+and handed to every client wrapper that connects (a node's reader, group seat,
+admin calls, writers, dead letters, feeds), as quixstreams hands its
+``ConnectionConfig`` in: no process-wide state, so two nodes in one process may
+use two identities. ``librdkafka_config`` is its part of a client's configuration;
+Spark's Kafka source and sink take the same as ``kafka.``-prefixed options
+(``spark_options``), passed with every read and write. The password is read from
+its file once and kept out of reprs; nothing here logs it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from kiq.errors import ConfigError
 from kiq.settings import KafkaSettings
 
-__all__ = ["KafkaSecurity", "active", "librdkafka_config", "spark_options", "use"]
+__all__ = ["PLAINTEXT", "KafkaSecurity", "librdkafka_config", "spark_options"]
 
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -59,6 +60,10 @@ class KafkaSecurity:
         return self.protocol in ("SSL", "SASL_SSL")
 
 
+# Kafka's own default: what a client not given a security uses (a broker without any).
+PLAINTEXT = KafkaSecurity()
+
+
 def librdkafka_config(security: KafkaSecurity) -> dict[str, str]:
     """librdkafka's properties for ``security``; empty for PLAINTEXT (its default)."""
     if security.protocol == "PLAINTEXT":
@@ -90,21 +95,6 @@ def spark_options(security: KafkaSecurity) -> dict[str, str]:
         options["kafka.ssl.truststore.type"] = "PEM"
         options["kafka.ssl.truststore.location"] = str(security.ca_file)
     return options
-
-
-_active = KafkaSecurity()
-
-
-def use(security: KafkaSecurity) -> KafkaSecurity:
-    """Make ``security`` the process's Kafka security; returns the one it replaces."""
-    global _active
-    previous, _active = _active, security
-    return previous
-
-
-def active() -> KafkaSecurity:
-    """The Kafka security of this process (PLAINTEXT unless a command set another)."""
-    return _active
 
 
 def _read_password(path: Path) -> str:

@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kiq.errors import KiqError
 from kiq.kafka.config import producer_config
+from kiq.kafka.security import KafkaSecurity
 
 
 class ProduceFailed(KiqError):
@@ -27,9 +28,17 @@ DELIVERY_TIMEOUT_MS = 10_000
 
 
 class AsyncProducer:
-    def __init__(self, bootstrap: str, delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        security: KafkaSecurity,
+        delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS,
+    ) -> None:
         conf = producer_config(
-            bootstrap, **{"linger.ms": 1, "message.timeout.ms": delivery_timeout_ms}
+            bootstrap,
+            security=security,
+            **{"linger.ms": 1, "message.timeout.ms": delivery_timeout_ms},
         )
         self._producer = Producer(conf)
         self._stop = threading.Event()

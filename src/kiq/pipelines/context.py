@@ -91,9 +91,11 @@ class Context:
         (``TOPIC-dlq``) with the reason."""
         if schema is not None:
             records.as_struct(schema)  # a bad schema fails before any topic is created
-        partitions = topic_partitions(self.opts.bootstrap, topic)
+        partitions = topic_partitions(self.opts.bootstrap, topic, security=self.opts.security)
         if partitions is None:
-            create_topics(self.opts.bootstrap, {topic: self.partitions})
+            create_topics(
+                self.opts.bootstrap, {topic: self.partitions}, security=self.opts.security
+            )
             partitions = self.partitions
         # Real-Time Mode reads each partition in a task of its own (no coalescing).
         raw = read_topics(self.spark, self.opts, topic, realtime=self.opts.trigger != "microbatch")
@@ -249,12 +251,15 @@ class Context:
 
     def _create(self, topics: Mapping[str, int], config: Mapping[str, str]) -> None:
         if topics:
-            create_topics(self.opts.bootstrap, dict(topics), config=config)
+            create_topics(
+                self.opts.bootstrap, dict(topics), config=config, security=self.opts.security
+            )
 
     def _letters_topic(self, topic: str) -> None:
         """A dead-letter topic: one partition when kiq creates it, any count when it exists."""
-        if topic_partitions(self.opts.bootstrap, topic) is None:
-            create_topics(self.opts.bootstrap, {topic: 1})
+        security = self.opts.security
+        if topic_partitions(self.opts.bootstrap, topic, security=security) is None:
+            create_topics(self.opts.bootstrap, {topic: 1}, security=security)
 
     def _realtime(self, name: str, df: DataFrame, reads: list[_Read]) -> bool:
         """Whether the query runs in Real-Time Mode: the trigger asks for it (or ``auto``),

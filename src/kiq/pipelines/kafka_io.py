@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+from kiq.kafka.security import PLAINTEXT, KafkaSecurity, spark_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,9 +57,14 @@ class StreamOptions:
     # 500. The broker still answers as soon as a record arrives (fetch.min.bytes is 1); 100
     # bounds what the wait costs the same read where ``auto`` falls back to micro-batches.
     realtime_fetch_max_wait_ms: int = 100
-    # The Kafka client's security as ``kafka.`` options (``kiq.kafka.security.spark_options``),
-    # on every source and sink; it may hold a password, so it stays out of the repr.
-    kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # How every source, sink and topic check connects (its password stays out of the repr);
+    # the sources and sinks take it as ``kafka.`` options (``kafka_options``).
+    security: KafkaSecurity = PLAINTEXT
+
+    @property
+    def kafka_options(self) -> dict[str, str]:
+        """``security`` as the options of Spark's Kafka source and sink."""
+        return spark_options(self.security)
 
 
 def read_topics(
@@ -74,7 +81,7 @@ def read_topics(
         .option("failOnDataLoss", "false")
         .option("includeHeaders", "false")
         .option("kafka.fetch.max.wait.ms", str(wait_ms))
-        .options(**opts.kafka)
+        .options(**opts.kafka_options)
     )
     if opts.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
@@ -101,7 +108,7 @@ def write_topic(
         frame.writeStream.format("kafka")
         .queryName(name)
         .option("kafka.bootstrap.servers", opts.bootstrap)
-        .options(**opts.kafka)
+        .options(**opts.kafka_options)
         .option("checkpointLocation", f"{opts.checkpoint_root}/{name}")
         # every in-sync replica has a batch's records before the batch commits (the Java
         # client's default too, said here so a replicated cluster never depends on it)

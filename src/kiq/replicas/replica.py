@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 from kiq.replicas.state import ReplicaState, Role, check_transition
 from kiq.replicas.waits import OffsetWaits
 from kiq.stores import PartitionStore
+from kiq.stores.base import ReadOnlyStore
 
 
 class Replica:
@@ -98,3 +100,38 @@ class Replica:
             "lingering": self.lingering_since is not None,
             "fault": self.fault,
         }
+
+
+class ReadOnlyReplica(Protocol):
+    """A local replica as its readers see it (``NodeView``, ``routing.reader``); a
+    ``Replica`` is one. Its store is read-only, its role and state are not theirs to
+    move; ``waits`` is where a read parks until an offset is applied."""
+
+    @property
+    def table(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def state(self) -> ReplicaState: ...
+
+    @property
+    def store(self) -> ReadOnlyStore: ...
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def end_offset(self) -> int: ...
+
+    @property
+    def applied_offset(self) -> int: ...
+
+    @property
+    def lag(self) -> int: ...
+
+    @property
+    def waits(self) -> OffsetWaits: ...
+
+    def describe(self) -> dict[str, object]: ...

@@ -25,7 +25,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kiq.replicas.replica import Replica
+    from kiq.replicas.replica import ReadOnlyReplica
 
 NEVER = sys.maxsize  # ``lowest`` while nobody waits: no applied offset gets there
 
@@ -146,7 +146,7 @@ def _resolve(futures: list[asyncio.Future[None]]) -> None:
             future.set_result(None)
 
 
-async def wait_applied(replica: Replica, min_offset: int, timeout_s: float) -> bool:
+async def wait_applied(replica: ReadOnlyReplica, min_offset: int, timeout_s: float) -> bool:
     """True once ``replica`` applied ``min_offset``; False when ``timeout_s`` passed first
     or the replica was revoked (its waits released)."""
     if replica.applied_offset >= min_offset:

@@ -3,11 +3,11 @@
 from kiq.routing.errors import PeerError
 from kiq.routing.hedging import HedgePolicy
 from kiq.routing.peers import Peers
+from kiq.routing.reader import ReplicaReader
 from kiq.routing.router import LOCAL, Router, servable
-from kiq.routing.wire import FAILED, FORWARDED, Item, LookupResult, MultigetResult, NodeStatus
+from kiq.routing.wire import FORWARDED, Item, LookupResult, MultigetResult, NodeStatus, Outcome
 
 __all__ = [
-    "FAILED",
     "FORWARDED",
     "LOCAL",
     "HedgePolicy",
@@ -15,8 +15,10 @@ __all__ = [
     "LookupResult",
     "MultigetResult",
     "NodeStatus",
+    "Outcome",
     "PeerError",
     "Peers",
+    "ReplicaReader",
     "Router",
     "servable",
 ]

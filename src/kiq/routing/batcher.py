@@ -13,9 +13,9 @@ meanwhile go in the next, sent when one returns.
 
 The batcher only gathers: ``send`` (``Peers``) makes the request. When it raises
 ``PeerError``, every item of the batch gets a ``FAILED`` result, so each caller
-tries its next replica. Each item is handed to a ``Waiter``, told its target's
-answer exactly once: a future for ``get``, a hedged race (``hedging.py``) that
-may have sent the same lookup to two targets for ``submit``.
+tries its next replica. Each item comes with a ``Waiter``, told its target's
+answer exactly once: a hedged race (``hedging.py``), which may have sent the same
+lookup to two targets.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from kiq.routing.errors import PeerError
-from kiq.routing.wire import FAILED, Lookup, LookupResult
+from kiq.routing.wire import Lookup, LookupResult, Outcome
 
 MAX_BATCH = 256
 # Batches on the wire per (target, caller, waits) at once. While they
@@ -33,7 +33,7 @@ MAX_BATCH = 256
 # themselves, and the node makes fewer, bigger requests (each send is a
 # syscall the event loop pays for, and an HTTP request the owner parses).
 MAX_IN_FLIGHT = 2
-_CANCELLED = LookupResult(FAILED, reason="the batch was cancelled")
+_CANCELLED = LookupResult(Outcome.FAILED, reason="the batch was cancelled")
 
 _SlotKey = tuple[str, str | None, bool]
 # (target, caller, lookups, the longest wait_ms among them) → their results, in order
@@ -43,19 +43,6 @@ SendBatch = Callable[[str, str | None, list[Lookup], int], Awaitable[list[Lookup
 class Waiter(Protocol):
     def deliver(self, target: str, result: LookupResult) -> None:
         """The answer (or ``FAILED``) for one submitted lookup; called once, maybe late."""
-
-
-class _Future:
-    """The waiter of a plain ``get``: its future, set unless the caller went away."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: asyncio.Future[LookupResult]) -> None:
-        self.future = future
-
-    def deliver(self, target: str, result: LookupResult) -> None:
-        if not self.future.done():
-            self.future.set_result(result)
 
 
 class _Batch:
@@ -91,22 +78,6 @@ class LookupBatcher:
         self._max_in_flight = max_in_flight
         self._slots: dict[_SlotKey, _Slot] = {}
         self._sending: set[asyncio.Task[None]] = set()
-
-    async def get(
-        self,
-        target_url: str,
-        table: str,
-        key: bytes,
-        max_lag: int | None,
-        min_offset: int | None,
-        wait_ms: int,
-        caller: str | None,
-    ) -> LookupResult:
-        """The target's answer for ``key`` from its own replica, or a ``FAILED`` result."""
-        future: asyncio.Future[LookupResult] = asyncio.get_running_loop().create_future()
-        lookup = Lookup(table, key, max_lag, min_offset, wait_ms)
-        self.submit(target_url, lookup, caller, _Future(future))
-        return await future
 
     def submit(self, target_url: str, lookup: Lookup, caller: str | None, waiter: Waiter) -> None:
         """Queues ``lookup`` for the target; ``waiter`` hears the answer."""
@@ -163,11 +134,10 @@ class LookupBatcher:
         try:
             results = await self._send_batch(target, caller, batch.items, batch.wait_ms)
         except PeerError as exc:
-            return LookupResult(FAILED, reason=str(exc))
+            return LookupResult(Outcome.FAILED, reason=str(exc))
         if len(results) != len(batch.waiters):
-            return LookupResult(
-                FAILED, reason=f"{target} answered {len(results)} of {len(batch.waiters)} lookups"
-            )
+            answered = f"{target} answered {len(results)} of {len(batch.waiters)} lookups"
+            return LookupResult(Outcome.FAILED, reason=answered)
         for waiter, result in zip(batch.waiters, results, strict=True):
             waiter.deliver(target, result)  # the caller may have gone away meanwhile
         return None

@@ -4,8 +4,8 @@ A node that stalls (stopped, paused, swapping) accepts connections and answers
 nothing, so a forwarded lookup to it used to wait the whole forward timeout
 before its next replica was asked. Now, when the first target has not answered
 within the *hedge delay*, the same lookup goes to the next target and the first
-usable answer (200 or 404) wins; the other is left to finish unread. A target
-that answers ``FAILED`` or refuses (421, 503) hands over at once, as before.
+usable answer (found or missing) wins; the other is left to finish unread. A target
+that fails or refuses (any other outcome) hands over at once, as before.
 When the next target is this node's own replica, the race ends and the caller
 answers from it.
 
@@ -32,11 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 from kiq.metrics import HedgeStats
 from kiq.routing.router import LOCAL
-from kiq.routing.wire import FAILED, HEDGED, Lookup, LookupResult
+from kiq.routing.wire import Lookup, LookupResult, Outcome
 
 if TYPE_CHECKING:
-    from kiq.routing.batcher import LookupBatcher
     from kiq.settings import ServeSettings
+
+FOUND, MISSING, FAILED, HEDGED = Outcome.FOUND, Outcome.MISSING, Outcome.FAILED, Outcome.HEDGED
+# Queues a lookup for a target, the race to tell its answer: ``LookupBatcher.submit``.
+Send = Callable[[str, Lookup, "str | None", "LookupRace"], None]
 
 WINDOW = 512  # latencies kept
 BUDGET = 0.1  # hedges per forwarded lookup, at most, over time
@@ -100,20 +103,27 @@ class HedgeDelay:
 
 
 class Hedger:
-    """Starts hedged lookups over a batcher; one per ``Peers``."""
+    """Runs forwarded lookups as races over their replicas; one per ``Peers``.
+
+    It owns its races: starts each (``race``), hears every answer a target gives
+    (``LookupRace.deliver`` hands it over), sends the next target a refused or failed
+    lookup, hedges a race whose delay ran out, and ends it on the first usable answer.
+    ``send`` queues one lookup for one target (``LookupBatcher.submit``); ``unanswered``
+    hears of a target that lost a race without answering at all.
+    """
 
     def __init__(
         self,
-        batcher: LookupBatcher,
+        send: Send,
         policy: HedgePolicy,
         stats: HedgeStats,
-        unanswered: Callable[[str], None],  # a target lost a race without answering
+        unanswered: Callable[[str], None],
     ) -> None:
-        self.batcher = batcher
-        self.enabled = policy.enabled
+        self._send = send
+        self._enabled = policy.enabled
         self.delay = HedgeDelay(policy)
         self.stats = stats
-        self.unanswered = unanswered
+        self._unanswered = unanswered
         self.tokens = BURST  # hedges allowed now; each forwarded lookup adds BUDGET
         stats.delay = self.delay
         # Races waiting for their hedge delay, about in deadline order (the delay
@@ -126,10 +136,45 @@ class Hedger:
         self, targets: list[str], start: int, lookup: Lookup, caller: str | None
     ) -> LookupRace:
         """The lookup sent to ``targets[start]``, hedged over the remote targets that follow."""
-        return LookupRace(self, targets, start, lookup, caller)
+        race = LookupRace(self, targets, start, lookup, caller)
+        self.stats.lookups += 1
+        if self.tokens < BURST:
+            self.tokens += BUDGET
+        self._next(race)
+        waits = lookup.min_offset is not None and lookup.wait_ms > 0
+        end = race.end
+        if self._enabled and (end - start > 1 or end < len(targets)) and not waits:
+            self._arm(race, race.sent)
+        return race
 
-    def arm(self, race: LookupRace, now: float) -> None:
-        """``race._due()`` once the hedge delay from ``now`` has passed, unless done by then."""
+    def _next(self, race: LookupRace) -> None:
+        """Sends the race's lookup to its next target."""
+        target = race.targets[race.next]
+        race.next += 1
+        race.out += 1
+        self._send(target, race.lookup, race.caller, race)
+
+    def _answered(self, race: LookupRace, target: str, result: LookupResult) -> None:
+        race.out -= 1
+        outcome = result.outcome
+        if target == race.primary:
+            race.primary_out = False
+            if outcome is not FAILED:
+                self.delay.record(time.perf_counter() - race.sent)
+        if race.done():
+            return  # a hedge answered first, or the caller went away
+        if outcome is FOUND or outcome is MISSING:
+            self._finish(race, result, target)
+            return
+        # Refused or failed: the next target, unless one is out already.
+        if not race.out:
+            if race.next < race.end:
+                self._next(race)
+            else:
+                self._finish(race, result, None)
+
+    def _arm(self, race: LookupRace, now: float) -> None:
+        """``_due(race)`` once the hedge delay from ``now`` has passed, unless done by then."""
         race.deadline = now + self.delay.seconds
         self._waiting.append(race)
         if self._timer is None:
@@ -145,37 +190,68 @@ class Hedger:
                 break
             waiting.popleft()
             if not race.done():
-                race._due(now)
+                self._due(race, now)
         self._timer = None
         if waiting:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(waiting[0].deadline - now, self._sweep)
 
+    def _due(self, race: LookupRace, now: float) -> None:
+        """The race's delay ran out with no usable answer: one more target, or the local one."""
+        stats = self.stats
+        if self.tokens < 1:
+            stats.skipped += 1  # over budget: asks again after another delay
+            self._arm(race, now)
+            return
+        self.tokens -= 1
+        if race.next < race.end:
+            stats.hedged += 1
+            race.hedged = True
+            self._next(race)
+            self._arm(race, now)
+        elif race.end < len(race.targets):
+            stats.hedged += 1
+            stats.to_local += 1
+            race.hedged = True
+            ms = round(self.delay.seconds * 1000)
+            self._finish(race, LookupResult(HEDGED, reason=f"no answer within {ms} ms"), LOCAL)
+
+    def _finish(self, race: LookupRace, result: LookupResult, winner: str | None) -> None:
+        if winner is not None and winner != race.primary:
+            if race.hedged:
+                self.stats.won += 1
+            if race.primary_out:  # it never answered: maybe it never will
+                self._unanswered(race.primary)
+        elif winner is not None and race.hedged:
+            self.stats.lost += 1
+        race.future.set_result(result)
+
 
 class LookupRace:
     """One forwarded lookup over consecutive remote targets; ``await`` it for the answer.
 
-    Its result is the first 200/404, else the last refusal or failure; ``end`` is
-    the index of the first target it did not cover (``LOCAL`` or the end of the
-    list), where the caller goes on. A race that found the next target to be
-    ``LOCAL`` when its delay ran out ends with a ``HEDGED`` result saying so.
+    Its result is the first found or missing answer, else the last refusal or
+    failure; ``end`` is the index of the first target it did not cover (``LOCAL`` or
+    the end of the list), where the caller goes on. A race that found the next
+    target to be ``LOCAL`` when its delay ran out ends with a ``HEDGED`` result
+    saying so. Its ``Hedger`` moves it along; the race only holds where it stands.
     """
 
     deadline: float  # when the hedge delay runs out, once armed
 
     __slots__ = (
-        "_future",
-        "_hedged",
         "_hedger",
-        "_out",
-        "_primary_out",
-        "_sent",
         "caller",
         "deadline",
         "end",
+        "future",
+        "hedged",
         "lookup",
         "next",
+        "out",
         "primary",
+        "primary_out",
+        "sent",
         "targets",
     )
 
@@ -196,79 +272,20 @@ class LookupRace:
         while end < n and targets[end] != LOCAL:
             end += 1
         self.end = end
-        self.next = start
+        self.next = start  # the index of the next target to send to
         self.primary = targets[start]
-        self._out = 0  # lookups of this race out, unanswered
-        self._primary_out = True
-        self._hedged = False
-        self._future: asyncio.Future[LookupResult] = asyncio.get_running_loop().create_future()
-        self._sent = sent = time.perf_counter()
-        hedger.stats.lookups += 1
-        if hedger.tokens < BURST:
-            hedger.tokens += BUDGET
-        self._send()
-        waits = lookup.min_offset is not None and lookup.wait_ms > 0
-        if hedger.enabled and (end - start > 1 or end < n) and not waits:
-            hedger.arm(self, sent)
+        self.out = 0  # lookups of this race out, unanswered
+        self.primary_out = True
+        self.hedged = False
+        self.future: asyncio.Future[LookupResult] = asyncio.get_running_loop().create_future()
+        self.sent = time.perf_counter()
 
     def __await__(self) -> Generator[Any, None, LookupResult]:
-        return self._future.__await__()
+        return self.future.__await__()
 
     def done(self) -> bool:
-        return self._future.done()
-
-    def _send(self) -> None:
-        target = self.targets[self.next]
-        self.next += 1
-        self._out += 1
-        self._hedger.batcher.submit(target, self.lookup, self.caller, self)
+        return self.future.done()
 
     def deliver(self, target: str, result: LookupResult) -> None:
-        self._out -= 1
-        status = result.status
-        if target == self.primary:
-            self._primary_out = False
-            if status != FAILED:
-                self._hedger.delay.record(time.perf_counter() - self._sent)
-        if self._future.done():
-            return  # a hedge answered first, or the caller went away
-        if status == 200 or status == 404:
-            self._finish(result, target)
-            return
-        # Refused or failed: the next target, unless one is out already.
-        if not self._out:
-            if self.next < self.end:
-                self._send()
-            else:
-                self._finish(result, None)
-
-    def _due(self, now: float) -> None:
-        """The hedge delay ran out with no usable answer: one more target, or the local one."""
-        hedger = self._hedger
-        stats = hedger.stats
-        if hedger.tokens < 1:
-            stats.skipped += 1  # over budget: asks again after another delay
-            hedger.arm(self, now)
-            return
-        hedger.tokens -= 1
-        if self.next < self.end:
-            stats.hedged += 1
-            self._hedged = True
-            self._send()
-            hedger.arm(self, now)
-        elif self.end < len(self.targets):
-            stats.hedged += 1
-            stats.to_local += 1
-            self._hedged = True
-            ms = round(self._hedger.delay.seconds * 1000)
-            self._finish(LookupResult(HEDGED, reason=f"no answer within {ms} ms"), LOCAL)
-
-    def _finish(self, result: LookupResult, winner: str | None) -> None:
-        if winner is not None and winner != self.primary:
-            if self._hedged:
-                self._hedger.stats.won += 1
-            if self._primary_out:  # it never answered: maybe it never will
-                self._hedger.unanswered(self.primary)
-        elif winner is not None and self._hedged:
-            self._hedger.stats.lost += 1
-        self._future.set_result(result)
+        """A target's answer (``batcher.Waiter``): the hedger decides what follows."""
+        self._hedger._answered(self, target, result)

@@ -17,9 +17,11 @@ cannot prove it is treated as a dead peer (its partitions are read from standbys
 and named once in the log; it is asked again at most every ``PROOF_RETRY_S``.
 
 A peer that gives no usable answer raises ``PeerError`` (lookups: a ``FAILED``
-result), so the caller asks the next replica. ``forward`` hedges a lookup over
-a partition's replicas (``hedging.py``); a peer the router comes to avoid for
-not answering is probed (``GET /v1/health/live``) until it answers again.
+result), so the caller asks the next replica. A forwarded lookup goes
+``forward`` → ``Hedger`` (its race over the partition's replicas, ``hedging.py``)
+→ ``LookupBatcher`` (one request per target and tick, ``batcher.py``) →
+``_send_lookups`` here; a peer the router comes to avoid for not answering is
+probed (``GET /v1/health/live``) until it answers again.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeVar
 
 from kiq.metrics import HedgeStats
 from kiq.routing.batcher import MAX_BATCH, MAX_IN_FLIGHT, LookupBatcher
@@ -124,26 +126,9 @@ class Peers:
         self._batcher = LookupBatcher(self._send_lookups, max_batch, max_in_flight)
         self.hedge_stats = hedge_stats or HedgeStats()
         self._hedger = Hedger(
-            self._batcher, hedging or HedgePolicy(), self.hedge_stats, self._unanswered
+            self._batcher.submit, hedging or HedgePolicy(), self.hedge_stats, self._unanswered
         )
         self._probes: dict[str, asyncio.Task[None]] = {}
-
-    def lookup(
-        self,
-        target: str,
-        table: str,
-        key: bytes,
-        max_lag: int | None,
-        min_offset: int | None,
-        wait_ms: int,
-        caller: str | None,
-    ) -> Coroutine[Any, Any, LookupResult]:
-        """The target's answer for ``key`` from its own replica, or a ``FAILED`` result.
-
-        Batched with the other lookups for the target in this loop tick (``batcher.py``).
-        Not ``async`` itself: the forwarded lookup path pays for no extra coroutine.
-        """
-        return self._batcher.get(target, table, key, max_lag, min_offset, wait_ms, caller)
 
     def forward(
         self,
@@ -158,8 +143,10 @@ class Peers:
     ) -> LookupRace:
         """``key`` looked up at ``targets[start]``, hedged over the remote targets after it.
 
-        Await the race for the first usable answer (or the last failure); its
-        ``end`` is the index where the caller goes on (``LOCAL``, or no more).
+        Await the race for the first found or missing answer (or the last refusal or
+        failure); its ``end`` is the index where the caller goes on (``LOCAL``, or no
+        more). Batched with the other lookups for each target in this loop tick. Not
+        ``async`` itself: the forwarded lookup path pays for no extra coroutine.
         """
         lookup = Lookup(table, key, max_lag, min_offset, wait_ms)
         return self._hedger.race(targets, start, lookup, caller)

@@ -2,7 +2,9 @@
 
 The active replica first (freshest), then the standbys, then the nodes that
 held the partition before the last rebalance (their copies linger, warm), then
-a lingering local copy as a last resort. A node that failed a moment ago goes to the back of the
+a lingering local copy as a last resort. A caller that states ``max_lag``
+accepts any replica that close to the log end: this node's own, when within it,
+comes first (no hop). A node that failed a moment ago goes to the back of the
 line for a short while, so a dead node costs one failed attempt, not one per
 request. A node that stalls instead (stopped, paused) fails nothing for a
 while: it loses hedged races without answering (``hedging.py``), and after
@@ -18,7 +20,7 @@ import time
 from typing import Final
 
 from kiq.cluster import ClusterView
-from kiq.replicas import Replica
+from kiq.replicas.replica import ReadOnlyReplica
 
 LOCAL: Final = "local"
 SUSPECT_AFTER = 3  # races lost in a row without an answer before a node is avoided
@@ -37,7 +39,7 @@ class Router:
         view: ClusterView,
         table: str,
         partition: int,
-        local: Replica | None,
+        local: ReadOnlyReplica | None,
         max_lag: int | None = None,
     ) -> list[str]:
         """``LOCAL`` or member URLs, best first."""
@@ -55,8 +57,11 @@ class Router:
                 continue
             (later if self._down_until.get(url, 0.0) > now else order).append(url)
         order.extend(later)
-        if local_ok and LOCAL not in order:
-            order.append(LOCAL)
+        if local_ok:
+            if max_lag is not None:  # as fresh as the caller asked, and no hop away
+                order = [LOCAL, *(target for target in order if target != LOCAL)]
+            elif LOCAL not in order:
+                order.append(LOCAL)
         return order
 
     def failed(self, url: str) -> None:
@@ -83,7 +88,8 @@ class Router:
         return self._down_until.get(url) == _UNTIL_IT_ANSWERS
 
 
-def servable(replica: Replica, max_lag: int | None) -> bool:
+def servable(replica: ReadOnlyReplica, max_lag: int | None) -> bool:
+    """Whether ``replica`` may answer a read: serving, and within ``max_lag`` when given."""
     if not replica.state.serving:
         return False
     return max_lag is None or 0 <= replica.lag <= max_lag

@@ -15,17 +15,30 @@ Lookup records are msgpack arrays, not maps (``array_like``), so a lookup costs 
 few bytes beyond its key and value:
 
     Lookup        [table, key(bin), max_lag|nil, min_offset|nil, wait_ms]
-    LookupResult  [status, partition, lag, stale, served_by(bin), offset, value(bin), reason]
+    LookupResult  [outcome, partition, lag, stale, served_by(bin), offset, value(bin), reason]
 
-Per-item lookup statuses: 200 found, 404 not found, 421 no usable replica here, 503
-``min_offset`` not reached within ``wait_ms``, 400 a malformed key. ``FAILED`` never
-travels: the client gives it to every item of a batch that got no answer; nor
-does ``HEDGED``, a race given up for the caller's own replica.
+A lookup's ``Outcome`` travels as a small int (one byte); HTTP statuses are the API's own
+business (``api/errors.py`` maps outcomes to them). What the receiver answers per item:
+
+    1 FOUND        the value, from the receiver's replica
+    2 MISSING      no such key in it
+    3 MOVED        no usable replica of the partition (or no such table) here: ask the next
+    4 UNAVAILABLE  ``min_offset`` not applied within ``wait_ms``
+    5 BUSY         too many lookups wait for ``min_offset`` on the receiver already
+    6 BAD_KEY      a malformed key: no replica will answer it
+    7 FORBIDDEN    the caller the request vouches for may not read the table
+
+and what the asking node says of a lookup that got none of those, which never travels:
+
+    0 FAILED       the target could not be reached, or did not answer the batch
+   -1 HEDGED       a race given up for this node's own replica (``hedging.py``)
+   -2 NO_REPLICA   every replica was asked and none answered (``reason``: the last one's)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import IntEnum
 from typing import Any, Final
 
 import msgspec
@@ -46,10 +59,22 @@ FORWARDED: Final = "x-kiq-forwarded"  # the sending node's id: answer locally, n
 # the cluster credential: the caller's own token never leaves the node it reached.
 PRINCIPAL: Final = "x-kiq-principal"
 
-FAILED: Final = 0  # the target could not be reached, or did not answer the batch
-# A hedged race that ended for the caller's own replica to answer (routing/hedging.py):
-# not a failure of the target, which is merely slow so far. Never travels either.
-HEDGED: Final = -1
+
+class Outcome(IntEnum):
+    """What became of one lookup; the table in this module's docstring says each."""
+
+    FOUND = 1
+    MISSING = 2
+    MOVED = 3
+    UNAVAILABLE = 4
+    BUSY = 5
+    BAD_KEY = 6
+    FORBIDDEN = 7
+    # The asking node's own: never on the wire.
+    FAILED = 0
+    HEDGED = -1
+    NO_REPLICA = -2
+
 
 # (key, value as stored)
 Item = tuple[bytes, bytes]
@@ -66,16 +91,20 @@ class Lookup(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 
 class LookupResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """The answer for one key; ``served_by`` is bytes as it goes into a header as is."""
+    """The answer for one key; ``served_by`` is bytes as it goes into a header as is.
 
-    status: int
+    ``offset`` is the value's (FOUND), or the offset the replica has applied
+    (UNAVAILABLE: short of the ``min_offset`` asked).
+    """
+
+    outcome: Outcome
     partition: int = -1
     lag: int = 0
     stale: bool = False
     served_by: bytes = b""
     offset: int = -1
     value: bytes = b""
-    reason: str = ""  # why there is no answer (421, 503, 400, FAILED)
+    reason: str = ""  # why there is no value: any outcome but FOUND and MISSING
 
 
 class Multiget(msgspec.Struct, array_like=True, frozen=True, gc=False):

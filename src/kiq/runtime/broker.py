@@ -303,7 +303,7 @@ class LocalBroker:
             log_file=self.log_file,
             pids=pids,
             registered=(
-                broker_count(",".join(up), timeout_s=2.0)
+                broker_count(",".join(up), timeout_s=2.0, security=self.security)
                 if answering and len(self.nodes) > 1
                 else int(answering)
             ),
@@ -370,7 +370,8 @@ class LocalBroker:
                         f"logs:\n{node.log_tail()}\nfull log: {node.log_file}"
                     )
             if ping(self.bootstrap, timeout_s=1.0, security=self.security) and (
-                len(self.nodes) == 1 or broker_count(self.bootstrap, 2.0) == len(self.nodes)
+                len(self.nodes) == 1
+                or broker_count(self.bootstrap, 2.0, security=self.security) == len(self.nodes)
             ):
                 return
             time.sleep(0.2)

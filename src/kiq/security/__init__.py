@@ -9,7 +9,8 @@ The threat model (who is trusted, what each fence stops) is docs/security.md.
     setup.py     ``security_for``: the above from ``[auth]`` settings, once at startup
     tls.py       HTTPS for the API and between nodes, from ``[tls]``
 
-The HTTP side (which route needs what, the 401/403 answers) is ``kiq.api.auth``.
+The HTTP side: which route needs what is declared with each route (``kiq.api.routes``), the
+checks and the 401/403 answers are ``kiq.api.auth``.
 """
 
 from kiq.security.cluster import HEADER as CLUSTER_HEADER

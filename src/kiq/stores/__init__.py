@@ -10,28 +10,31 @@ from pathlib import Path
 
 from kiq.errors import ConfigError
 from kiq.stores.base import PartitionStore
+from kiq.stores.budget import MemoryBudget
 from kiq.stores.memory import MemoryPartitionStore
-from kiq.stores.rocksdb import RocksDBPartitionStore, memory_usage, set_memory_budget
+from kiq.stores.rocksdb import RocksDBPartitionStore
 
 __all__ = [
+    "MemoryBudget",
     "MemoryPartitionStore",
     "PartitionStore",
     "RocksDBPartitionStore",
-    "memory_usage",
     "open_partition_store",
-    "set_memory_budget",
 ]
 
 _KINDS = ("rocksdb", "memory")
 
 
-def open_partition_store(kind: str, data_dir: Path, table: str, partition: int) -> PartitionStore:
+def open_partition_store(
+    kind: str, data_dir: Path, table: str, partition: int, budget: MemoryBudget
+) -> PartitionStore:
     """Open (creating if needed) the store of one table partition.
 
-    RocksDB data goes to ``data_dir/tables/<table>/<partition>``.
+    RocksDB data goes to ``data_dir/tables/<table>/<partition>``, its memory counted
+    in ``budget``, the node's.
     """
     if kind == "rocksdb":
-        return RocksDBPartitionStore(data_dir / "tables" / table / str(partition))
+        return RocksDBPartitionStore(data_dir / "tables" / table / str(partition), budget)
     if kind == "memory":
         return MemoryPartitionStore()
     raise ConfigError(f"unknown store kind {kind!r}: use one of {', '.join(_KINDS)}")

@@ -6,19 +6,44 @@ threads call ``get``, ``scan``, ``count`` and ``size_bytes`` at the same time.
 Each value carries the offset of the Kafka record that wrote it, so a reader
 can tell how fresh an answer is, and the store records how far into the topic
 it has applied, atomically with the data, so a restart resumes exactly there.
+
+Readers see a store only as ``ReadOnlyStore`` (as Kafka Streams hands out a
+``ReadOnlyKeyValueStore``): whatever holds one cannot write, wipe or close it.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from typing import Protocol
 
 # (key, value or None for a tombstone, offset of the record that carried it)
 Change = tuple[bytes, bytes | None, int]
 
 
+class ReadOnlyStore(Protocol):
+    """What a reader may do with a partition store; every ``PartitionStore`` is one.
+
+    Each call raises ``StoreClosedError`` once the store is closed.
+    """
+
+    def get(self, key: bytes) -> tuple[bytes, int] | None:
+        """(value, offset of the record that wrote it), or None when absent."""
+        ...
+
+    def scan(
+        self, start: bytes | None = None, end: bytes | None = None, limit: int = 1000
+    ) -> list[tuple[bytes, bytes, int]]:
+        """(key, value, offset) for keys in [start, end) in byte order, at most ``limit``."""
+        ...
+
+    def applied_offset(self) -> int:
+        """The last Kafka offset applied, or -1 when nothing has been."""
+        ...
+
+
 class PartitionStore(abc.ABC):
-    """Local key-value state of one table partition."""
+    """Local key-value state of one table partition, written by its materializer only."""
 
     @abc.abstractmethod
     def get(self, key: bytes) -> tuple[bytes, int] | None:

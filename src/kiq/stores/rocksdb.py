@@ -17,19 +17,18 @@ from pathlib import Path
 
 from rocksdict import (
     BlockBasedOptions,
-    Cache,
     DbClosedError,
     DBCompressionType,
     Options,
     Rdict,
     ReadOptions,
     WriteBatch,
-    WriteBufferManager,
     WriteOptions,
 )
 
 from kiq.errors import StoreClosedError
 from kiq.stores.base import Change, PartitionStore
+from kiq.stores.budget import MemoryBudget
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +38,6 @@ _APPLIED_KEY = b"applied-offset"
 _OFFSET = struct.Struct(">q")
 _OFFSET_SIZE = _OFFSET.size
 
-# One memory budget for every store in the process, however many partitions a node
-# holds: the block cache, and the memtables charged to it. A node holding 36 stores
-# (3 tables x 6 partitions x active and standby) would otherwise keep up to two
-# 16 MiB memtables per column family in each, about 2.3 GiB, filling slowly under
-# overwrites; with the shared budget RocksDB flushes the largest memtables once
-# they near half of it. See ``set_memory_budget``.
-DEFAULT_MEMORY_BYTES = 128 * _MIB
-_BLOCK_CACHE = Cache(DEFAULT_MEMORY_BYTES)
-_WRITE_BUFFERS = WriteBufferManager.new_write_buffer_manager_with_cache(
-    DEFAULT_MEMORY_BYTES // 2, False, _BLOCK_CACHE
-)
 # Files a store keeps open. Level compaction keeps a store's files few (a few L0
 # files and 64 MiB files below), so this cap rarely closes one; it bounds a node's
 # descriptors at stores x cap whatever a table grows to.
@@ -57,23 +45,6 @@ MAX_OPEN_FILES = 64
 # Free space below which a store that refused a write is not reopened yet (reopening
 # closes it, and a reader finds no store meanwhile): a memtable's flush needs about this.
 MIN_FREE_BYTES = 8 * _MIB
-
-
-def set_memory_budget(total_bytes: int) -> None:
-    """RocksDB memory of this process: block cache plus memtables, at most ``total_bytes``.
-
-    Memtables may take half of it before RocksDB flushes them; what they hold is
-    charged to the block cache, so the two together stay within the budget.
-    """
-    if total_bytes < 8 * _MIB:
-        raise ValueError(f"a store memory budget of {total_bytes} bytes is below 8 MiB")
-    _BLOCK_CACHE.set_capacity(total_bytes)
-    _WRITE_BUFFERS.set_buffer_size(total_bytes // 2)
-
-
-def memory_usage() -> tuple[int, int]:
-    """(block cache bytes including memtables charged to it, memtable bytes)."""
-    return _BLOCK_CACHE.get_usage(), _WRITE_BUFFERS.get_usage()
 
 
 # Entries of the read cache per store (see ``get``): hot keys answer from a dict
@@ -91,8 +62,9 @@ _CLOSED = (DbClosedError, RuntimeError)
 _CACHED_RAW_MAX = _OFFSET_SIZE + READ_CACHE_MAX_VALUE
 
 
-def _options(write_buffer: int = 16 * _MIB) -> Options:
-    """Options for a small, read-heavy store whose writes come in batches."""
+def _options(budget: MemoryBudget, write_buffer: int = 16 * _MIB) -> Options:
+    """Options for a small, read-heavy store whose writes come in batches, its memory
+    counted in ``budget`` (``kiq.stores.budget``)."""
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
@@ -103,7 +75,7 @@ def _options(write_buffer: int = 16 * _MIB) -> Options:
     # write buffer, 2 MiB): small blocks keep an idle store's memtables small, which
     # matters with dozens of stores under one budget.
     opts.set_arena_block_size(256 * 1024)
-    opts.set_write_buffer_manager(_WRITE_BUFFERS)
+    opts.set_write_buffer_manager(budget.write_buffers)
     opts.set_max_open_files(MAX_OPEN_FILES)
     # The meta family gets a few bytes per batch and rarely flushes on its own;
     # this cap forces it, so old WAL files can be deleted.
@@ -114,7 +86,7 @@ def _options(write_buffer: int = 16 * _MIB) -> Options:
     opts.set_max_log_file_size(4 * _MIB)
     table = BlockBasedOptions()
     table.set_bloom_filter(10, False)  # full filter: most misses skip the disk
-    table.set_block_cache(_BLOCK_CACHE)
+    table.set_block_cache(budget.block_cache)
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     opts.set_block_based_table_factory(table)
@@ -122,13 +94,18 @@ def _options(write_buffer: int = 16 * _MIB) -> Options:
 
 
 class RocksDBPartitionStore(PartitionStore):
-    """Persistent store: data and applied offset survive restarts together."""
+    """Persistent store: data and applied offset survive restarts together.
 
-    def __init__(self, path: Path) -> None:
+    Its block cache and memtables count in ``budget``, shared with the node's other stores.
+    """
+
+    def __init__(self, path: Path, budget: MemoryBudget) -> None:
         self._path = path
         self._lock = threading.Lock()  # serializes the writer's calls with close()
         self._closed = False
-        self._db = Rdict(str(path), _options(), column_families={_META_CF: _options(_MIB)})
+        self._db = Rdict(
+            str(path), _options(budget), column_families={_META_CF: _options(budget, _MIB)}
+        )
         write_opts = WriteOptions()
         write_opts.sync = False  # WAL on, no fsync per batch: Kafka can replay the tail
         self._db.set_write_options(write_opts)

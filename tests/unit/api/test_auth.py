@@ -13,10 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from kiq.api.app import KiqApp, SecuredKiqApp
 from kiq.partitioning import partition_for
 from kiq.replicas import ReplicaState
-from kiq.routing.wire import INTERNAL_LOOKUPS, PRINCIPAL, Lookup, decode_results, encode
+from kiq.routing.wire import (
+    INTERNAL_LOOKUPS,
+    PRINCIPAL,
+    Lookup,
+    Outcome,
+    decode_results,
+    encode,
+)
 from kiq.security import (
     CLUSTER_HEADER,
     ClusterKey,
@@ -27,6 +33,7 @@ from kiq.security import (
     TokenVerifier,
 )
 from kiq.security.keys import SecretKey
+from kiq.settings import LimitsSettings
 from tests.unit.security.keys import SECRET, hs256, secret_file, unsigned
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
 
@@ -75,14 +82,19 @@ def post(node: LocalNode, target: str, body: bytes, headers=()):
     return asyncio.run(call(node.app, "POST", target, body, headers))
 
 
-def test_a_node_with_tokens_runs_the_secured_app_and_one_without_the_plain_one(pair, tmp_path):
+def test_a_node_with_tokens_checks_the_raw_path_and_one_without_calls_the_lookup_itself(
+    pair, tmp_path
+):
     n1, _ = pair
-    assert type(n1.app) is SecuredKiqApp
+    assert n1.app._lookup != n1.app.lookups.get
     cluster = Cluster()
     cluster.join("n9", "http://n9.test")
     plain = start_node(tmp_path / "plain", cluster, {"t=t": 1}, "n9")
-    assert type(plain.app) is KiqApp
-    plain.node.stop()
+    try:
+        assert plain.app._lookup == plain.app.lookups.get  # no layer in front of it
+        assert plain.app.access is None
+    finally:
+        plain.node.stop()
 
 
 def test_every_key_through_either_node_with_kiq_read(pair):
@@ -192,18 +204,21 @@ def test_application_routes_need_read_on_what_they_read_and_write_to_write(pair)
     assert post(n1, "/v1/words", words).status == 401
 
 
-def test_the_verified_subject_is_in_the_scope_for_a_rate_limiter(pair):
-    n1, _ = pair
-    seen: dict[str, object] = {}
-    inner = n1.app._lookup  # what the raw lookup path calls (behind the limiter when on)
-
-    async def spy(scope, send, table, key, enrich=None):
-        seen.update(scope)
-        await inner(scope, send, table, key, enrich)
-
-    n1.app._lookup = spy
-    assert get(n1, "/v1/tables/t/keys/key-2", hs256(sub="bob")).status == 200
-    assert seen["kiq.subject"] == "bob"
+def test_the_rate_limit_counts_the_verified_subject(tmp_path):
+    cluster = Cluster()
+    cluster.join("n1", "http://n1.test")
+    cluster.assign("n1", [("t", 0)])
+    limits = LimitsSettings(rate_limit=1, rate_burst=2)
+    node = start_node(tmp_path, cluster, {"t=t": 1}, security=security(tmp_path), limits=limits)
+    try:
+        wait_until(serving(node.node, ReplicaState.ACTIVE), what="n1 active")
+        node.put("t", "k", b"{}", 0)
+        for target in ("/v1/tables/t/keys/k", "/v1/tables/t/range"):  # the raw path, a route
+            bob = [get(node, target, hs256(sub=f"bob{target}")).status for _ in range(3)]
+            assert bob == [200, 200, 429], target
+            assert get(node, target, hs256(sub=f"alice{target}")).status == 200, target
+    finally:
+        node.node.stop()
 
 
 # -- the members-only paths --------------------------------------------------------------
@@ -256,7 +271,7 @@ def test_a_member_request_names_its_caller_and_is_answered_sealed(pair):
     headers, credential = signed(INTERNAL_LOOKUPS, body, member, statement())
     ok = post(n1, INTERNAL_LOOKUPS, body, headers)
     assert ok.status == 200
-    assert decode_results(member.open(credential, ok.body))[0].status == 200
+    assert decode_results(member.open(credential, ok.body))[0].outcome is Outcome.FOUND
     no_caller, _ = signed(INTERNAL_LOOKUPS, body, member, None)
     assert post(n1, INTERNAL_LOOKUPS, body, no_caller).status == 401
     stranger, _ = signed(INTERNAL_LOOKUPS, body, ClusterKey(b"h" * 32), statement())
@@ -291,7 +306,8 @@ def test_the_owner_applies_the_callers_scopes(pair):
     body = batch(owned_by_n1())
     headers, credential = signed(INTERNAL_LOOKUPS, body, member, statement("kiq:read:other"))
     r = post(n1, INTERNAL_LOOKUPS, body, headers)
-    assert r.status == 200 and decode_results(member.open(credential, r.body))[0].status == 403
+    assert r.status == 200
+    assert decode_results(member.open(credential, r.body))[0].outcome is Outcome.FORBIDDEN
 
 
 def test_forwarded_requests_carry_the_cluster_credential_and_the_callers_token(pair):

@@ -17,6 +17,7 @@ import pytest
 from kiq.api.batches import Batches
 from kiq.api.errors import ApiError, Unavailable
 from kiq.cluster import ClusterView, Member, PartitionReplicas
+from kiq.metrics import NodeMetrics
 from kiq.partitioning import partition_for
 from kiq.replicas import Replica, Role
 from kiq.routing import Peers, Router
@@ -50,8 +51,10 @@ def node(node_id: str, partitions: list[int], view: ClusterView) -> SimpleNamesp
         node_id=node_id,
         tables={"t": RUNTIME},
         view=view,
+        replicas=replicas,
         replica=lambda table, p: replicas.get((table, p)),
         partition_of=lambda runtime, key: partition_for(key, runtime.partitions),
+        metrics=NodeMetrics(),
     )
 
 
@@ -59,9 +62,9 @@ def answering(batches: Batches) -> Callable[[Request], Awaitable[Answer]]:
     async def handler(request: Request) -> Answer:
         try:
             if request.path == INTERNAL_MULTIGET:
-                return Answer(200, batches.internal_multiget(request.body))
+                return Answer(200, await batches.internal_multiget(request.body))
             if request.path == INTERNAL_SCAN:
-                return Answer(200, batches.internal_scan(request.body))
+                return Answer(200, await batches.internal_scan(request.body))
         except ApiError as exc:
             return Answer(exc.status, exc.body())
         return Answer(404)

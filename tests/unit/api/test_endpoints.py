@@ -251,7 +251,7 @@ def test_routes_refuse_core_paths_duplicates_and_unknown_methods():
     ]:
         with pytest.raises(ConfigError):
             app.add(method, path, customer)
-    assert [(m, p) for m, p, _ in app] == [("GET", "/v1/mine")]
+    assert [(r.method, r.path) for r in app] == [("GET", "/v1/mine")]
 
 
 def test_targets_name_a_module_or_a_file_beside_the_application_file(tmp_path: Path):
@@ -260,7 +260,7 @@ def test_targets_name_a_module_or_a_file_beside_the_application_file(tmp_path: P
     found = resolve("mine.py:routes", "endpoints", str(tmp_path))
     declared = Routes()
     found(declared)
-    assert [p for _, p, _ in declared] == ["/v1/mine"]
+    assert [r.path for r in declared] == ["/v1/mine"]
     for bad, why in [
         ("nocolon", "module:function"),
         ("kiq.apps.stocks.api:nothing", "no function"),

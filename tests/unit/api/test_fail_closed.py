@@ -19,8 +19,7 @@ import orjson
 import pytest
 
 from kiq import Request, Routes, json_reply
-from kiq.api.auth import OPEN
-from kiq.api.routes import RESERVED
+from kiq.api.routes import OPEN, RESERVED
 from kiq.errors import ConfigError
 from kiq.replicas import ReplicaState
 from kiq.security import ClusterKey, Security, TokenCache, TokenVerifier

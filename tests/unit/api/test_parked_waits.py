@@ -17,7 +17,8 @@ import pytest
 
 from kiq.kafka.reader import Fetched, Record
 from kiq.replicas import Replica, ReplicaState
-from kiq.routing.wire import Lookup, decode_results, encode
+from kiq.replicas.waits import Parking
+from kiq.routing.wire import Lookup, Outcome, decode_results, encode
 from kiq.security import Principal
 from kiq.security.scopes import Grants
 from kiq.settings import LimitsSettings
@@ -88,9 +89,13 @@ def lookup(node: LocalNode, key: str, query: str = "", client: str = "127.0.0.1"
     return call(from_client, "GET", target)
 
 
+def parking(node: LocalNode) -> Parking:
+    return node.app.lookups.reader.here.parking
+
+
 def no_waits_left(node: LocalNode) -> bool:
     waits = replica_of(node).waits
-    return node.app.lookups._parking.parked == 0 and len(waits) == 0 and waits._heap == []
+    return parking(node).parked == 0 and len(waits) == 0 and waits._heap == []
 
 
 def test_a_parked_lookup_is_answered_once_its_offset_lands_not_polled(node, no_polling):
@@ -143,7 +148,7 @@ def test_parked_lookups_over_a_cap_are_429_with_retry_after(capped):
         parked.append(park("10.0.0.2"))
         await asyncio.sleep(0.05)
         over.append(await refused("10.0.0.3"))  # the node's cap: 3
-        assert capped.app.lookups._parking.parked == 3
+        assert parking(capped).parked == 3
         await asyncio.to_thread(land, capped, "k", b"7", 0)
         return list(await asyncio.wait_for(asyncio.gather(*parked), 2)), over
 
@@ -168,7 +173,7 @@ def test_lookups_whose_caller_left_leave_no_wait_behind(node):
             for i in range(20)
         ]
         await asyncio.sleep(0.1)
-        assert node.app.lookups._parking.parked == 20 and len(replica_of(node).waits) == 20
+        assert parking(node).parked == 20 and len(replica_of(node).waits) == 20
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -189,28 +194,29 @@ def test_a_revoked_replica_does_not_hold_its_parked_lookups(node):
     answer, took = asyncio.run(scenario())
     assert answer.status == 503  # no other replica of the partition to ask
     assert took < 1.0
-    assert node.app.lookups._parking.parked == 0 and len(replica_of(node).waits) == 0
+    assert parking(node).parked == 0 and len(replica_of(node).waits) == 0
 
 
 def test_a_forwarded_batch_waits_within_the_caps(capped):
-    """Items of another node's batch park like lookups; over a cap they are 503 at once."""
+    """Items of another node's batch park like lookups; over a cap they are BUSY at once."""
     lookups = capped.app.lookups
     alice = Principal("alice", Grants(read_all=True), time.time() + 600)
 
     def batch(min_offset: int, items: int) -> bytes:
         return encode([Lookup("t", b"k", None, min_offset, 5000) for _ in range(items)])
 
-    async def scenario(min_offset: int, items: int, caller: Principal | None) -> list[int]:
+    async def scenario(min_offset: int, items: int, caller: Principal | None) -> list[Outcome]:
         answer = asyncio.create_task(lookups.internal(batch(min_offset, items), caller))
         await asyncio.sleep(0.05)
-        assert lookups._parking.parked == min(items, 2 if caller else 3)
+        assert parking(capped).parked == min(items, 2 if caller else 3)
         await asyncio.to_thread(land, capped, "k", b"1", min_offset)
         results = decode_results(await asyncio.wait_for(answer, 2.0))
-        refused = [r.reason for r in results if r.status == 503]
+        refused = [r.reason for r in results if r.outcome is Outcome.BUSY]
         assert all("too many" in reason for reason in refused)
-        return [r.status for r in results]
+        return [r.outcome for r in results]
 
+    found, busy = Outcome.FOUND, Outcome.BUSY
     # alice's batch: her cap of 2; one without a caller: the node's cap of 3 only
-    assert asyncio.run(scenario(0, 3, alice)) == [200, 200, 503]
-    assert asyncio.run(scenario(1, 4, None)) == [200, 200, 200, 503]
+    assert asyncio.run(scenario(0, 3, alice)) == [found, found, busy]
+    assert asyncio.run(scenario(1, 4, None)) == [found, found, found, busy]
     assert no_waits_left(capped)

@@ -51,9 +51,18 @@ def test_a_standby_forwards_to_the_active_and_redirects_to_it(pair):
     r = asyncio.run(lookup(n2, "key-3"))
     assert (r.status, r.body, r.headers["x-kiq-served-by"]) == (200, KEYS["key-3"], "n1")
     assert "x-kiq-stale" not in r.headers
-    r = asyncio.run(lookup(n2, "key-3", "redirect=true&max_lag=5"))
+    r = asyncio.run(lookup(n2, "key-3", "redirect=true&wait_ms=5"))
     assert r.status == 307
-    assert r.headers["location"] == "http://n1.test/v1/tables/t/keys/key-3?max_lag=5"
+    assert r.headers["location"] == "http://n1.test/v1/tables/t/keys/key-3?wait_ms=5"
+
+
+def test_a_standby_within_the_callers_max_lag_answers_itself(pair):
+    """The caller accepts a replica that far behind: n2's own is, and no hop away."""
+    _, n2 = pair
+    for query in ("max_lag=5", "redirect=true&max_lag=0"):
+        r = asyncio.run(lookup(n2, "key-3", query))
+        assert (r.status, r.body, r.headers["x-kiq-served-by"]) == (200, KEYS["key-3"], "n2")
+        assert r.headers["x-kiq-stale"] == "true"
 
 
 def test_a_store_closed_under_lookups_sends_them_to_the_next_replica(pair):

@@ -1,4 +1,5 @@
-"""Coalescing lookups into internal batches (``Peers.lookup``), against real loopback servers."""
+"""Coalescing lookups into internal batches (``Peers.forward`` to one target), against real
+loopback servers."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
-from kiq.routing import FAILED, FORWARDED, LookupResult, Peers, Router
+from kiq.routing import FORWARDED, LookupResult, Outcome, Peers, Router
 from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, decode_lookups, encode
 from tests.unit.routing.servers import Answer, Request, serving
 
@@ -30,9 +31,9 @@ def answering(status: int, batches: list[Batch]) -> Callable[[Request], Awaitabl
         if any(item.wait_ms for item in items):
             await asyncio.sleep(max(item.wait_ms for item in items) / 1000)
         results = [
-            LookupResult(404, 1, 0, False, b"n2")
+            LookupResult(Outcome.MISSING, 1, 0, False, b"n2")
             if item.key.startswith(b"missing")
-            else LookupResult(200, 3, 5, True, b"n2", 42, item.key[::-1])
+            else LookupResult(Outcome.FOUND, 3, 5, True, b"n2", 42, item.key[::-1])
             for item in items
         ]
         return Answer(status, encode(results), [("content-type", MSGPACK)])
@@ -69,8 +70,21 @@ def with_servers(
     return asyncio.run(main())
 
 
-def _get(peers: Peers, url: str, key: str, auth: str | None = None, wait_ms: int = 0):
-    return peers.lookup(url, "users", key.encode(), None, None, wait_ms, auth)
+def lookup(
+    peers: Peers,
+    url: str,
+    key: bytes,
+    max_lag: int | None = None,
+    min_offset: int | None = None,
+    wait_ms: int = 0,
+    auth: str | None = None,
+) -> Awaitable[LookupResult]:
+    """One target, no hedge: the lookup goes to the batcher and its answer comes back."""
+    return peers.forward([url], 0, "users", key, max_lag, min_offset, wait_ms, auth)
+
+
+def _get(peers: Peers, url: str, key: str, auth: str | None = None) -> Awaitable[LookupResult]:
+    return lookup(peers, url, key.encode(), auth=auth)
 
 
 def test_concurrent_lookups_to_one_node_share_one_request():
@@ -88,7 +102,7 @@ def test_concurrent_lookups_to_one_node_share_one_request():
     assert "x-kiq-principal" not in batch.headers
     # each caller gets its own item's answer
     assert [r.value for r in got] == [f"k{i}".encode()[::-1] for i in range(100)]
-    assert got[0] == LookupResult(200, 3, 5, True, b"n2", 42, b"0k")
+    assert got[0] == LookupResult(Outcome.FOUND, 3, 5, True, b"n2", 42, b"0k")
 
 
 def test_lookups_to_two_nodes_go_in_two_requests():
@@ -103,7 +117,7 @@ def test_lookups_to_two_nodes_go_in_two_requests():
     assert len(first) == 1 and len(second) == 1
     assert [i.key for i in first[0].items] == [b"k0", b"k2", b"k4", b"k6", b"k8"]
     assert [i.key for i in second[0].items] == [b"k1", b"k3", b"k5", b"k7", b"k9", b"missing1"]
-    assert [r.status for r in got] == [200] * 10 + [404]
+    assert [r.outcome for r in got] == [Outcome.FOUND] * 10 + [Outcome.MISSING]
 
 
 def test_the_caller_is_carried_and_keeps_batches_apart():
@@ -134,21 +148,21 @@ def test_a_full_batch_goes_out_and_the_rest_follow_in_more_requests():
 def test_lookups_in_different_ticks_are_not_held_back():
     async def scenario(urls: list[str], peers: Peers) -> None:
         for i in range(3):
-            assert (await _get(peers, urls[0], f"k{i}")).status == 200
+            assert (await _get(peers, urls[0], f"k{i}")).outcome is Outcome.FOUND
 
     (batches,) = with_servers(scenario)
     assert [[i.key for i in b.items] for b in batches] == [[b"k0"], [b"k1"], [b"k2"]]
 
 
 def test_waiting_lookups_travel_apart_and_stretch_the_timeout():
-    got: dict[str, tuple[int, float]] = {}
+    got: dict[str, tuple[Outcome, float]] = {}
 
     async def one(
         peers: Peers, url: str, key: bytes, max_lag: int | None, min_offset: int | None, wait: int
     ) -> None:
         start = time.monotonic()
-        result = await peers.lookup(url, "users", key, max_lag, min_offset, wait, None)
-        got[key.decode()] = (result.status, time.monotonic() - start)
+        result = await lookup(peers, url, key, max_lag, min_offset, wait)
+        got[key.decode()] = (result.outcome, time.monotonic() - start)
 
     async def scenario(urls: list[str], peers: Peers) -> None:
         await asyncio.gather(
@@ -163,7 +177,9 @@ def test_waiting_lookups_travel_apart_and_stretch_the_timeout():
         [Lookup("users", b"k1", 10, 1234, 300)],
         [Lookup("users", b"k2"), Lookup("users", b"k3", None, 99, 0)],
     ]
-    assert {k: status for k, (status, _) in got.items()} == {"k1": 200, "k2": 200, "k3": 200}
+    assert {k: outcome for k, (outcome, _) in got.items()} == dict.fromkeys(
+        ["k1", "k2", "k3"], Outcome.FOUND
+    )
     assert got["k1"][1] >= 0.3
     assert got["k2"][1] < 0.2  # not held back by k1's wait
 
@@ -203,7 +219,7 @@ def test_a_dead_node_fails_every_item_quickly_and_the_router_hears_once():
     with_servers(scenario, count=0, router=router)
     assert elapsed[0] < 1.0
     assert len(got) == 50
-    assert all(r.status == FAILED for r in got)
+    assert all(r.outcome is Outcome.FAILED for r in got)
     assert dead in got[0].reason
     assert router.failures == [dead]
     assert router.successes == []
@@ -217,7 +233,7 @@ def test_a_refused_batch_fails_every_item_but_the_node_is_not_down():
         got.extend(await asyncio.gather(*(_get(peers, urls[0], f"k{i}") for i in range(5))))
 
     with_servers(scenario, router=router, status=404)
-    assert [r.status for r in got] == [FAILED] * 5
+    assert [r.outcome for r in got] == [Outcome.FAILED] * 5
     assert "answered 404" in got[0].reason
     assert router.failures == []
     assert len(router.successes) == 1
@@ -244,12 +260,12 @@ def test_lookups_gather_while_a_batch_is_in_flight():
 
     async def scenario(urls: list[str], peers: Peers) -> None:
         # min_offset + wait_ms: the test server holds each batch for wait_ms.
-        first = asyncio.ensure_future(peers.lookup(urls[0], "users", b"k0", None, 1, 200, None))
+        first = asyncio.ensure_future(lookup(peers, urls[0], b"k0", None, 1, 200))
         await asyncio.sleep(0.05)  # k0's batch is out
         later = []
         for i in range(1, 6):  # each in a tick of its own: alone, each would be a batch
             key = f"k{i}".encode()
-            call = peers.lookup(urls[0], "users", key, None, 1, 200, None)
+            call = lookup(peers, urls[0], key, None, 1, 200)
             later.append(asyncio.ensure_future(call))
             await asyncio.sleep(0.005)
         results = await asyncio.gather(first, *later)

@@ -17,11 +17,11 @@ import pytest
 
 from kiq.cluster import ClusterView, Member, PartitionReplicas
 from kiq.metrics import HedgeStats
-from kiq.routing import LOCAL, LookupResult, Peers, Router
+from kiq.routing import LOCAL, LookupResult, Outcome, Peers, Router
 from kiq.routing import peers as peers_module
-from kiq.routing.hedging import HedgeDelay, HedgePolicy
+from kiq.routing.hedging import HedgeDelay, HedgePolicy, Hedger, LookupRace
 from kiq.routing.router import SUSPECT_AFTER
-from kiq.routing.wire import HEALTH_LIVE, HEDGED, MSGPACK, decode_lookups, encode
+from kiq.routing.wire import HEALTH_LIVE, MSGPACK, Lookup, decode_lookups, encode
 from tests.unit.routing.servers import Answer, Request, serving
 
 POLICY = HedgePolicy(percentile=99, floor_ms=20, cap_ms=60)  # no samples yet: 60 ms
@@ -49,7 +49,7 @@ class Replica:
         if any(item.wait_ms for item in items):
             await asyncio.sleep(max(item.wait_ms for item in items) / 1000)
         await asyncio.sleep(self.delay_s)
-        results = [LookupResult(200, 0, 0, False, self.name, 1, self.name) for _ in items]
+        results = [LookupResult(Outcome.FOUND, 0, 0, False, self.name, 1, self.name) for _ in items]
         return Answer(200, encode(results), [("content-type", MSGPACK)])
 
 
@@ -96,7 +96,7 @@ def test_a_fast_first_replica_is_never_hedged() -> None:
     async def scenario(urls: list[str], peers: Peers, replicas: list[Replica]) -> None:
         for i in range(50):
             result, end, _ = await forward(peers, urls, f"k{i}".encode())
-            assert (result.status, result.served_by, end) == (200, b"a", 2)
+            assert (result.outcome, result.served_by, end) == (Outcome.FOUND, b"a", 2)
         assert replicas[1].lookups == 0
 
     # A delay well above any hiccup of a loaded test machine: this test is about load.
@@ -169,7 +169,7 @@ def test_a_failing_first_replica_hands_over_at_once_without_a_hedge() -> None:
 def test_when_the_next_target_is_local_the_race_ends_for_the_caller_to_answer() -> None:
     async def scenario(urls: list[str], peers: Peers, replicas: list[Replica]) -> None:
         result, end, took = await forward(peers, [urls[0], LOCAL, urls[1]])
-        assert (result.status, end) == (HEDGED, 1)
+        assert (result.outcome, end) == (Outcome.HEDGED, 1)
         assert "no answer within 60 ms" in result.reason
         assert took < 0.5
 
@@ -216,6 +216,37 @@ def test_a_stalled_peer_is_avoided_until_it_answers_a_probe(
     assert stats.suspected == 1
     assert stats.hedged == SUSPECT_AFTER
     assert stats.probes >= 1
+
+
+def test_the_hedger_runs_its_races_over_any_send_callable() -> None:
+    """No batcher, no network: ``send`` is all the hedger needs to reach a target."""
+    sent: list[tuple[str, bytes, str | None, LookupRace]] = []
+    unanswered: list[str] = []
+
+    def send(target: str, lookup: Lookup, caller: str | None, race: LookupRace) -> None:
+        sent.append((target, lookup.key, caller, race))
+
+    async def scenario() -> tuple[LookupResult, LookupResult, int]:
+        hedger = Hedger(send, POLICY, HedgeStats(), unanswered.append)
+        refused = hedger.race(["a", "b", LOCAL], 0, Lookup("t", b"k"), "alice")
+        refused.deliver("a", LookupResult(Outcome.MOVED, reason="not here"))
+        found = LookupResult(Outcome.FOUND, 0, 0, False, b"b", 1, b"v")
+        refused.deliver("b", found)
+        slow = hedger.race(["c", "d"], 0, Lookup("t", b"j"), None)
+        await asyncio.sleep(0.08)  # past the delay (the cap: no samples yet)
+        slow.deliver("d", found)
+        slow.deliver("c", LookupResult(Outcome.FAILED, reason="late"))  # after the race
+        return await refused, await slow, refused.end
+
+    first, second, end = asyncio.run(scenario())
+    assert [(t, k, c) for t, k, c, _ in sent] == [
+        ("a", b"k", "alice"),
+        ("b", b"k", "alice"),  # refused: the next target at once
+        ("c", b"j", None),
+        ("d", b"j", None),  # hedged after the delay
+    ]
+    assert first.served_by == second.served_by == b"b" and end == 2
+    assert unanswered == ["c"]  # lost a race without an answer
 
 
 def test_the_delay_is_a_percentile_of_recent_latencies_between_floor_and_cap() -> None:

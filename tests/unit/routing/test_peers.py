@@ -152,7 +152,7 @@ def test_a_peer_proves_it_holds_the_secret_before_it_is_sent_anything():
     async def scenario(server: Server, peers: Peers) -> None:
         await peers.metadata(server.url)
         await peers.multiget(server.url, "t", [b"k"], "alice-statement")
-        await peers.lookup(server.url, "t", b"k", None, None, 0, None)  # 404 here: FAILED
+        await peers.forward([server.url], 0, "t", b"k", None, None, 0, None)  # 404: FAILED
 
     seen = run(scenario, member(ClusterKey(SECRET)), cluster=ClusterKey(SECRET)).seen
     assert [r.path for r in seen][:2] == [INTERNAL_HELLO, INTERNAL_METADATA]

@@ -89,6 +89,16 @@ def test_max_lag_filters_the_local_replica():
     assert r.targets(v, "t", 0, local(lag=10**6), max_lag=None) == [LOCAL, URL["b"]]
 
 
+def test_a_local_replica_within_the_callers_max_lag_comes_first():
+    r = Router("b")
+    v = view("a", "b", "c")
+    assert r.targets(v, "t", 0, local(lag=3)) == [URL["a"], LOCAL, URL["c"]]
+    assert r.targets(v, "t", 0, local(lag=3), max_lag=3) == [LOCAL, URL["a"], URL["c"]]
+    assert r.targets(v, "t", 0, local(lag=4), max_lag=3) == [URL["a"], URL["c"]]
+    lingering = Router("d").targets(v, "t", 0, local(lag=0), max_lag=0)  # d: no candidate
+    assert lingering == [LOCAL, URL["a"], URL["b"], URL["c"]]
+
+
 def test_max_lag_refuses_a_replica_whose_lag_is_unknown():
     unknown = local()
     unknown.end_offset = -1

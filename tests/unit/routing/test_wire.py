@@ -12,6 +12,7 @@ from kiq.routing.wire import (
     Multiget,
     MultigetResult,
     NodeStatus,
+    Outcome,
     ReplicaStatus,
     Scan,
     ScanResult,
@@ -38,16 +39,29 @@ def test_lookups_round_trip_as_arrays():
 
 
 def test_results_round_trip_and_a_plain_lookup_costs_little_beyond_its_value():
-    found = LookupResult(200, 7, 0, False, b"n2", 123_456, b'{"v":1}')
-    results = [found, LookupResult(404, 3, 2, True, b"n2"), LookupResult(421, reason="no")]
-    assert decode_results(encode(results)) == results
+    found = LookupResult(Outcome.FOUND, 7, 0, False, b"n2", 123_456, b'{"v":1}')
+    missing = LookupResult(Outcome.MISSING, 3, 2, True, b"n2")
+    results = [found, missing, LookupResult(Outcome.MOVED, reason="no")]
+    decoded = decode_results(encode(results))
+    assert decoded == results
+    assert all(type(r.outcome) is Outcome for r in decoded)
     overhead = len(encode([found])) - len(found.value)
-    assert overhead <= 20
+    assert overhead <= 19
     assert len(encode([Lookup("users", b"K1234")])) <= 20
 
 
+def test_an_outcome_travels_as_a_one_byte_int_and_an_unknown_one_is_refused():
+    record = msgspec.msgpack.decode(encode(LookupResult(Outcome.UNAVAILABLE)))
+    assert record == [4, -1, 0, False, b"", -1, b"", ""]
+    traveling = [o for o in Outcome if o > 0]
+    assert all(len(msgspec.msgpack.encode(int(o))) == 1 for o in Outcome)
+    assert [decode_results(encode([LookupResult(o)]))[0].outcome for o in traveling] == traveling
+    with pytest.raises(msgspec.ValidationError):
+        decode_results(msgspec.msgpack.encode([[200]]))  # an HTTP status is no outcome
+
+
 def test_a_short_record_takes_the_defaults_and_garbage_is_refused():
-    assert decode_results(msgspec.msgpack.encode([[503]])) == [LookupResult(503)]
+    assert decode_results(msgspec.msgpack.encode([[4]])) == [LookupResult(Outcome.UNAVAILABLE)]
     with pytest.raises(msgspec.DecodeError):
         decode_lookups(b"\x91\xc1")
     with pytest.raises(msgspec.ValidationError):

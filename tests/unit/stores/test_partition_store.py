@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from kiq.errors import StoreClosedError
-from kiq.stores import MemoryPartitionStore, PartitionStore, RocksDBPartitionStore
+from kiq.stores import MemoryBudget, MemoryPartitionStore, PartitionStore, RocksDBPartitionStore
 
 
 @pytest.fixture(params=["rocksdb", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PartitionStore]:
     s: PartitionStore
     if request.param == "rocksdb":
-        s = RocksDBPartitionStore(tmp_path / "p0")
+        s = RocksDBPartitionStore(tmp_path / "p0", MemoryBudget())
     else:
         s = MemoryPartitionStore()
     yield s

@@ -13,22 +13,22 @@ import pytest
 import kiq.stores
 from kiq.errors import ConfigError, StoreClosedError
 from kiq.stores import (
+    MemoryBudget,
     MemoryPartitionStore,
     RocksDBPartitionStore,
-    memory_usage,
     open_partition_store,
-    set_memory_budget,
 )
-from kiq.stores.rocksdb import DEFAULT_MEMORY_BYTES
+
+BUDGET = MemoryBudget()  # these tests' stores share one, as a node's do
 
 
 def test_data_and_offset_survive_reopen(tmp_path: Path):
-    store = RocksDBPartitionStore(tmp_path / "p")
+    store = RocksDBPartitionStore(tmp_path / "p", BUDGET)
     store.apply([(b"a", b"1", 7), (b"b", b"2", 8)], 8)
     store.apply([(b"a", None, 9)], 12)
     store.close()
 
-    store = RocksDBPartitionStore(tmp_path / "p")
+    store = RocksDBPartitionStore(tmp_path / "p", BUDGET)
     try:
         assert store.applied_offset() == 12
         assert store.get(b"a") is None
@@ -39,12 +39,12 @@ def test_data_and_offset_survive_reopen(tmp_path: Path):
 
 
 def test_wipe_survives_reopen(tmp_path: Path):
-    store = RocksDBPartitionStore(tmp_path / "p")
+    store = RocksDBPartitionStore(tmp_path / "p", BUDGET)
     store.apply([(b"a", b"1", 0)], 0)
     store.wipe()
     store.close()
 
-    store = RocksDBPartitionStore(tmp_path / "p")
+    store = RocksDBPartitionStore(tmp_path / "p", BUDGET)
     try:
         assert store.applied_offset() == -1
         assert store.scan() == []
@@ -55,8 +55,8 @@ def test_wipe_survives_reopen(tmp_path: Path):
 _CRASH = """
 import os, sys
 from pathlib import Path
-from kiq.stores import RocksDBPartitionStore
-s = RocksDBPartitionStore(Path(sys.argv[1]))
+from kiq.stores import MemoryBudget, RocksDBPartitionStore
+s = RocksDBPartitionStore(Path(sys.argv[1]), MemoryBudget())
 s.apply([(b"k%d" % i, b"v", i) for i in range(100)], 99)
 os._exit(0)  # no close, no flush: only the WAL has the batch
 """
@@ -65,7 +65,7 @@ os._exit(0)  # no close, no flush: only the WAL has the batch
 def test_batch_and_offset_recover_together_after_a_crash(tmp_path: Path):
     path = tmp_path / "p"
     subprocess.run([sys.executable, "-c", _CRASH, str(path)], check=True, timeout=60)
-    store = RocksDBPartitionStore(path)
+    store = RocksDBPartitionStore(path, BUDGET)
     try:
         assert store.applied_offset() == 99
         assert len(store.scan(limit=1000)) == 100
@@ -75,7 +75,7 @@ def test_batch_and_offset_recover_together_after_a_crash(tmp_path: Path):
 
 
 def test_close_under_readers_raises_only_store_closed(tmp_path: Path):
-    store = RocksDBPartitionStore(tmp_path / "p")
+    store = RocksDBPartitionStore(tmp_path / "p", BUDGET)
     store.apply([(b"k%05d" % i, b"x" * 50, i) for i in range(5000)], 4999)
     unexpected: list[BaseException] = []
     closed_seen = threading.Event()
@@ -105,39 +105,38 @@ def test_close_under_readers_raises_only_store_closed(tmp_path: Path):
     assert unexpected == []
     assert closed_seen.is_set()
     # The directory lock was released: the partition can be opened again.
-    RocksDBPartitionStore(tmp_path / "p").close()
+    RocksDBPartitionStore(tmp_path / "p", BUDGET).close()
 
 
 def test_open_partition_store_layout(tmp_path: Path):
-    store = open_partition_store("rocksdb", tmp_path, "quotes", 3)
+    store = open_partition_store("rocksdb", tmp_path, "quotes", 3, BUDGET)
     try:
         assert isinstance(store, RocksDBPartitionStore)
         assert (tmp_path / "tables" / "quotes" / "3" / "CURRENT").is_file()
     finally:
         store.close()
-    memory = open_partition_store("memory", tmp_path, "quotes", 3)
+    memory = open_partition_store("memory", tmp_path, "quotes", 3, BUDGET)
     assert isinstance(memory, MemoryPartitionStore)
     assert memory.applied_offset() == -1
 
 
 def test_open_partition_store_unknown_kind(tmp_path: Path):
     with pytest.raises(ConfigError, match="rocksdb, memory"):
-        open_partition_store("lmdb", tmp_path, "quotes", 0)
+        open_partition_store("lmdb", tmp_path, "quotes", 0, BUDGET)
 
 
 def test_exports():
     assert sorted(kiq.stores.__all__) == [
+        "MemoryBudget",
         "MemoryPartitionStore",
         "PartitionStore",
         "RocksDBPartitionStore",
-        "memory_usage",
         "open_partition_store",
-        "set_memory_budget",
     ]
 
 
 def test_read_cache_follows_updates_deletes_and_wipes(tmp_path: Path):
-    store = RocksDBPartitionStore(tmp_path / "p0")
+    store = RocksDBPartitionStore(tmp_path / "p0", BUDGET)
     store.apply([(b"k", b"v1", 0)], 0)
     assert store.get(b"k") == (b"v1", 0)  # now cached
     store.apply([(b"k", b"v2", 1), (b"k", b"v3", 2)], 2)
@@ -152,7 +151,7 @@ def test_read_cache_follows_updates_deletes_and_wipes(tmp_path: Path):
 
 
 def test_a_write_racing_a_cache_miss_never_leaves_the_older_value_cached(tmp_path: Path):
-    store = RocksDBPartitionStore(tmp_path / "p0")
+    store = RocksDBPartitionStore(tmp_path / "p0", BUDGET)
     store.apply([(b"k", b"old", 0)], 0)
     db = store._db
 
@@ -175,7 +174,7 @@ def test_read_cache_stays_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     import kiq.stores.rocksdb as rocksdb
 
     monkeypatch.setattr(rocksdb, "READ_CACHE_ENTRIES", 10)
-    store = RocksDBPartitionStore(tmp_path / "p0")
+    store = RocksDBPartitionStore(tmp_path / "p0", BUDGET)
     store.apply([(f"k{i}".encode(), b"v", i) for i in range(50)], 49)
     for i in range(50):
         assert store.get(f"k{i}".encode()) == (b"v", i)
@@ -187,7 +186,7 @@ def test_read_cache_keeps_no_large_values(tmp_path: Path):
     import kiq.stores.rocksdb as rocksdb
 
     big = b"x" * (rocksdb.READ_CACHE_MAX_VALUE + 1)
-    store = RocksDBPartitionStore(tmp_path / "p0")
+    store = RocksDBPartitionStore(tmp_path / "p0", BUDGET)
     store.apply([(b"small", b"v", 0), (b"big", big, 1)], 1)
     assert store.get(b"small") == (b"v", 0) and store.get(b"big") == (big, 1)
     assert set(store._hot) == {b"small"}
@@ -198,9 +197,8 @@ def test_read_cache_keeps_no_large_values(tmp_path: Path):
 
 def test_memtables_of_many_stores_stay_near_the_shared_budget(tmp_path: Path) -> None:
     """Without the shared budget each of these stores would keep its writes (~12 MB) in memory."""
-    budget = 16 * 1024 * 1024
-    set_memory_budget(budget)
-    stores = [RocksDBPartitionStore(tmp_path / str(i)) for i in range(12)]
+    budget = MemoryBudget(16 * 1024 * 1024)
+    stores = [RocksDBPartitionStore(tmp_path / str(i), budget) for i in range(12)]
     try:
         value = bytes(1000)
         for round_ in range(120):
@@ -211,7 +209,7 @@ def test_memtables_of_many_stores_stay_near_the_shared_budget(tmp_path: Path) ->
         # the stores would flush nothing and keep it all in memtables. Under the budget
         # RocksDB flushes as the memtables' total nears half of it (a soft limit: the
         # flush is of the store being written, and runs in the background).
-        assert memory_usage()[1] > 0  # the stores' memtables are charged to the budget
+        assert budget.usage()[1] > 0  # the stores' memtables are charged to the budget
         flushed = [s for s in range(len(stores)) if list((tmp_path / str(s)).glob("*.sst"))]
         assert len(flushed) >= len(stores) // 2  # none would flush on its own
 
@@ -233,9 +231,22 @@ def test_memtables_of_many_stores_stay_near_the_shared_budget(tmp_path: Path) ->
     finally:
         for store in stores:
             store.close()
-        set_memory_budget(DEFAULT_MEMORY_BYTES)
 
 
 def test_a_memory_budget_below_8_mib_is_refused() -> None:
     with pytest.raises(ValueError, match="below 8 MiB"):
-        set_memory_budget(1024)
+        MemoryBudget(1024)
+
+
+def test_stores_charge_their_own_budget_only(tmp_path: Path) -> None:
+    """Two budgets in one process (two nodes) are apart: one's writes never count in the other."""
+    mine, theirs = MemoryBudget.of_mib(16), MemoryBudget.of_mib(32)
+    assert (mine.total_bytes, theirs.total_bytes) == (16 * 1024 * 1024, 32 * 1024 * 1024)
+    store = open_partition_store("rocksdb", tmp_path, "t", 0, mine)
+    try:
+        before = theirs.usage()
+        store.apply([(b"k%d" % i, bytes(1000), i) for i in range(2000)], 1999)
+        assert mine.usage()[1] > 0  # the memtable is charged to the store's budget
+        assert theirs.usage() == before == (0, 0)
+    finally:
+        store.close()

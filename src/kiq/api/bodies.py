@@ -1,0 +1,78 @@
+"""The JSON bodies of the public API, as types: what ``/openapi.json`` says they are.
+
+The handlers write these bodies with orjson (admin.py, batches.py, errors.py); the
+types here describe them for the document, field for field, and
+``tests/integration/test_api_fuzz.py`` checks every live answer against them. A
+schema's name in the document is its type's name: applications refer to
+``#/components/schemas/Error``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from msgspec import Meta, Struct, field
+
+
+class Error(Struct):
+    """kiq's error body; details (``key``, ``table``, ``scope``, ``retry_after_s``...) may
+    follow."""
+
+    error: Annotated[str, Meta(description="a code: bad_request, not_found, ...")]
+    message: Annotated[str, Meta(description="what to do about it")]
+
+
+class Keys(Struct):
+    keys: list[str]
+
+
+class Multiget(Struct):
+    found: Annotated[dict[str, Any], Meta(description="values by key")]
+    missing: list[str]
+    unavailable: Annotated[list[str], Meta(description="keys no replica could answer for")] = []
+
+
+class Item(Struct):
+    key: str
+    value: Any
+
+
+class Page(Struct):
+    items: list[Item]
+    next_cursor: str | None
+
+
+class Table(Struct):
+    name: str
+    topic: str
+    partitions: int
+    format: str
+    store: str
+    standby_replicas: int
+    global_: Annotated[bool, Meta(description="every node holds every partition")] = field(
+        name="global"
+    )
+
+
+class Tables(Struct):
+    tables: list[Table]
+
+
+class Metadata(Struct):
+    """This node's view of the cluster."""
+
+    node: dict[str, str]
+    view_version: int
+    nodes: list[dict[str, str]]
+    tables: Annotated[dict[str, Any], Meta(description="by table: its partitions' replicas")]
+
+
+class Live(Struct):
+    live: bool
+
+
+class Ready(Struct):
+    """Ready or not; ``reason`` only for an admin's token on a node that checks tokens."""
+
+    ready: bool
+    reason: str | None = None

@@ -1,0 +1,119 @@
+"""The routers built from the route table: each handler behind its rule and its limit.
+
+``route`` makes one declared route (a core one from routes.py, or an application's
+from endpoints.py) a Starlette route whose middleware is what its ``Rule`` asks of
+the caller (``auth.Guard``) and then the rate limit (``limits.Limit``), each only
+when this node has it. ``unmatched`` answers a path no route takes, behind the rule
+its prefix asks. The core router takes every path under ``RESERVED``; the
+application's its own, with the same ``route``.
+
+A route answers its one method; any other request is a 404 ``no_route``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute, Match, Route, Router
+
+from kiq.api.asgi import Receive, Scope, Send
+from kiq.api.auth import Access, Guard
+from kiq.api.errors import NoRoute
+from kiq.api.handlers import Handlers
+from kiq.api.limits import Asgi, Limit, RateLimiter
+from kiq.api.routes import CORE, MEMBERS
+from kiq.api.spec import RouteSpec, Rule
+
+
+class _Route(Route):
+    """A route for one method only (no implied HEAD); another method finds no route."""
+
+    def __init__(
+        self, method: str, path: str, endpoint: Callable[..., Any], middleware: list[Middleware]
+    ) -> None:
+        super().__init__(path, endpoint, methods=[method], middleware=middleware)
+        self.methods = {method}
+
+    def matches(self, scope: Any) -> tuple[Match, Any]:
+        match, child = super().matches(scope)
+        return (Match.NONE, {}) if match is Match.PARTIAL else (match, child)
+
+
+def _checks(
+    rule: Rule, limited: bool, access: Access | None, limiter: RateLimiter | None
+) -> list[Middleware]:
+    """What runs before a handler, outermost first: its rule, then the limit, which counts
+    the caller the rule verified. Nothing a node does not need."""
+    stack = []
+    check = access.check(rule) if access is not None else None
+    if check is not None:
+        stack.append(Middleware(Guard, check))
+    if limited and limiter is not None:
+        stack.append(Middleware(Limit, limiter))
+    return stack
+
+
+def route(
+    spec: RouteSpec[Any],
+    endpoint: Callable[..., Any],
+    access: Access | None,
+    limiter: RateLimiter | None,
+) -> _Route:
+    """``spec``'s route to ``endpoint`` (a Starlette handler, or an ASGI app), behind its
+    rule and limit."""
+    stack = _checks(spec.access, spec.limited, access, limiter)
+    return _Route(spec.method, spec.path, endpoint, stack)
+
+
+async def _no_route(scope: Scope, receive: Receive, send: Send) -> None:
+    raise NoRoute("no such path; see /v1/tables and /v1/metadata")
+
+
+def unmatched(access: Access | None, limiter: RateLimiter | None) -> Asgi:
+    """What answers a path no route takes: a 404, but only to a caller (fail closed), or
+    under the members' prefix to a member; counted by the limit but there."""
+
+    def behind(rule: Rule, limited: bool) -> Asgi:
+        app: Asgi = _no_route
+        for cls, args, kwargs in reversed(_checks(rule, limited, access, limiter)):
+            app = cls(app, *args, **kwargs)
+        return app
+
+    members, public = behind(Rule.CLUSTER, False), behind(Rule.CALLER, True)
+    if members is public:  # neither has a check: a node without authentication or limit
+        return _no_route
+
+    async def default(scope: Scope, receive: Receive, send: Send) -> None:
+        app = members if scope["path"].startswith(MEMBERS) else public
+        await app(scope, receive, send)
+
+    return default
+
+
+def core_router(handlers: Handlers, access: Access | None, limiter: RateLimiter | None) -> Router:
+    """The core routes but the raw lookup path: every path under ``RESERVED`` is answered
+    here."""
+    routes = [
+        route(spec, functools.partial(spec.endpoint, handlers), access, limiter)
+        for spec in CORE
+        if spec.endpoint is not None
+    ]
+    return _router(routes, unmatched(access, limiter))
+
+
+def app_router(
+    routes: Sequence[tuple[RouteSpec[Any], Asgi]],
+    access: Access | None,
+    limiter: RateLimiter | None,
+) -> Router:
+    """An application's routes, for paths outside ``RESERVED``: each spec with its ASGI
+    endpoint, an object (Starlette takes a plain function for a request handler)."""
+    built = [route(spec, endpoint, access, limiter) for spec, endpoint in routes]
+    return _router(built, unmatched(access, limiter))
+
+
+def _router(routes: Sequence[BaseRoute], default: Asgi) -> Router:
+    return Router(list(routes), redirect_slashes=False, default=default)

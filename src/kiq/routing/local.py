@@ -1,0 +1,252 @@
+"""Reading this node's own replicas: a store closed under a read, and waits for an offset.
+
+A read finds a replica's store closed for one of two reasons. Its partition was
+revoked: the read has no answer here (``MOVED``, or None) and the next replica is
+asked. Or the store was closed to be reopened after a refused write
+(``replicas.materializer``): the read waits up to ``REOPEN_WAIT_S`` for it (an open
+takes milliseconds) and reads again, so a partition with a single replica reads
+through a reopen, a get, a multiget and a scan alike.
+
+A lookup may ask for ``min_offset`` (read-your-writes): it parks until its replica
+applied that offset (``replicas.waits``), at most ``wait_ms``, within the node's
+``Parking`` caps. Readers see each store as ``ReadOnlyStore``.
+
+The ``*_now`` methods answer without waiting (None: it would take a wait), for the
+answers another node is waiting for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
+
+from kiq.errors import StoreClosedError
+from kiq.replicas import ReplicaState
+from kiq.replicas.replica import ReadOnlyReplica
+from kiq.replicas.waits import Parking, wait_applied
+from kiq.routing.router import servable
+from kiq.routing.wire import Item, LookupResult, Outcome
+from kiq.settings import LimitsSettings
+from kiq.stores.base import ReadOnlyStore
+
+T = TypeVar("T")
+
+# How long a read waits for a store being reopened before it gives up on this replica:
+# on a single replica a read has nowhere else to go.
+REOPEN_WAIT_S = 0.2
+_REOPEN_POLL_S = 0.005
+
+FOUND, MISSING = Outcome.FOUND, Outcome.MISSING
+_ACTIVE = ReplicaState.ACTIVE
+MOVED = LookupResult(Outcome.MOVED, reason="no usable replica of this partition here")
+
+
+class LocalReplicas:
+    """Keys and pages of this node's replicas; ``parker``: whom a wait counts against."""
+
+    def __init__(
+        self,
+        node_id: str,
+        replicas: Mapping[tuple[str, int], ReadOnlyReplica],
+        limits: LimitsSettings | None = None,
+    ) -> None:
+        limits = limits if limits is not None else LimitsSettings()
+        self.parking = Parking(limits.max_parked_waits, limits.max_parked_waits_per_caller)
+        self._replicas = replicas
+        self._served_by = node_id.encode()
+
+    def _usable(
+        self, table: str, partition: int, max_lag: int | None = None
+    ) -> ReadOnlyReplica | None:
+        """This node's replica of the partition when it may answer (within ``max_lag``)."""
+        replica = self._replicas.get((table, partition))
+        return replica if replica is not None and servable(replica, max_lag) else None
+
+    # -- one key ---------------------------------------------------------------------
+
+    def lookup_now(
+        self,
+        table: str,
+        partition: int,
+        key: bytes,
+        max_lag: int | None = None,
+        min_offset: int | None = None,
+    ) -> LookupResult | None:
+        """FOUND, MISSING, or MOVED (no usable replica here) at once; None when the answer
+        takes a wait (``min_offset`` not applied yet, or the store closed under the read):
+        ``lookup`` then."""
+        replica = self._replicas.get((table, partition))
+        if replica is None or not servable(replica, max_lag):
+            return MOVED
+        if min_offset is not None and replica.applied_offset < min_offset:
+            return None
+        try:
+            return self._read(replica, key)
+        except StoreClosedError:
+            return None
+
+    async def lookup(
+        self,
+        table: str,
+        partition: int,
+        key: bytes,
+        max_lag: int | None = None,
+        min_offset: int | None = None,
+        wait_ms: int = 0,
+        parker: str | None = None,
+    ) -> LookupResult:
+        """``key`` once the replica applied ``min_offset``: FOUND or MISSING; UNAVAILABLE
+        (not within ``wait_ms``), BUSY (too many waits parked), or MOVED (no usable
+        replica here, or revoked under the read)."""
+        replica = self._usable(table, partition, max_lag)
+        if replica is None:
+            return MOVED
+        return await self.lookup_in(replica, key, min_offset, wait_ms, parker)
+
+    async def lookup_in(
+        self,
+        replica: ReadOnlyReplica,
+        key: bytes,
+        min_offset: int | None = None,
+        wait_ms: int = 0,
+        parker: str | None = None,
+    ) -> LookupResult:
+        """As ``lookup``, in ``replica``: one of this node's, found usable by the caller."""
+        if min_offset is None or replica.applied_offset >= min_offset:
+            try:  # no wait: the common case, in this frame
+                return self._read(replica, key)
+            except StoreClosedError:
+                pass
+
+        async def read() -> LookupResult:
+            if min_offset is not None and replica.applied_offset < min_offset:
+                refused = await self._wait_for(replica, min_offset, wait_ms, parker)
+                if refused is not None:
+                    return refused
+            return self._read(replica, key)
+
+        result = await self._through_reopen(replica, read)
+        return MOVED if result is None else result
+
+    # -- many keys, a page -------------------------------------------------------------
+
+    async def get(self, table: str, partition: int, keys: list[bytes]) -> list[Item] | None:
+        """The ``keys`` the partition's replica holds; None when it holds no usable one. A
+        store being reopened is waited for (``REOPEN_WAIT_S``)."""
+        replica = self._usable(table, partition)
+        if replica is None:
+            return None
+
+        async def read() -> list[Item]:
+            return _get_all(replica.store, keys)
+
+        return await self._through_reopen(replica, read)
+
+    async def scan(
+        self, table: str, partition: int, start: bytes | None, end: bytes | None, limit: int
+    ) -> list[Item] | None:
+        """Up to ``limit`` (key, value) in [start, end) in key order; None as for ``get``."""
+        replica = self._usable(table, partition)
+        if replica is None:
+            return None
+
+        async def read() -> list[Item]:
+            return _page(replica.store, start, end, limit)
+
+        return await self._through_reopen(replica, read)
+
+    # -- the waits -------------------------------------------------------------------
+
+    async def _through_reopen(
+        self, replica: ReadOnlyReplica, read: Callable[[], Awaitable[T]]
+    ) -> T | None:
+        """``read()`` of ``replica``; None when its store closed under the read for good.
+        A store closed to be reopened is waited for, up to ``REOPEN_WAIT_S``, and read
+        again."""
+        closed, state = replica.store, replica.state
+        try:
+            return await read()
+        except StoreClosedError:
+            pass
+        if await self._reopened(replica, closed, state):
+            try:
+                return await read()
+            except StoreClosedError:
+                pass
+        return None
+
+    async def _reopened(
+        self, replica: ReadOnlyReplica, closed: ReadOnlyStore, state: ReplicaState
+    ) -> bool:
+        """True once ``replica`` has a store other than ``closed``; False after
+        ``REOPEN_WAIT_S``, or as soon as the replica was revoked or changed state."""
+        registered = (replica.table, replica.partition)
+        deadline = time.monotonic() + REOPEN_WAIT_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(_REOPEN_POLL_S)
+            if self._replicas.get(registered) is not replica or replica.state is not state:
+                return False
+            if replica.store is not closed:
+                return True
+        return False
+
+    def _read(self, replica: ReadOnlyReplica, key: bytes) -> LookupResult:
+        """What ``replica`` holds for ``key``; ``StoreClosedError`` when it closed meanwhile."""
+        got = replica.store.get(key)
+        stale = replica.state is not _ACTIVE
+        if got is None:
+            return LookupResult(MISSING, replica.partition, replica.lag, stale, self._served_by)
+        value, offset = got
+        return LookupResult(
+            FOUND, replica.partition, replica.lag, stale, self._served_by, offset, value
+        )
+
+    async def _wait_for(
+        self, replica: ReadOnlyReplica, min_offset: int, wait_ms: int, parker: str | None
+    ) -> LookupResult | None:
+        """Read-your-writes: None once ``replica`` applied ``min_offset``.
+
+        The wait parks until the materializer applies that offset (``replicas.waits``),
+        never polling. UNAVAILABLE when ``wait_ms`` passes first (``offset``: the one
+        applied), BUSY when the node already parks ``max_parked_waits`` lookups, or
+        ``parker`` ``max_parked_waits_per_caller``; ``StoreClosedError`` when the
+        replica is revoked meanwhile (the next replica is asked).
+        """
+        wait_s = wait_ms / 1000
+        parked = wait_s > 0
+        if parked and not self.parking.enter(parker):
+            busy = "too many lookups wait for min_offset"
+            return LookupResult(Outcome.BUSY, replica.partition, reason=busy)
+        try:
+            reached = await wait_applied(replica, min_offset, wait_s)
+        finally:
+            if parked:
+                self.parking.leave(parker)
+        if reached:
+            return None
+        if replica.state is ReplicaState.REVOKED:
+            raise StoreClosedError(f"{replica.table}[{replica.partition}] was revoked")
+        applied = replica.applied_offset
+        return LookupResult(
+            Outcome.UNAVAILABLE,
+            replica.partition,
+            offset=applied,
+            reason=f"{replica.table}[{replica.partition}] has applied offset {applied}, "
+            f"not yet {min_offset}",
+        )
+
+
+def _get_all(store: ReadOnlyStore, keys: list[bytes]) -> list[Item]:
+    get = store.get
+    items: list[Item] = []
+    for key in keys:
+        got = get(key)
+        if got is not None:
+            items.append((key, got[0]))
+    return items
+
+
+def _page(store: ReadOnlyStore, start: bytes | None, end: bytes | None, limit: int) -> list[Item]:
+    return [(k, v) for k, v, _ in store.scan(start, end, limit)]

@@ -1,0 +1,258 @@
+"""Reading a partition from its best replica: the one door every read of the API goes through.
+
+A read (one key, some keys, a page of keys) goes to the replicas of its partition
+best first: this node's own replica when it is the active one, else the router's
+order (``router.py``: the owner, then the standbys, with this node's replica where
+the view puts it, and only within the caller's ``max_lag``). A local read goes to
+``LocalReplicas`` (``local.py``: the wait for a store being reopened, the wait for
+``min_offset``); a remote one goes through ``Peers``, a lookup raced over the
+remote replicas that follow (``hedging.py``). A replica that cannot answer hands
+the read to the next: a peer down, refusing or slow, a local store closed under
+the read because its partition was revoked (``StoreClosedError``).
+
+What became of a lookup is an ``Outcome`` (``wire.py``); only the API turns one into
+an HTTP status (``api/errors.py``). Another node's request is answered from
+``here`` alone, never forwarded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Protocol
+
+from kiq.cluster import ClusterView
+from kiq.metrics import NodeMetrics
+from kiq.replicas import ReplicaState
+from kiq.replicas.replica import ReadOnlyReplica
+from kiq.routing.errors import PeerError
+from kiq.routing.local import LocalReplicas
+from kiq.routing.peers import Peers
+from kiq.routing.router import LOCAL, Router, servable
+from kiq.routing.wire import Item, LookupResult, Outcome
+from kiq.settings import LimitsSettings
+
+log = logging.getLogger(__name__)
+
+FOUND, MISSING, MOVED, FAILED = Outcome.FOUND, Outcome.MISSING, Outcome.MOVED, Outcome.FAILED
+_ACTIVE = ReplicaState.ACTIVE
+
+
+class Holdings(Protocol):
+    """What the reader needs of its node (``kiq.node.NodeView`` is one)."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def replicas(self) -> Mapping[tuple[str, int], ReadOnlyReplica]:
+        """The node's live replicas by (table, partition)."""
+        ...
+
+    @property
+    def view(self) -> ClusterView:
+        """The current cluster view."""
+        ...
+
+    @property
+    def metrics(self) -> NodeMetrics: ...
+
+
+class ReplicaReader:
+    """Reads keys and pages of a partition from the best replica that can answer.
+
+    ``caller`` (the statement of the caller this node verified) goes to the peers a
+    read is forwarded to; ``parker`` is whom a wait for ``min_offset`` counts against
+    (``limits``: the caps on those waits).
+    """
+
+    def __init__(
+        self,
+        node: Holdings,
+        router: Router,
+        peers: Peers,
+        limits: LimitsSettings | None = None,
+    ) -> None:
+        self.here = LocalReplicas(node.node_id, node.replicas, limits)
+        self._node = node
+        self._replicas = node.replicas
+        self._router = router
+        self._peers = peers
+        forwards = node.metrics.forwards
+        self._forward_ok = forwards.labels("ok")
+        self._forward_failed = forwards.labels("failed")
+
+    def elsewhere(self, table: str, partition: int, max_lag: int | None = None) -> str | None:
+        """The URL of the best replica when it is another node's; None when it is this
+        node's own (or none is known)."""
+        local = self._replicas.get((table, partition))
+        if _answers_first(local, max_lag):
+            return None
+        targets = self._router.targets(self._node.view, table, partition, local, max_lag)
+        return targets[0] if targets and targets[0] != LOCAL else None
+
+    async def lookup(
+        self,
+        table: str,
+        partition: int,
+        key: bytes,
+        max_lag: int | None = None,
+        min_offset: int | None = None,
+        wait_ms: int = 0,
+        caller: str | None = None,
+        parker: str | None = None,
+    ) -> LookupResult:
+        """``key`` from the best replica that answers: FOUND or MISSING.
+
+        Else why not: UNAVAILABLE or BUSY from this node's own replica (the wait for
+        ``min_offset`` was spent there, or refused), FORBIDDEN from a peer (it applies
+        the caller's grants too), NO_REPLICA once every replica was asked.
+        """
+        revoked = "this node's replica was revoked during the request"
+        last = "no replica of this partition is known"
+        local = self._replicas.get((table, partition))
+        if local is not None and _answers_first(local, max_lag):
+            # ``_targets``' order, the router asked only when the local replica cannot answer
+            result = await self.here.lookup_in(local, key, min_offset, wait_ms, parker)
+            if result.outcome is not MOVED:
+                return result
+            last = revoked
+            local = None
+        targets = self._router.targets(self._node.view, table, partition, local, max_lag)
+        i = 0
+        while i < len(targets):
+            if targets[i] == LOCAL:
+                i += 1
+                result = await self.here.lookup(
+                    table, partition, key, max_lag, min_offset, wait_ms, parker
+                )
+                if result.outcome is not MOVED:
+                    return result
+                last = revoked
+                continue
+            race = self._peers.forward(targets, i, table, key, max_lag, min_offset, wait_ms, caller)
+            result = await race
+            i = race.end
+            outcome = result.outcome
+            if outcome is FOUND or outcome is MISSING:
+                self._forward_ok.inc()
+                return result
+            if outcome is FAILED:
+                self._forward_failed.inc()
+                # The peer's URL and the OS's words stay in the log, out of the answer.
+                log.info(
+                    "lookup forward failed table=%s partition=%d error=%s",
+                    table,
+                    partition,
+                    result.reason,
+                )
+                last = "no other replica answered in time"
+            elif outcome is Outcome.FORBIDDEN:
+                return result
+            else:  # this replica cannot answer (yet); the next one may
+                last = f"a replica could not answer ({outcome.name.lower()}): {result.reason}"
+        return LookupResult(Outcome.NO_REPLICA, partition, reason=last)
+
+    async def get_many(
+        self, table: str, keys: Mapping[int, list[bytes]], caller: str | None
+    ) -> tuple[dict[bytes, bytes], list[int]]:
+        """The values of ``keys`` (by partition) found, and the partitions no replica
+        could answer for. Each round asks every target once for all its partitions; a
+        partition it could not answer for goes to its next replica in the next round."""
+        found: dict[bytes, bytes] = {}
+        unanswered: list[int] = []
+        pending = {p: self._targets(table, p) for p in keys}
+        while pending:
+            rounds: dict[str, list[int]] = defaultdict(list)
+            for p, targets in list(pending.items()):
+                if targets:
+                    rounds[targets.pop(0)].append(p)
+                else:
+                    unanswered.append(p)
+                    del pending[p]
+            answers = await asyncio.gather(
+                *(self._get_from(t, table, parts, keys, caller) for t, parts in rounds.items())
+            )
+            for parts, (got, refused) in zip(rounds.values(), answers, strict=True):
+                for p in parts:
+                    if p in refused:
+                        continue
+                    del pending[p]
+                    for key in keys[p]:  # what was asked, whatever else came
+                        value = got.get(key)
+                        if value is not None:
+                            found[key] = value
+        return found, unanswered
+
+    async def scan(
+        self,
+        table: str,
+        partition: int,
+        start: bytes | None,
+        end: bytes | None,
+        limit: int,
+        caller: str | None,
+    ) -> list[Item] | None:
+        """Up to ``limit`` (key, value) of the partition in [start, end) in key order, from
+        the best replica that answers; None when none could."""
+        for target in self._targets(table, partition):
+            if target == LOCAL:
+                items = await self.here.scan(table, partition, start, end, limit)
+                if items is not None:
+                    return items
+                continue
+            try:
+                return await self._peers.scan(target, table, partition, start, end, limit, caller)
+            except PeerError as exc:
+                log.warning("scan failed table=%s partition=%d error=%s", table, partition, exc)
+        log.warning(
+            "scan unavailable table=%s partition=%d replicas=%s",
+            table,
+            partition,
+            self._node.view.of(table, partition),
+        )
+        return None
+
+    def _targets(self, table: str, partition: int, max_lag: int | None = None) -> list[str]:
+        """``LOCAL`` or member URLs, best first: a local active replica, then the router's."""
+        local = self._replicas.get((table, partition))
+        view = self._node.view
+        if _answers_first(local, max_lag):
+            return [LOCAL, *self._router.targets(view, table, partition, None, max_lag)]
+        return self._router.targets(view, table, partition, local, max_lag)
+
+    async def _get_from(
+        self,
+        target: str,
+        table: str,
+        partitions: list[int],
+        keys: Mapping[int, list[bytes]],
+        caller: str | None,
+    ) -> tuple[Mapping[bytes, bytes], set[int]]:
+        """(key → value found, the partitions the target could not answer for)."""
+        if target == LOCAL:
+            got: dict[bytes, bytes] = {}
+            refused: set[int] = set()
+            for p in partitions:
+                items = await self.here.get(table, p, keys[p])
+                if items is None:
+                    refused.add(p)
+                else:
+                    got.update(items)
+            return got, refused
+        asked = [k for p in partitions for k in keys[p]]
+        try:
+            result = await self._peers.multiget(target, table, asked, caller)
+        except PeerError as exc:
+            log.debug("multiget failed table=%s error=%s", table, exc)
+            return {}, set(partitions)
+        return dict(result.found), set(result.refused)
+
+
+def _answers_first(local: ReadOnlyReplica | None, max_lag: int | None) -> bool:
+    """Whether this node's replica is the best of all: active, and within ``max_lag``."""
+    if local is None or local.state is not _ACTIVE:
+        return False
+    return max_lag is None or servable(local, max_lag)
