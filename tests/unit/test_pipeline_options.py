@@ -86,3 +86,15 @@ def test_a_checkpoint_written_under_another_trigger_says_what_to_do():
     )
     hint = stale_state_hint(error, "/var/kiq/checkpoints")
     assert "/var/kiq/checkpoints" in hint and "another trigger" in hint
+
+
+def test_ctx_opts_kafka_is_the_kafka_security_as_spark_options():
+    """``.options(**ctx.opts.kafka)`` is how a pipeline's own reader connects as kiq does
+    (the README, examples/point_of_sale): the name is public API."""
+    from kiq.kafka import KafkaSecurity
+
+    assert StreamOptions("127.0.0.1:9092", "/tmp/c").kafka == {}
+    sasl = KafkaSecurity(protocol="SASL_PLAINTEXT", username="kiq", password="pw")
+    options = StreamOptions("127.0.0.1:9092", "/tmp/c", security=sasl).kafka
+    assert options["kafka.security.protocol"] == "SASL_PLAINTEXT"
+    assert 'username="kiq"' in options["kafka.sasl.jaas.config"]

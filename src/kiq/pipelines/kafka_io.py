@@ -58,11 +58,12 @@ class StreamOptions:
     # bounds what the wait costs the same read where ``auto`` falls back to micro-batches.
     realtime_fetch_max_wait_ms: int = 100
     # How every source, sink and topic check connects (its password stays out of the repr);
-    # the sources and sinks take it as ``kafka.`` options (``kafka_options``).
+    # the sources and sinks take it as ``kafka.`` options (``kafka``: also what a pipeline
+    # passes to a reader of its own, as ``.options(**ctx.opts.kafka)``).
     security: KafkaSecurity = PLAINTEXT
 
     @property
-    def kafka_options(self) -> dict[str, str]:
+    def kafka(self) -> dict[str, str]:
         """``security`` as the options of Spark's Kafka source and sink."""
         return spark_options(self.security)
 
@@ -81,7 +82,7 @@ def read_topics(
         .option("failOnDataLoss", "false")
         .option("includeHeaders", "false")
         .option("kafka.fetch.max.wait.ms", str(wait_ms))
-        .options(**opts.kafka_options)
+        .options(**opts.kafka)
     )
     if opts.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
@@ -108,7 +109,7 @@ def write_topic(
         frame.writeStream.format("kafka")
         .queryName(name)
         .option("kafka.bootstrap.servers", opts.bootstrap)
-        .options(**opts.kafka_options)
+        .options(**opts.kafka)
         .option("checkpointLocation", f"{opts.checkpoint_root}/{name}")
         # every in-sync replica has a batch's records before the batch commits (the Java
         # client's default too, said here so a replicated cluster never depends on it)

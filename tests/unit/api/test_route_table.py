@@ -114,25 +114,33 @@ def member(method: str, path: str, body: bytes, scope: str) -> list[tuple[bytes,
     ]
 
 
-# Per rule: callers it refuses (and with what), and one it lets through.
-REFUSED: dict[Rule, list[tuple[str, Any, int]]] = {
-    Rule.CALLER: [("no token", [], 401), ("junk", [(b"authorization", b"Bearer j.u.nk")], 401)],
-    Rule.READ: [("no token", [], 401), ("another table", bearer("kiq:read:other"), 403)],
-    Rule.WRITE: [("no token", [], 401), ("a reader", bearer("kiq:read"), 403)],
-    Rule.ADMIN: [("no token", [], 401), ("a reader", bearer("kiq:read kiq:write"), 403)],
-    Rule.CLUSTER: [("no credential", [], 403), ("an admin's token", bearer("kiq:admin"), 403)],
-}
+def refused_callers() -> dict[Rule, list[tuple[str, Any, int]]]:
+    """Per rule: callers it refuses, and with what. Made when a test runs, not at import: a
+    token minted at collection may have expired by the time a long run gets here."""
+    return {
+        Rule.CALLER: [
+            ("no token", [], 401),
+            ("junk", [(b"authorization", b"Bearer j.u.nk")], 401),
+        ],
+        Rule.READ: [("no token", [], 401), ("another table", bearer("kiq:read:other"), 403)],
+        Rule.WRITE: [("no token", [], 401), ("a reader", bearer("kiq:read"), 403)],
+        Rule.ADMIN: [("no token", [], 401), ("a reader", bearer("kiq:read kiq:write"), 403)],
+        Rule.CLUSTER: [("no credential", [], 403), ("an admin's token", bearer("kiq:admin"), 403)],
+    }
+
+
 ALL = "kiq:read kiq:write kiq:admin"
 
 
 def test_every_route_refuses_whom_its_rule_refuses_and_admits_whom_it_admits(node):
     local, recorder = node
     specs = local.app.specs
+    refused = refused_callers()
     assert {s.access for s in specs} >= {Rule.OPEN, Rule.CALLER, Rule.READ, Rule.ADMIN}
     for spec in specs:
         target = concrete(spec.path)
         where = f"{spec.method} {spec.path}"
-        for who, headers, status in REFUSED.get(spec.access, []):
+        for who, headers, status in refused.get(spec.access, []):
             r = asyncio.run(call(local.app, spec.method, target, b"{}", headers))
             assert r.status == status, f"{where} answered {r.status} to {who}"
         assert recorder.ran == [], f"{where} ran its handler for a caller its rule refuses"
