@@ -35,7 +35,7 @@ from kiq.api.routers import app_router, core_router
 from kiq.api.routes import CORE, LOOKUP, is_core
 from kiq.api.spec import RouteSpec
 from kiq.node import Node, NodeView
-from kiq.routing import HedgePolicy, Peers, Router
+from kiq.routing import HedgePolicy, Peers, ReplicaReader, Router
 from kiq.security import Security
 from kiq.settings import LimitsSettings
 
@@ -98,8 +98,9 @@ class KiqApp:
                 ssl_context=peer_ssl,
             )
         self.peers = peers
-        self.lookups = Lookups(view, self.router, peers, limits)
-        self.batches = Batches(view, self.router, peers, limits.max_multiget_keys)
+        reader = ReplicaReader(view, self.router, peers, limits)
+        self.lookups = Lookups(view, reader)
+        self.batches = Batches(view, reader, limits.max_multiget_keys)
         self._writer = writer
         declared = list(declared_routes(endpoints, base))
         custom = endpoints_for(declared, self.lookups, self.batches, writer, limits.max_body_bytes)

@@ -32,7 +32,7 @@ from kiq.api.errors import (
 )
 from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param, prefix_end
 from kiq.node import NodeView
-from kiq.routing import Item, Peers, ReplicaReader, Router
+from kiq.routing import Item, ReplicaReader
 from kiq.routing.wire import (
     DecodeError,
     MultigetResult,
@@ -55,11 +55,9 @@ def value_json(runtime: TableRuntime, value: bytes) -> Any:
 
 
 class Batches:
-    def __init__(
-        self, node: NodeView, router: Router, peers: Peers, max_keys: int = 10_000
-    ) -> None:
+    def __init__(self, node: NodeView, reader: ReplicaReader, max_keys: int = 10_000) -> None:
         self.node = node
-        self.reader = ReplicaReader(node, router, peers)
+        self.reader = reader  # the node's one ReplicaReader (shared with Lookups)
         self.max_keys = max_keys  # per public multiget: [limits] max_multiget_keys
 
     def _table(self, name: str) -> TableRuntime:

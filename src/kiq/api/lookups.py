@@ -33,11 +33,10 @@ from kiq.api.params import bool_param, check_key, int_param, key_from_path
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
 from kiq.replicas import ReplicaState
-from kiq.routing import FORWARDED, LookupResult, Outcome, Peers, ReplicaReader, Router
+from kiq.routing import FORWARDED, LookupResult, Outcome, ReplicaReader
 from kiq.routing.local import MOVED
 from kiq.routing.wire import DecodeError, Lookup, decode_lookups, encode
 from kiq.security import Principal
-from kiq.settings import LimitsSettings
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
 
 log = logging.getLogger(__name__)
@@ -52,11 +51,9 @@ Enrich = Callable[[bytes], Awaitable[bytes]]
 
 
 class Lookups:
-    def __init__(
-        self, node: NodeView, router: Router, peers: Peers, limits: LimitsSettings | None = None
-    ) -> None:
-        """``limits``: how many lookups may wait for ``min_offset`` at once."""
-        self.reader = ReplicaReader(node, router, peers, limits)
+    def __init__(self, node: NodeView, reader: ReplicaReader) -> None:
+        """``reader``: the node's one ``ReplicaReader`` (shared with ``Batches``)."""
+        self.reader = reader
         self._here = self.reader.here
         # The node's live mappings and its partitioner, bound once for the hot path.
         self._tables = node.tables

@@ -20,7 +20,7 @@ from kiq.cluster import ClusterView, Member, PartitionReplicas
 from kiq.metrics import NodeMetrics
 from kiq.partitioning import partition_for
 from kiq.replicas import Replica, Role
-from kiq.routing import Peers, Router
+from kiq.routing import Peers, ReplicaReader, Router
 from kiq.routing.wire import INTERNAL_MULTIGET, INTERNAL_SCAN
 from kiq.stores import MemoryPartitionStore
 from kiq.tables import TableRuntime, codec_for, parse_table
@@ -75,7 +75,7 @@ def answering(batches: Batches) -> Callable[[Request], Awaitable[Answer]]:
 def two_nodes(scenario: Callable[[Batches, SimpleNamespace, SimpleNamespace], Awaitable[None]]):
     async def main() -> None:
         n2 = node("n2", [0, 1, 2, 3], ClusterView(0, {}, {}))
-        peer_side = Batches(n2, Router("n2"), Peers("n2", Router("n2"), 1000))  # type: ignore[arg-type]
+        peer_side = Batches(n2, ReplicaReader(n2, Router("n2"), Peers("n2", Router("n2"), 1000)))  # type: ignore[arg-type]
         async with serving(answering(peer_side)) as server:
             members = {"n1": Member("n1", "http://n1.invalid"), "n2": Member("n2", server.url)}
             replicas = {
@@ -90,7 +90,7 @@ def two_nodes(scenario: Callable[[Batches, SimpleNamespace, SimpleNamespace], Aw
             router = Router("n1")
             peers = Peers("n1", router, 1000)
             try:
-                await scenario(Batches(n1, router, peers), n1, n2)  # type: ignore[arg-type]
+                await scenario(Batches(n1, ReplicaReader(n1, router, peers)), n1, n2)  # type: ignore[arg-type]
             finally:
                 peers.close()
 
