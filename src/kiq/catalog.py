@@ -26,6 +26,11 @@ WORD_COUNTS = "word-counts"
 # Where a serving node sends the records it cannot serve ([serve] dead_letter_topic).
 DEAD_LETTERS = "kiq-dead-letters"
 
+# The table catalog: one compacted, single-partition topic where every pipeline records the
+# spec of each table it writes (topic, key parts, separator, format, partitioning) and from
+# which the nodes learn what to serve, so a table is declared once, in its pipeline.
+CATALOG_TOPIC = "kiq-catalog"
+
 # The pipelines `kiq pipeline run` knows; each name is also its checkpoint directory.
 STOCKS_PIPELINE = "stocks"
 WORDCOUNT_PIPELINE = "wordcount"
