@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make sure the tools kiq builds with are here: a JDK 17+ (javac: `make jars` compiles kiq's
-# Kafka partitioner), Maven, Python 3.11+ with venv,
-# and wrk (the HTTP load generator `kiq bench lookups` drives).
+# Kafka partitioner), Python 3.11+ with venv, and wrk (the HTTP load generator `kiq bench
+# lookups` drives). Maven is not needed: `make jars` runs `kiq setup`, which fetches the pinned
+# jars itself; only `make lock-jars` (after a pom changes) runs Maven.
 # On Debian/Ubuntu as root, missing ones are installed with apt-get; elsewhere this
 # says what to install and fails, except for wrk: only the benchmarks need it, so
 # its absence is a warning, not a failed setup.
@@ -14,7 +15,7 @@ java_ok() {
   local v
   v=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
   [ -n "$v" ] && [ "$v" -ge 17 ] || return 1
-  # A JRE runs the broker and Spark but cannot compile jvm/kiq-partitioner.
+  # A JRE runs the broker and Spark but cannot compile kiq's partitioner.
   command -v javac >/dev/null 2>&1
 }
 python_ok() {
@@ -22,7 +23,6 @@ python_ok() {
 }
 
 java_ok || missing+=(openjdk-17-jdk-headless)
-command -v mvn >/dev/null 2>&1 || missing+=(maven)
 python_ok || missing+=(python3 python3-venv)
 command -v wrk >/dev/null 2>&1 || optional+=(wrk)
 

@@ -47,5 +47,5 @@ async def bookings(request: Request) -> Reply:
         limit=request.int_param("limit", 1, 1000) or 100,
     )
     return json_reply(
-        {"customer": customer, "bookings": page.json_values(), "next_cursor": page.next_cursor}
+        {"customer": customer, "bookings": page.fragments(), "next_cursor": page.next_cursor}
     )

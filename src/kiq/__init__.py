@@ -19,11 +19,14 @@ _PIPELINES = {
 # Custom endpoints: an application's own HTTP routes (kiq.api.endpoints).
 _ENDPOINTS = {
     "MAX_RANGE_LIMIT": "kiq.api.endpoints",
-    "Many": "kiq.api.endpoints",
-    "Page": "kiq.api.endpoints",
+    "Many": "kiq.api.results",
+    "Page": "kiq.api.results",
+    "Principal": "kiq.api.principal",
+    "Read": "kiq.api.results",
     "Reply": "kiq.api.endpoints",
     "Request": "kiq.api.endpoints",
     "Routes": "kiq.api.endpoints",
+    "Served": "kiq.api.results",
     "Tables": "kiq.api.endpoints",
     "json_reply": "kiq.api.endpoints",
 }
@@ -51,9 +54,12 @@ __all__ = [
     "KiqError",
     "Many",
     "Page",
+    "Principal",
+    "Read",
     "Reply",
     "Request",
     "Routes",
+    "Served",
     "Tables",
     "Unavailable",
     "UnknownTable",
@@ -64,8 +70,6 @@ __all__ = [
 if TYPE_CHECKING:
     from kiq.api.endpoints import (
         MAX_RANGE_LIMIT,
-        Many,
-        Page,
         Reply,
         Request,
         Routes,
@@ -73,6 +77,8 @@ if TYPE_CHECKING:
         json_reply,
     )
     from kiq.api.errors import ApiError, BadRequest, KeyNotFound, Unavailable, UnknownTable
+    from kiq.api.principal import Principal
+    from kiq.api.results import Many, Page, Read, Served
     from kiq.errors import KiqError, WriteFailed
     from kiq.pipelines.context import Context
 

@@ -43,7 +43,6 @@ STOCK_TABLES = (
 )
 WORD_TABLES = (f"{WORD_COUNTS}={WORD_COUNTS}",)
 
-# The shipped applications' routes (`[app] endpoints`): mounted on a node whose
-# configuration names none, so a node serving the stock or word tables answers
-# /v1/stocks and /v1/words as it always has.
+# The shipped applications' routes: what their application file names in `[app] endpoints`,
+# and what kiq's own benchmarks and tests mount on the nodes they start (`LocalNode`).
 SHIPPED_ENDPOINTS = ("kiq.apps.stocks.api:routes", "kiq.apps.wordcount.api:routes")

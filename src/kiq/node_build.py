@@ -14,8 +14,10 @@ Nothing is kept in the process: two nodes built in one keep their own.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import ssl
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +25,10 @@ from pathlib import Path
 from kiq.api.app import KiqApp, create_app
 from kiq.api.endpoints import Declare
 from kiq.api.targets import resolve
+from kiq.catalog import CATALOG_TOPIC
 from kiq.cluster.members import encode_client_id
 from kiq.errors import ConfigError, WriteFailed
-from kiq.kafka import KafkaSecurity, create_topics, topic_partitions
+from kiq.kafka import KafkaSecurity, compacted, create_topics, topic_partitions
 from kiq.kafka.dlq import DeadLetters
 from kiq.kafka.group import GroupMember
 from kiq.kafka.reader import PartitionReader
@@ -37,7 +40,13 @@ from kiq.security import Security, security_for
 from kiq.security import tls as tls_contexts
 from kiq.settings import NodeSettings, ServeSettings, TlsSettings
 from kiq.stores import MemoryBudget
-from kiq.tables import TableRuntime, TableSpec, codec_for, parse_table
+from kiq.tables import TableRuntime, TableSpec, codec_for
+from kiq.tables.declared import Served, decode_catalog, parse_serve_tables, resolve_tables
+
+log = logging.getLogger(__name__)
+
+# How long a node with nothing to serve waits for a pipeline to declare its tables.
+CATALOG_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -61,13 +70,14 @@ def build_node(settings: NodeSettings) -> BuiltNode:
     """Every part of the node ``settings`` describe; ``ConfigError`` names what to fix."""
     # Who may ask first: a node that would listen unprotected says so before anything else.
     security = security_for(settings.auth, settings.serve.host)
-    tables = table_specs(settings.serve)
+    served = served_tables(settings.serve)
     serve = tls_contexts.advertised(settings.serve, settings.tls)
     server_tls = tls_contexts.server_files(settings.tls)
     peer_ssl = _peer_ssl(settings.tls)
     endpoints = app_endpoints(settings)
     kafka = KafkaSecurity.from_settings(settings.kafka)  # reads the password file now
     budget = MemoryBudget.of_mib(serve.store_memory_mb)
+    tables = catalog_tables(serve, served, settings.app.name, kafka)
     node = _node(serve, tables, kafka, budget)
     app = create_app(
         node,
@@ -98,10 +108,13 @@ def _node(
         if count is None:
             raise ConfigError(
                 f"table {spec.name}: topic {spec.topic!r} does not exist on "
-                f"{serve.bootstrap}: create it (with the input's partition count) first"
+                f"{serve.bootstrap}, or kiq's Kafka user may not describe it: create it "
+                "(with the input's partition count) first, or grant Describe and Read on it "
+                "(docs/security.md, Kafka ACLs)"
             )
         runtimes[spec.name] = TableRuntime(spec, codec_for(spec), count)
-    create_topics(serve.bootstrap, {serve.dead_letter_topic: 1}, security=kafka)
+    if topic_partitions(serve.bootstrap, serve.dead_letter_topic, security=kafka) is None:
+        create_topics(serve.bootstrap, {serve.dead_letter_topic: 1}, security=kafka)
     grouped = [t.topic for t in tables if not t.global_]
     group_changed = threading.Event()
     group = None
@@ -144,11 +157,50 @@ def app_endpoints(settings: NodeSettings) -> list[Declare]:
     return [resolve(target, "[app] endpoints", base) for target in settings.app.endpoints]
 
 
-def table_specs(settings: ServeSettings) -> list[TableSpec]:
-    """The tables to serve, checked before anything asks the broker."""
-    tables = [parse_table(t, default_standby=settings.standby_replicas) for t in settings.tables]
-    check_tables(tables)
-    return tables
+def served_tables(settings: ServeSettings) -> list[Served]:
+    """``[serve] tables``, checked before anything asks the broker (the catalog fills in
+    what an entry leaves out)."""
+    return parse_serve_tables(settings.tables, settings.standby_replicas)[0]
+
+
+def catalog_tables(
+    serve: ServeSettings,
+    served: Sequence[Served],
+    app: str,
+    kafka: KafkaSecurity,
+    wait_s: float = CATALOG_WAIT_S,
+) -> list[TableSpec]:
+    """The tables this node serves: the table catalog's, filtered and overridden by
+    ``served``. With none to serve yet, waits ``wait_s`` for a pipeline to declare some."""
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        found = compacted.read_latest(serve.bootstrap, CATALOG_TOPIC, security=kafka)
+        tables = resolve_tables(
+            served,
+            decode_catalog(found),
+            app=app,
+            default_standby=serve.standby_replicas,
+            every_declared=parse_serve_tables(serve.tables)[1],
+        )
+        if tables:
+            check_tables(tables)
+            return tables
+        if time.monotonic() > deadline:
+            raise ConfigError(
+                f"no tables to serve: [serve] tables names none and the table catalog "
+                f"({CATALOG_TOPIC} on {serve.bootstrap}) holds none of application {app!r} "
+                f"after {wait_s:.0f}s: start its pipeline (kiq pipeline run), check [app] name, "
+                "or declare tables with --table NAME=TOPIC"
+            )
+        if not said:
+            log.info(
+                "waiting for tables: the table catalog holds none of application %s yet "
+                "(start its pipeline, or declare tables with --table NAME=TOPIC)",
+                app,
+            )
+            said = True
+        time.sleep(0.5)
 
 
 def check_tables(tables: Sequence[TableSpec]) -> None:
@@ -170,7 +222,7 @@ class LogWriter:
         self._security = security
         self._producer: AsyncProducer | None = None
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> tuple[int, int]:
+    async def send(self, topic: str, key: bytes, value: bytes | None) -> tuple[int, int]:
         """(partition, offset) once the broker has the record; ``WriteFailed`` if it did not."""
         if self._producer is None:
             self._producer = AsyncProducer(self._bootstrap, security=self._security)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -26,16 +27,19 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from kiq import catalog
 from kiq.errors import ConfigError
+from kiq.targets import is_file
 
 DEFAULT_CONFIG_FILE = "kiq.toml"
 
-# Where `make jars` puts the Maven jars in a kiq checkout, and a file only a checkout has.
+# Where `make jars` puts the JVM jars in a kiq checkout, and a file only a checkout has.
 JAR_CACHE = Path(".cache") / "jars"
 _CHECKOUT_MARKER = Path("jvm") / "kafka-broker" / "pom.xml"
 
 
-# The TOML file's tables while `load` builds a section (read by `_TomlTable`).
+# The TOML file's tables while `load` builds a section (read by `_TomlTable`), and the
+# directory its relative paths are relative to.
 _TOML: ContextVar[dict[str, Any] | None] = ContextVar("kiq_toml", default=None)
+_TOML_DIR: ContextVar[Path | None] = ContextVar("kiq_toml_dir", default=None)
 
 
 def find_jar_cache(start: Path | None = None) -> Path:
@@ -43,24 +47,49 @@ def find_jar_cache(start: Path | None = None) -> Path:
 
     The checkout is the nearest directory upward with kiq's Maven manifests, so
     commands run anywhere in it find the jars ``make jars`` fetched, however kiq
-    was installed. Outside a checkout it is ``.cache/jars`` under ``start``; the
-    runtime says what to do when the jars are not there.
+    was installed. Outside a checkout it is the per-user cache (``user_jar_cache``),
+    which `kiq setup`, or the first command that needs the jars, fills.
     """
     here = (start or Path.cwd()).absolute()
     for directory in (here, *here.parents):
         if (directory / _CHECKOUT_MARKER).is_file():
             return directory / JAR_CACHE
-    return here / JAR_CACHE
+    return user_jar_cache()
+
+
+def user_jar_cache() -> Path:
+    """The per-user jar cache: ``$XDG_CACHE_HOME/kiq/jars``, by default ``~/.cache/kiq/jars``."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if Path(base).is_absolute() else Path.home() / ".cache"  # XDG: else ignored
+    return root / "kiq" / "jars"
+
+
+def is_checkout_jar_cache(jars_dir: Path) -> bool:
+    """Whether ``jars_dir`` is the ``.cache/jars`` of a kiq checkout (which `make jars` fills)."""
+    path = jars_dir.absolute()
+    return path.parts[-2:] == JAR_CACHE.parts and (path.parents[1] / _CHECKOUT_MARKER).is_file()
 
 
 class _TomlTable(PydanticBaseSettingsSource):
-    """One table of the kiq TOML file, as a settings source."""
+    """One table of the kiq TOML file, as a settings source.
+
+    One path rule: a relative path in the file (a ``Path`` setting, a section's
+    ``file_paths``, a ``FILE.py:FUNCTION`` target, a table's ``schema=``) is relative to
+    the file's directory, wherever kiq runs; flags and the environment are relative to
+    the working directory, as on any command line.
+    """
 
     def __init__(self, settings_cls: type[BaseSettings], table: str) -> None:
         super().__init__(settings_cls)
         values = (_TOML.get() or {}).get(table, {})
         if not isinstance(values, dict):
             raise ConfigError(f"[{table}] in the config file must be a table")
+        base = _TOML_DIR.get()
+        if base is not None:
+            values = {
+                name: _beside(base, value, settings_cls.model_fields.get(name), name, settings_cls)
+                for name, value in values.items()
+            }
         self._values = values
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
@@ -70,10 +99,63 @@ class _TomlTable(PydanticBaseSettingsSource):
         return dict(self._values)
 
 
+def _beside(
+    base: Path, value: Any, field: FieldInfo | None, name: str, section: type[BaseSettings]
+) -> Any:
+    """``value`` of setting ``name`` with its relative paths made relative to ``base``."""
+    kinds = getattr(section, "file_paths", {})
+    kind = kinds.get(name) or ("path" if field is not None and _is_path(field) else None)
+    if kind is None:
+        return value
+    if kind == "path":
+        return _path_beside(base, value)
+    if kind == "targets" and isinstance(value, list):
+        return [_target_beside(base, v) for v in value]
+    if kind == "tables" and isinstance(value, list):
+        return [_schema_beside(base, v) for v in value]
+    return value
+
+
+def _is_path(field: FieldInfo) -> bool:
+    return "Path" in str(field.annotation)
+
+
+def _path_beside(base: Path, value: Any) -> Any:
+    if not isinstance(value, str | Path) or "://" in str(value):
+        return value
+    path = Path(value).expanduser()
+    return value if path.is_absolute() else str(base / path)
+
+
+def _target_beside(base: Path, target: Any) -> Any:
+    """``FILE.py:FUNCTION`` relative to ``base``; a module target as it is."""
+    if not isinstance(target, str):
+        return target
+    where, colon, attr = target.rpartition(":")
+    if not colon or not is_file(where) or Path(where).is_absolute():
+        return target
+    return f"{base / where}:{attr}"
+
+
+def _schema_beside(base: Path, entry: Any) -> Any:
+    """A ``[serve] tables`` entry whose ``schema=PATH`` is made relative to ``base``."""
+    if not isinstance(entry, str) or "schema=" not in entry:
+        return entry
+    parts = entry.split(",")
+    for i, part in enumerate(parts):
+        key, eq, value = part.partition("=")
+        if eq and key.strip() == "schema":
+            parts[i] = f"{key}={_path_beside(base, value.strip())}"
+    return ",".join(parts)
+
+
 class _Section(BaseSettings):
     """Base for one TOML table; subclasses set ``table`` and the env prefix."""
 
     table: ClassVar[str]
+    # Settings holding paths that are not ``Path`` fields: name -> "path" (a path or a
+    # URI), "targets" (FILE.py:FUNCTION entries) or "tables" ([serve] tables entries).
+    file_paths: ClassVar[dict[str, str]] = {}
     # Flags named otherwise than their setting (the issue that asked for them named them).
     flag_names: ClassVar[dict[str, str]] = {}
     # Flags are the keys' names, after this prefix where a command's flags carry the table's.
@@ -115,6 +197,9 @@ def _env_value(value: object) -> str:
     return str(value)
 
 
+_SASL_USER = re.compile(r"[A-Za-z0-9._-]+")
+
+
 class BrokerSettings(_Section):
     """The local KRaft broker (or ``brokers`` of them) that `kiq broker` runs for development.
 
@@ -123,6 +208,7 @@ class BrokerSettings(_Section):
     """
 
     table: ClassVar[str] = "broker"
+    flag_names: ClassVar[dict[str, str]] = {"sasl_users": "--sasl-user"}
     model_config = SettingsConfigDict(env_prefix="KIQ_BROKER_", frozen=True, extra="forbid")
 
     host: str = "127.0.0.1"
@@ -140,6 +226,31 @@ class BrokerSettings(_Section):
     sasl_password_file: Path | None = Field(
         None, description="the user's password; default: one made under data_dir/sasl/"
     )
+    # More PLAIN users, "NAME" (password made in data_dir/sasl/NAME.password) or "NAME=FILE".
+    sasl_users: list[str] = Field(default_factory=list, description="more SASL users")
+    # Kafka's StandardAuthorizer: sasl_username is the super user, the others get only ACLs.
+    acl: bool = Field(False, description="ACLs decide what each SASL user may do")
+
+    @field_validator("sasl_users")
+    @classmethod
+    def _users(cls, users: list[str]) -> list[str]:
+        names = [user.partition("=")[0] for user in users]
+        for user, name in zip(users, names, strict=True):
+            if not _SASL_USER.fullmatch(name) or user.endswith("="):
+                raise ValueError(
+                    f"{user!r} is not NAME or NAME=PASSWORD_FILE (NAME: A-Z a-z 0-9 ._-)"
+                )
+        if len(set(names)) < len(names):
+            raise ValueError(f"a user is named twice in {users}")
+        return users
+
+    @model_validator(mode="after")
+    def _sasl_needed(self) -> BrokerSettings:
+        if (self.acl or self.sasl_users) and not self.sasl:
+            raise ValueError("acl and sasl_users need sasl (kiq broker start --sasl --acl ...)")
+        if self.sasl_username in {u.partition("=")[0] for u in self.sasl_users}:
+            raise ValueError(f"sasl_users names sasl_username {self.sasl_username!r} again")
+        return self
 
     @property
     def bootstrap(self) -> str:
@@ -154,6 +265,7 @@ class SparkSettings(_Section):
     """How kiq pipelines reach Spark: a master, the connector jars, checkpoints."""
 
     table: ClassVar[str] = "spark"
+    file_paths: ClassVar[dict[str, str]] = {"checkpoint_dir": "path"}
     model_config = SettingsConfigDict(env_prefix="KIQ_SPARK_", frozen=True, extra="forbid")
 
     master: str = "local[*]"
@@ -251,6 +363,7 @@ class ServeSettings(_Section):
     """One serving node: `kiq serve`."""
 
     table: ClassVar[str] = "serve"
+    file_paths: ClassVar[dict[str, str]] = {"tables": "tables"}
     model_config = SettingsConfigDict(env_prefix="KIQ_SERVE_", frozen=True, extra="forbid")
 
     bootstrap: str = "127.0.0.1:9092"
@@ -452,6 +565,7 @@ class AppSettings(_Section):
     """
 
     table: ClassVar[str] = "app"
+    file_paths: ClassVar[dict[str, str]] = {"pipelines": "targets", "endpoints": "targets"}
     model_config = SettingsConfigDict(env_prefix="KIQ_APP_", frozen=True, extra="forbid")
 
     name: str = Field("kiq", pattern=r"^[A-Za-z0-9._-]+$")
@@ -459,8 +573,9 @@ class AppSettings(_Section):
         default_factory=list, description="TARGETs of `kiq pipeline run`, one Spark driver"
     )
     endpoints: list[str] = Field(
-        default_factory=lambda: list(catalog.SHIPPED_ENDPOINTS),
-        description="module:function or file.py:function, each declaring HTTP routes",
+        default_factory=list,
+        description="module:function or file.py:function, each declaring HTTP routes; "
+        "none: the core API only",
     )
     nodes: int = Field(3, ge=1, le=32, description="kiq up: serving nodes")
     port: int = Field(8080, ge=1, le=65535, description="kiq up: the first node's port")
@@ -585,12 +700,15 @@ def load(section: type[S], config: Path | None = None, **flags: Any) -> S:
     """Build ``section`` from flags (``None`` means not given), env and the TOML file."""
     from pydantic import ValidationError
 
-    token = _TOML.set(load_toml(config_path(config)))
+    path = config_path(config)
+    token = _TOML.set(load_toml(path))
+    where = _TOML_DIR.set(path.absolute().parent if path is not None else None)
     try:
         return section(**{k: v for k, v in flags.items() if v is not None})
     except ValidationError as exc:
         raise ConfigError(_describe(section, exc)) from exc
     finally:
+        _TOML_DIR.reset(where)
         _TOML.reset(token)
 
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from kiq.kafka import create_topics, topic_partitions
-from kiq.runtime import LocalPipeline
+from kiq.runtime import LocalNode, LocalPipeline
 from tests.integration.kafka_io import drain, produce
 from tests.integration.test_serving import Cluster
 
@@ -160,6 +160,24 @@ def test_bookings_example_answers_exactly(
         assert resp.status_code == 200, resp.text
         want_page = {"customer": customer, "bookings": [v for _, v in expected_ranges[0]]}
         assert resp.json() == {**want_page, "next_cursor": None}
+        # The tables were declared only in the pipeline; a serving side that says
+        # otherwise (another separator) stops the node, naming both sides.
+        tables = httpx.get(f"{cluster.live_urls()[0]}/v1/tables", timeout=10).json()["tables"]
+        declared = {t["name"]: (t["sep"], t["declared"]["key"]) for t in tables}
+        assert declared == {
+            "latest-booking": (None, ["customer"]),
+            "bookings-by-time": ("|", ["customer", "booked_at"]),
+        }
+        clash = LocalNode(
+            "n9", bootstrap, ["bookings-by-time,sep=/"], tmp_path / "n9", tmp_path / "n9.log"
+        ).start()
+        try:
+            assert clash.proc is not None and clash.proc.wait(60) != 0
+        finally:
+            clash.stop(10)
+        said = " ".join(clash.log_file.read_text().split())
+        assert "sep='/' here, '|' in the pipeline" in said, said[-2000:]
+        assert "pipeline.build: topic 'bookings-by-time', key customer|booked_at" in said
     finally:
         pipeline.stop()
         cluster.shutdown()

@@ -87,7 +87,7 @@ def test_composite_keys_land_in_their_first_parts_partition(
 
     opts = StreamOptions(bootstrap=bootstrap, checkpoint_root=checkpoint)
     jar = partitioner_jar(spark_settings.jars_dir)
-    assert jar is not None, "make jars builds jvm/kiq-partitioner"
+    assert jar is not None, "kiq setup (make jars) builds the partitioner"
     ctx = Context(spark, opts, "agreement", partitioner_jar=jar)
     orders = ctx.read(source, "who STRING NOT NULL, n INT NOT NULL")
     query = ctx.write_table(table, orders.withColumn("n", F.col("n") * 10), key=("who", "n"))

@@ -278,6 +278,29 @@ def test_range_multiget_and_read_your_writes(bootstrap, make_topic, make_cluster
     )
     assert page["next_cursor"] is None
 
+    # The same bounds highest first, 9 per page: n3 merges its own partitions with those the
+    # other nodes own, read from them in descending order (the order travels with the scan).
+    actives = {p["active"] for p in cluster.nodes["n3"].metadata()["tables"]["bars"]["partitions"]}
+    assert len(actives) > 1, actives
+    bounds = {"from": "AMZN|2026-11-20T10:58", "to": "GOOG|", "order": "desc", "limit": 9}
+    got, cursor = [], None
+    while True:
+        params = bounds | ({"cursor": cursor} if cursor else {})
+        page = httpx.get(f"{url}/v1/tables/bars/range", params=params).json()
+        got += [item["key"] for item in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert got == sorted(
+        (k for k, _ in rows if "AMZN|2026-11-20T10:58" <= k < "GOOG|"), reverse=True
+    )
+    # One symbol, one partition (wherever it is), backwards from its last minute.
+    latest = httpx.get(
+        f"{url}/v1/tables/bars/range", params={"prefix": "NVDA|", "order": "desc", "limit": 3}
+    ).json()
+    assert [i["key"] for i in latest["items"]] == [f"NVDA|{m}" for m in minutes[::-1][:3]]
+    assert latest["items"][0]["value"] == {"s": "NVDA", "m": minutes[-1]}
+
     got = multiget(url, "bars", ["AAPL|2026-11-20T10:00", "NOPE|x", "NVDA|2026-11-20T10:59"])
     assert got["found"]["AAPL|2026-11-20T10:00"] == {"s": "AAPL", "m": "2026-11-20T10:00"}
     assert got["missing"] == ["NOPE|x"]

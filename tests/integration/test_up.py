@@ -40,7 +40,7 @@ async def color(request: Request):
 async def palette(request: Request):
     many = await request.tables.get_many("colors", request.query["names"].split(","))
     page = await request.tables.range("colors", prefix="n")
-    return json_reply({"found": many.json_found(), "missing": many.missing,
+    return json_reply({"found": many.fragments(), "missing": many.missing,
                        "n": [key for key, _ in page.items]})
 """
 

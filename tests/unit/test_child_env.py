@@ -56,6 +56,8 @@ def _changed(tmp: Path) -> list[settings._Section]:
             sasl=True,
             sasl_username="op",
             sasl_password_file=Path("b/pw"),
+            sasl_users=["app", "reader=b/reader.pw"],
+            acl=True,
         ),
         SparkSettings(
             master="spark://h:7077",

@@ -15,9 +15,12 @@ ENDPOINTS = {
     "MAX_RANGE_LIMIT",
     "Many",
     "Page",
+    "Principal",
+    "Read",
     "Reply",
     "Request",
     "Routes",
+    "Served",
     "Tables",
     "json_reply",
 }

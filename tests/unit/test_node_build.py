@@ -51,6 +51,15 @@ class Kafka:
             kafka.openers[data_dir.name] = opener
             return opener
 
+        class Catalog:
+            """The table catalog: empty, so the node serves its --table list alone."""
+
+            @staticmethod
+            def read_latest(bootstrap: str, topic: str, *, security: KafkaSecurity) -> dict:
+                kafka.saw(bootstrap, "read_latest", security)
+                return {}
+
+        monkeypatch.setattr(node_build, "compacted", Catalog)
         monkeypatch.setattr(node_build, "topic_partitions", topic_partitions)
         monkeypatch.setattr(node_build, "create_topics", create_topics)
         monkeypatch.setattr(node_build, "store_opener", store_opener)
@@ -97,7 +106,13 @@ def test_two_nodes_in_one_process_keep_their_own_kafka_security_and_memory(
 
     alice = KafkaSecurity("SASL_PLAINTEXT", "PLAIN", "alice", "s3cret")
     assert (a.kafka, b.kafka) == (alice, PLAINTEXT)
-    connects = ["topic_partitions", "create_topics", "GroupMember", "PartitionReader"]
+    connects = [
+        "read_latest",
+        "topic_partitions",
+        "create_topics",
+        "GroupMember",
+        "PartitionReader",
+    ]
     for built, name in ((a, "a"), (b, "b")):
         seen = kafka.seen[f"{name}:9092"]
         assert sorted({what for what, _ in seen}) == sorted([*connects, "DeadLetters"])

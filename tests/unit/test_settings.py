@@ -92,10 +92,15 @@ def test_the_jar_cache_is_the_checkouts_wherever_in_it_kiq_runs(
     assert settings.load(SparkSettings).jars_dir == checkout / ".cache" / "jars"
 
 
-def test_outside_a_checkout_the_jar_cache_is_under_the_working_directory_or_set(
+def test_outside_a_checkout_the_jar_cache_is_the_users_or_set(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
-    assert find_jar_cache() == tmp_path / ".cache" / "jars"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert find_jar_cache() == tmp_path / "xdg" / "kiq" / "jars"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # not absolute: ignored, as XDG says
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert find_jar_cache() == tmp_path / "home" / ".cache" / "kiq" / "jars"
+    assert settings.load(BrokerSettings).jars_dir == tmp_path / "home" / ".cache" / "kiq" / "jars"
     monkeypatch.setenv("KIQ_SPARK_JARS_DIR", "/opt/kiq/jars")
     assert settings.load(SparkSettings).jars_dir == Path("/opt/kiq/jars")
     cfg = write(tmp_path / "c.toml", '[broker]\njars_dir = "/srv/jars"\n')
@@ -118,11 +123,10 @@ def test_pipeline_settings_from_flags_env_and_toml(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_application_file_app_table(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    from kiq import catalog
     from kiq.settings import AppSettings
 
     default = settings.load(AppSettings)
-    assert default.endpoints == list(catalog.SHIPPED_ENDPOINTS), "bare nodes keep /v1/stocks"
+    assert default.endpoints == [], "no [app] endpoints: the core API only"
     assert (default.nodes, default.pipelines, default.home_dir) == (3, [], Path(".kiq/kiq"))
     assert default.table_partitions == 30
     cfg = write(
@@ -133,10 +137,44 @@ def test_the_application_file_app_table(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("KIQ_APP_NODES", "2")
     app = settings.load(AppSettings, cfg, port=9000)
     assert (app.name, app.nodes, app.port, app.endpoints) == ("shop", 2, 9000, [])
-    assert app.pipelines == ["shop/pipeline.py:build"] and app.feeds == [["kiq", "feed", "x"]]
+    # A file target in the application file is relative to that file's directory.
+    assert app.pipelines == [f"{tmp_path}/shop/pipeline.py:build"]
+    assert app.feeds == [["kiq", "feed", "x"]]
     assert app.table_partitions == 6, "the first input topic's"
     assert app.home_dir == Path(".kiq/shop")
     monkeypatch.setenv("KIQ_APP_ENDPOINTS", '["a.b:routes"]')
     assert settings.load(AppSettings, cfg).endpoints == ["a.b:routes"]
     with pytest.raises(ConfigError, match="KIQ_APP_NODES"):
         settings.load(AppSettings, cfg, nodes=0)
+
+
+def test_paths_in_the_application_file_are_relative_to_its_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    from kiq.settings import AppSettings, BrokerSettings, ServeSettings, SparkSettings
+
+    app_dir = tmp_path / "apps" / "shop"
+    app_dir.mkdir(parents=True)
+    cfg = write(
+        app_dir / "kiq.toml",
+        '[app]\nhome = "state"\npipelines = ["pipeline.py:build", "kiq.apps.x:build"]\n'
+        'endpoints = ["api.py:routes", "/abs/api.py:routes"]\n'
+        '[spark]\ncheckpoint_dir = "ckpt"\n[broker]\ndata_dir = "broker/data"\n'
+        '[serve]\ntables = ["ev=events,format=avro,schema=ev.avsc", "t=t"]\n',
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # wherever kiq runs
+    app = settings.load(AppSettings, cfg)
+    assert app.home_dir == app_dir / "state"
+    assert app.pipelines == [f"{app_dir}/pipeline.py:build", "kiq.apps.x:build"]
+    assert app.endpoints == [f"{app_dir}/api.py:routes", "/abs/api.py:routes"]
+    assert settings.load(SparkSettings, cfg).checkpoint_dir == str(app_dir / "ckpt")
+    assert settings.load(BrokerSettings, cfg).data_dir == app_dir / "broker" / "data"
+    serve = settings.load(ServeSettings, cfg)
+    assert serve.tables == [f"ev=events,format=avro,schema={app_dir / 'ev.avsc'}", "t=t"]
+    # A URI stays a URI; flags and the environment stay relative to the working directory.
+    write(cfg, '[spark]\ncheckpoint_dir = "s3a://bucket/ckpt"\n')
+    assert settings.load(SparkSettings, cfg).checkpoint_dir == "s3a://bucket/ckpt"
+    monkeypatch.setenv("KIQ_APP_HOME", "here")
+    assert settings.load(AppSettings, cfg).home_dir == Path("here")

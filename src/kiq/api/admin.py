@@ -33,6 +33,9 @@ def tables(node: NodeView) -> bytes:
                     "store": t.spec.store,
                     "standby_replicas": t.spec.standby_replicas,
                     "global": t.spec.global_,
+                    "sep": t.spec.key_separator,
+                    # how its pipeline declared it (the table catalog); null: a plain topic
+                    "declared": dict(t.spec.declared) if t.spec.declared is not None else None,
                 }
                 for t in node.tables.values()
             ]

@@ -22,7 +22,6 @@ from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
 
-from kiq import catalog
 from kiq.api import openapi
 from kiq.api.auth import Access, guard_lookup
 from kiq.api.batches import Batches
@@ -48,8 +47,9 @@ _TABLES = LOOKUP.path.partition("{table}")[0]
 class RecordWriter(Protocol):
     """Where the application's routes write (``kiq.node_build.LogWriter``: Kafka)."""
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> tuple[int, int]:
-        """(partition, offset) once the log has the record; raises ``WriteFailed``."""
+    async def send(self, topic: str, key: bytes, value: bytes | None) -> tuple[int, int]:
+        """(partition, offset) once the log has the record (``None``: a tombstone); raises
+        ``WriteFailed``."""
         ...
 
     def close(self) -> None: ...
@@ -65,7 +65,7 @@ class KiqApp:
         writer: RecordWriter,
         peers: Peers | None = None,
         start_node: bool = True,
-        endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
+        endpoints: AppRoutes = (),
         base: str | None = None,
         limits: LimitsSettings | None = None,
         security: Security | None = None,
@@ -179,7 +179,7 @@ def create_app(
     writer: RecordWriter,
     peers: Peers | None = None,
     start_node: bool = True,
-    endpoints: AppRoutes = catalog.SHIPPED_ENDPOINTS,
+    endpoints: AppRoutes = (),
     base: str | None = None,
     limits: LimitsSettings | None = None,
     security: Security | None = None,

@@ -2,10 +2,11 @@
 
 POST /v1/tables/{table}/multiget groups keys by partition and asks each owner
 once; GET /v1/tables/{table}/range asks every partition it may touch (one, when
-the prefix fixes the partition) and merges the answers in key order. The replica
-reader (``routing/reader.py``) reads each partition from its best replica, the
-next when one cannot answer. Values stay the stored bytes until the response is
-rendered.
+the prefix fixes the partition) and merges the answers in key order, ascending or
+(``order=desc``) descending. The replica reader (``routing/reader.py``) reads each
+partition from its best replica, the next when one cannot answer, and says which
+replica answered (``Source``: what ``kiq.Tables`` tells of staleness). Values stay
+the stored bytes until the response is rendered.
 
 Another node's ``Peers.multiget`` and ``Peers.scan`` are answered by
 ``internal_multiget`` and ``internal_scan``, from local replicas only.
@@ -32,7 +33,7 @@ from kiq.api.errors import (
 )
 from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param, prefix_end
 from kiq.node import NodeView
-from kiq.routing import Item, ReplicaReader
+from kiq.routing import Item, ReplicaReader, Source
 from kiq.routing.wire import (
     DecodeError,
     MultigetResult,
@@ -78,7 +79,7 @@ class Batches:
             raise BadRequest('"keys" must be a list of strings')
         if len(keys) > self.max_keys:
             raise TooLarge(f"at most {self.max_keys} keys per request", count=len(keys))
-        found, missing, unavailable = await self.get_many(runtime, keys, auth)
+        found, missing, unavailable, _ = await self.get_many(runtime, keys, auth)
         out: dict[str, Any] = {
             "found": {k: value_json(runtime, v) for k, v in found.items()},
             "missing": missing,
@@ -88,16 +89,23 @@ class Batches:
         return orjson.dumps(out)
 
     async def get_many(
-        self, runtime: TableRuntime, keys: list[str], auth: str | None
-    ) -> tuple[dict[str, bytes], list[str], list[str]]:
-        """(found: key → stored value, missing, unavailable): one call per owner, fallbacks
-        per partition."""
+        self,
+        runtime: TableRuntime,
+        keys: list[str],
+        auth: str | None,
+        max_lag: int | None = None,
+    ) -> tuple[dict[str, bytes], list[str], list[str], list[Source]]:
+        """(found: key → stored value, missing, unavailable, the replica that answered for
+        each partition): one call per owner, fallbacks per partition, only replicas within
+        ``max_lag`` when given."""
         by_partition: dict[int, list[bytes]] = defaultdict(list)
         for key in dict.fromkeys(keys):
             raw = key.encode()
             check_key(raw)
             by_partition[self.node.partition_of(runtime, key)].append(raw)
-        values, unanswered = await self.reader.get_many(runtime.spec.name, by_partition, auth)
+        values, unanswered, sources = await self.reader.get_many(
+            runtime.spec.name, by_partition, auth, max_lag
+        )
         found: dict[str, bytes] = {}
         missing: list[str] = []
         nobody = set(unanswered)
@@ -111,7 +119,7 @@ class Batches:
                 else:
                     found[raw.decode()] = value
         unavailable = [raw.decode() for p in unanswered for raw in by_partition[p]]
-        return found, missing, unavailable
+        return found, missing, unavailable, sources
 
     async def internal_multiget(self, body: bytes, caller: Principal | None = None) -> bytes:
         """Another node's ``Peers.multiget``: keys from local replicas, partitions refused.
@@ -134,20 +142,22 @@ class Batches:
         here = self.reader.here
         found: list[Item] = []
         refused: list[int] = []
+        sources: list[Source] = []
         for p, keys in by_partition.items():
-            items = await here.get(request.table, p, keys)
-            if items is None:
+            answer = await here.get(request.table, p, keys, request.max_lag)
+            if answer is None:
                 refused.append(p)
             else:
-                found.extend(items)
-        return encode(MultigetResult(found, refused))
+                found.extend(answer[0])
+                sources.append(answer[1])
+        return encode(MultigetResult(found, refused, sources))
 
     # -- range ---------------------------------------------------------------------
 
     async def range(self, table: str, params: dict[str, str], auth: str | None) -> bytes:
         runtime = self._table(table)
         limit = int_param(params, "limit", 1, MAX_RANGE_LIMIT) or 100
-        items, last_key = await self.scan(
+        items, last_key, _ = await self.scan(
             runtime,
             prefix=params.get("prefix", "").encode(),
             start=params.get("from", "").encode() or None,
@@ -155,6 +165,7 @@ class Batches:
             cursor=params.get("cursor"),
             limit=limit,
             auth=auth,
+            reverse=is_descending(params.get("order")),
         )
         out = [{"key": k.decode(), "value": value_json(runtime, v)} for k, v in items]
         next_cursor = encode_cursor(last_key) if last_key is not None else None
@@ -169,27 +180,45 @@ class Batches:
         cursor: str | None,
         limit: int,
         auth: str | None,
-    ) -> tuple[list[Item], bytes | None]:
-        """Up to ``limit`` (key, stored value) in key order, and the cursor key when there may
-        be more."""
+        reverse: bool = False,
+        max_lag: int | None = None,
+    ) -> tuple[list[Item], bytes | None, list[Source]]:
+        """Up to ``limit`` (key, stored value) in key order (descending when ``reverse``),
+        the cursor key when there may be more, and the replica that answered for each
+        partition read (only replicas within ``max_lag`` when given).
+
+        The bounds mean the same in either order: keys in [start, end) that start with
+        ``prefix``. The cursor is the last key of the previous page: the next page starts
+        after it, ascending, or below it, descending.
+        """
         if prefix:
             start = max(start or prefix, prefix)
             upper = prefix_end(prefix)
             end = upper if end is None else (min(end, upper) if upper else end)
         if cursor:
-            after = decode_cursor(cursor) + b"\x00"
-            start = after if start is None else max(start, after)
+            last = decode_cursor(cursor)
+            if reverse:
+                end = last if end is None else min(end, last)
+            else:
+                after = last + b"\x00"
+                start = after if start is None else max(start, after)
         partitions: Iterable[int] = range(runtime.partitions)
         fixed = runtime.spec.partition_key(prefix.decode()) if prefix else None
         if fixed is not None and fixed != prefix.decode():
             partitions = [self.node.partition_of(runtime, prefix.decode())]
         pages = await asyncio.gather(
-            *(self._scan(runtime.spec.name, p, start, end, limit, auth) for p in partitions)
+            *(
+                self._scan(runtime.spec.name, p, start, end, limit, auth, reverse, max_lag)
+                for p in partitions
+            )
         )
-        merged = list(heapq.merge(*pages, key=lambda item: item[0]))
-        more = len(merged) > limit or any(len(page) >= limit for page in pages)
+        merged = list(
+            heapq.merge(*(page.items for page in pages), key=lambda item: item[0], reverse=reverse)
+        )
+        more = len(merged) > limit or any(len(page.items) >= limit for page in pages)
         merged = merged[:limit]
-        return merged, (merged[-1][0] if more and merged else None)
+        sources = [page.source for page in pages if page.source is not None]
+        return merged, (merged[-1][0] if more and merged else None), sources
 
     async def _scan(
         self,
@@ -199,11 +228,15 @@ class Batches:
         end: bytes | None,
         limit: int,
         auth: str | None,
-    ) -> list[Item]:
-        items = await self.reader.scan(table, partition, start, end, limit, auth)
-        if items is None:
+        reverse: bool,
+        max_lag: int | None,
+    ) -> ScanResult:
+        page = await self.reader.scan(table, partition, start, end, limit, auth, reverse, max_lag)
+        if page is None:
             raise Unavailable(f"no replica of {table}[{partition}] could scan", partition=partition)
-        return items
+        if page.source is None:  # an older node that did not say
+            return ScanResult(page.items, Source(partition), reverse)
+        return page
 
     async def internal_scan(self, body: bytes, caller: Principal | None = None) -> bytes:
         """Another node's ``Peers.scan``: a page of a local replica, or 421; ``caller`` as
@@ -216,12 +249,27 @@ class Batches:
         if not 1 <= request.limit <= MAX_RANGE_LIMIT:
             raise BadRequest(f"limit must be between 1 and {MAX_RANGE_LIMIT}")
         table, partition = request.table, request.partition
-        items = await self.reader.here.scan(
-            table, partition, request.start, request.end, request.limit
+        page = await self.reader.here.scan(
+            table,
+            partition,
+            request.start,
+            request.end,
+            request.limit,
+            request.reverse,
+            request.max_lag,
         )
-        if items is None:
+        if page is None:
             raise NotHere(f"{self.node.node_id} holds no usable replica of {table}[{partition}]")
-        return encode(ScanResult(items))
+        return encode(page)
+
+
+def is_descending(order: str | None) -> bool:
+    """The ``order`` of a range: ``asc`` (the default) or ``desc``; a 400 for anything else."""
+    if not order or order == "asc":
+        return False
+    if order == "desc":
+        return True
+    raise BadRequest(f"order must be asc or desc, got {order!r}")
 
 
 def _may_read(caller: Principal | None, table: str) -> None:

@@ -52,6 +52,24 @@ class Table(Struct):
     global_: Annotated[bool, Meta(description="every node holds every partition")] = field(
         name="global"
     )
+    sep: Annotated[
+        str | None, Meta(description="composite keys: the part before it picks the partition")
+    ] = None
+    declared: Annotated[
+        Declaration | None,
+        Meta(description="how its pipeline declared it in the table catalog; null: a topic"),
+    ] = None
+
+
+class Declaration(Struct):
+    key: Annotated[list[str], Meta(description="the key's columns, joined by sep")]
+    sep: str | None
+    partitioning: Annotated[
+        str, Meta(description="key: by the first key part; input: the input's partition")
+    ]
+    pipeline: str
+    query: str
+    app: str
 
 
 class Tables(Struct):

@@ -6,11 +6,14 @@ handler takes a ``Request`` and returns a ``Reply``: ``json_reply`` for a JSON
 body, or ``Request.lookup`` for a table lookup's own answer (its value, status and
 X-Kiq-* headers, the raw path's fast case included), optionally enriched. Reads go
 through ``Request.tables``, which routes each partition to its replicas as the
-table API does and carries the caller's Authorization to other nodes; writes go
-through ``Request.write``, to the node's Kafka writer. On a node with
-authentication every route here needs a valid token, each table read through
-``Request.tables`` or ``Request.lookup`` needs read on that table, and
-``Request.write`` needs ``kiq:write`` (api/auth.py). Handlers raise ``ApiError``s
+table API does (the node's one ``ReplicaReader``, with the table API's ``max_lag``,
+``min_offset`` and ``wait_ms``) and carries the caller's Authorization to other
+nodes; what they answer is in results.py. Writes and deletes go through
+``Request.write`` and ``Request.delete``, to the node's Kafka writer. On a node with
+authentication every route here needs a valid token (``Request.principal`` is its
+caller, principal.py), each table read through ``Request.tables`` or
+``Request.lookup`` needs read on that table, and ``Request.write`` and
+``Request.delete`` need ``kiq:write`` (api/auth.py). Handlers raise ``ApiError``s
 (``BadRequest``, ``UnknownTable``, ...) for the answers ``send_error`` makes on
 every route.
 
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import msgspec
 import orjson
@@ -31,31 +34,39 @@ from starlette.responses import Response
 
 from kiq.api.asgi import Receive, Scope, Send, header, query
 from kiq.api.auth import AUTH_ON, caller, forwarded_caller, require_read, require_write
-from kiq.api.batches import MAX_RANGE_LIMIT, Batches, value_json
+from kiq.api.batches import MAX_RANGE_LIMIT, Batches, is_descending
 from kiq.api.errors import (
     BadRequest,
     InsufficientScope,
     Unauthorized,
-    Unavailable,
     UnknownTable,
+    lookup_error,
 )
-from kiq.api.lookups import Enrich, Lookups
-from kiq.api.params import encode_cursor, int_param
+from kiq.api.limits import caller_of
+from kiq.api.lookups import MAX_WAIT_MS, Enrich, Lookups
+from kiq.api.params import check_key, encode_cursor, int_param
+from kiq.api.principal import Principal
 from kiq.api.request_body import read_body
+from kiq.api.results import Many, Page, Read, Served
 from kiq.api.routes import RESERVED
 from kiq.api.spec import Answer, Doc, RouteSpec, Rule
 from kiq.api.targets import resolve
 from kiq.errors import ConfigError
-from kiq.security import Principal, read_scope
+from kiq.routing import Outcome
+from kiq.security import Principal as Verified
+from kiq.security import read_scope
 from kiq.tables import TableRuntime
 
 __all__ = [
     "MAX_RANGE_LIMIT",
     "Many",
     "Page",
+    "Principal",
+    "Read",
     "Reply",
     "Request",
     "Routes",
+    "Served",
     "Tables",
     "json_reply",
 ]
@@ -66,9 +77,10 @@ GENERIC = "declared by the application"  # the summary of a route declared witho
 
 
 class Writer(Protocol):
-    """The node's writer (``kiq.node_build.LogWriter``: the Kafka topic)."""
+    """The node's writer (``kiq.node_build.LogWriter``: the Kafka topic); a ``None`` value
+    is a tombstone, the record that deletes its key from a table."""
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> tuple[int, int]: ...
+    async def send(self, topic: str, key: bytes, value: bytes | None) -> tuple[int, int]: ...
 
 
 class Reply:
@@ -90,9 +102,17 @@ class _Json(Reply):
 
 def json_reply(value: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Reply:
     """``value`` as a JSON body (``bytes`` are sent as they are: JSON already); msgspec
-    Structs, a route's declared ``response`` type, in it included."""
-    body = value if isinstance(value, bytes) else orjson.dumps(value, default=msgspec.to_builtins)
+    Structs, a route's declared ``response`` type, and read-only mappings (a
+    ``Principal``'s claims) in it included."""
+    body = value if isinstance(value, bytes) else orjson.dumps(value, default=_builtins)
     return _Json(body, status, headers)
+
+
+def _builtins(value: Any) -> Any:
+    """What orjson does not encode itself, as what it does."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    return msgspec.to_builtins(value)
 
 
 class _Lookup(Reply):
@@ -111,58 +131,34 @@ class _Lookup(Reply):
         )
 
 
-@dataclass(frozen=True)
-class Many:
-    """What ``Tables.get_many`` found: stored values by key, and the keys it did not."""
-
-    table: TableRuntime
-    found: dict[str, bytes]
-    missing: list[str]
-    unavailable: list[str]  # no replica of their partitions could answer
-
-    def parsed(self) -> dict[str, Any]:
-        """The found values of a JSON table, parsed."""
-        return {key: orjson.loads(value) for key, value in self.found.items()}
-
-    def json_found(self) -> dict[str, Any]:
-        """The found values to put in a ``json_reply`` as the table API does (stored JSON as
-        it is, base64 for a raw table), without parsing them."""
-        return {key: value_json(self.table, value) for key, value in self.found.items()}
+Order = Literal["asc", "desc"]
+_MAX_COUNT = 2**62  # the largest max_lag or min_offset, as the table API's parameters
 
 
-@dataclass(frozen=True)
-class Page:
-    """What ``Tables.range`` read: (key, stored value) in key order, and where to go on."""
-
-    table: TableRuntime
-    items: list[tuple[str, bytes]]
-    next_cursor: str | None  # pass it back as ``cursor`` for the next page
-
-    def json_values(self) -> list[Any]:
-        """The values to put in a ``json_reply`` as the table API does (see ``Many``)."""
-        return [value_json(self.table, value) for _, value in self.items]
-
-    def json_items(self) -> list[dict[str, Any]]:
-        """``[{"key": ..., "value": ...}]``, as ``GET /v1/tables/{t}/range`` answers."""
-        return [{"key": key, "value": value_json(self.table, v)} for key, v in self.items]
+def _within(name: str, value: int | None, high: int = _MAX_COUNT) -> None:
+    """A freshness parameter checked as the table API checks its own: a 400 out of range."""
+    if value is not None and not 0 <= value <= high:
+        raise BadRequest(f"{name} must be between 0 and {high}, got {value}")
 
 
 class Tables:
     """Reads of the cluster's tables for one request, routed as the table API routes them."""
 
-    __slots__ = ("_auth", "_auth_on", "_batches", "_caller")
+    __slots__ = ("_auth", "_auth_on", "_batches", "_caller", "_parker")
 
     def __init__(
         self,
         batches: Batches,
         auth: str | None,
-        caller: Principal | None = None,
+        caller: Verified | None = None,
         auth_on: bool = False,
+        parker: str | None = None,
     ) -> None:
         self._batches = batches
         self._auth = auth  # what peers are told of the caller (``Principal.statement``)
         self._caller = caller  # None: no authentication on this node
         self._auth_on = auth_on  # the node checks tokens: no caller is no read (fail closed)
+        self._parker = parker  # whom a wait for ``min_offset`` counts against
 
     def serves(self, table: str) -> bool:
         """Whether this cluster serves ``table``."""
@@ -179,23 +175,88 @@ class Tables:
             raise UnknownTable(f"no table named {table!r}", table=table)
         return runtime
 
-    async def get(self, table: str, key: str) -> bytes | None:
-        """The stored value of ``key``, or None; ``Unavailable`` when no replica answers."""
-        many = await self.get_many(table, [key])
-        if many.unavailable:
-            raise Unavailable(f"no replica of {table} could answer for {key!r}", table=table)
-        return many.found.get(key)
+    async def read(
+        self,
+        table: str,
+        key: str,
+        *,
+        max_lag: int | None = None,
+        min_offset: int | None = None,
+        wait_ms: int = 0,
+    ) -> Read | None:
+        """``key``'s value and where it came from (offset, lag, stale, served by); None when
+        the table has no such key.
 
-    async def get_json(self, table: str, key: str) -> Any:
-        """The parsed value of ``key`` in a JSON table, or None."""
-        value = await self.get(table, key)
-        return None if value is None else orjson.loads(value)
-
-    async def get_many(self, table: str, keys: Sequence[str]) -> Many:
-        """Many keys, one call per node owning some of them."""
+        ``max_lag``, ``min_offset`` and ``wait_ms`` mean what they mean to
+        ``GET /v1/tables/{table}/keys/{key}``, and fail as they do there: ``Unavailable``
+        when ``min_offset`` is not applied within ``wait_ms`` or no replica (within
+        ``max_lag``) answers, ``BadRequest`` when out of range.
+        """
         runtime = self._runtime(table)
-        found, missing, unavailable = await self._batches.get_many(runtime, list(keys), self._auth)
-        return Many(runtime, found, missing, unavailable)
+        _within("max_lag", max_lag)
+        _within("min_offset", min_offset)
+        _within("wait_ms", wait_ms, MAX_WAIT_MS)
+        raw = check_key(key.encode())
+        partition = self._batches.node.partition_of(runtime, key)
+        parker = self._parker if min_offset is not None else None
+        result = await self._batches.reader.lookup(
+            table, partition, raw, max_lag, min_offset, wait_ms, self._auth, parker
+        )
+        if result.outcome is Outcome.MISSING:
+            return None
+        if result.outcome is not Outcome.FOUND:
+            raise lookup_error(result, table, partition, raw)
+        return Read(
+            runtime,
+            key,
+            result.value,
+            result.partition,
+            result.offset,
+            max(result.lag, 0),
+            result.stale,
+            result.served_by.decode(),
+        )
+
+    async def get(
+        self,
+        table: str,
+        key: str,
+        *,
+        max_lag: int | None = None,
+        min_offset: int | None = None,
+        wait_ms: int = 0,
+    ) -> bytes | None:
+        """The stored value of ``key``, or None; as ``read`` otherwise."""
+        found = await self.read(table, key, max_lag=max_lag, min_offset=min_offset, wait_ms=wait_ms)
+        return None if found is None else found.value
+
+    async def get_json(
+        self,
+        table: str,
+        key: str,
+        *,
+        max_lag: int | None = None,
+        min_offset: int | None = None,
+        wait_ms: int = 0,
+    ) -> Any:
+        """The value of ``key`` as a Python object (``Read.parsed``), or None; as ``read``
+        otherwise."""
+        found = await self.read(table, key, max_lag=max_lag, min_offset=min_offset, wait_ms=wait_ms)
+        return None if found is None else found.parsed()
+
+    async def get_many(
+        self, table: str, keys: Sequence[str], *, max_lag: int | None = None
+    ) -> Many:
+        """Many keys, one call per node owning some of them; only from replicas at most
+        ``max_lag`` records behind when given (keys of a partition none such holds are
+        ``unavailable``)."""
+        runtime = self._runtime(table)
+        _within("max_lag", max_lag)
+        found, missing, unavailable, sources = await self._batches.get_many(
+            runtime, list(keys), self._auth, max_lag
+        )
+        served = tuple(Served.of(s) for s in sources)
+        return Many(runtime, found, missing, unavailable, served)
 
     async def range(
         self,
@@ -206,16 +267,23 @@ class Tables:
         end: str | None = None,
         cursor: str | None = None,
         limit: int = 100,
+        order: Order = "asc",
+        max_lag: int | None = None,
     ) -> Page:
         """Keys in byte order: those starting with ``prefix``, from ``start`` (inclusive) to
         ``end`` (exclusive), after ``cursor``; at most ``limit`` (1 to ``MAX_RANGE_LIMIT``).
 
-        With a prefix that ends in the table's ``sep``, one partition is read.
+        ``order="desc"``: the same keys, highest first, a cursor going on below its key.
+        With a prefix that ends in the table's ``sep``, one partition is read. ``max_lag``:
+        only replicas at most that many records behind (``Unavailable`` if a partition has
+        none).
         """
         if not 1 <= limit <= MAX_RANGE_LIMIT:
             raise BadRequest(f"limit must be between 1 and {MAX_RANGE_LIMIT}, got {limit}")
+        reverse = is_descending(order)
         runtime = self._runtime(table)
-        items, last_key = await self._batches.scan(
+        _within("max_lag", max_lag)
+        items, last_key, sources = await self._batches.scan(
             runtime,
             prefix=prefix.encode(),
             start=start.encode() if start is not None else None,
@@ -223,11 +291,14 @@ class Tables:
             cursor=cursor,
             limit=limit,
             auth=self._auth,
+            reverse=reverse,
+            max_lag=max_lag,
         )
         return Page(
             runtime,
             [(k.decode(), v) for k, v in items],
             encode_cursor(last_key) if last_key is not None else None,
+            tuple(Served.of(s) for s in sources),
         )
 
 
@@ -242,13 +313,22 @@ class _Services:
 class Request:
     """One request to an application's route."""
 
-    __slots__ = ("_receive", "_services", "_tables", "path_params", "query", "scope")
+    __slots__ = (
+        "_principal",
+        "_receive",
+        "_services",
+        "_tables",
+        "path_params",
+        "query",
+        "scope",
+    )
 
     def __init__(self, scope: Scope, receive: Receive, services: _Services) -> None:
         self.scope = scope
         self._receive = receive
         self._services = services
         self._tables: Tables | None = None
+        self._principal: Principal | None = None
         self.path_params: dict[str, str] = scope.get("path_params", {})
         self.query: dict[str, str] = query(scope)
 
@@ -282,6 +362,17 @@ class Request:
             raise BadRequest(invalid) from exc
 
     @property
+    def principal(self) -> Principal | None:
+        """The verified caller: subject, scopes, the token's claims; None on a node without
+        authentication. Made when first asked for."""
+        if self._principal is None:
+            verified = caller(self.scope)
+            if verified is None:
+                return None
+            self._principal = Principal.of(verified, self.header("authorization"))
+        return self._principal
+
+    @property
     def tables(self) -> Tables:
         """The cluster's tables, read on behalf of this request's caller."""
         if self._tables is None:
@@ -291,6 +382,7 @@ class Request:
                 forwarded_caller(scope),
                 caller(scope),
                 bool(scope.get(AUTH_ON)),
+                caller_of(scope),
             )
         return self._tables
 
@@ -321,6 +413,14 @@ class Request:
         k = key.encode() if isinstance(key, str) else key
         v = value.encode() if isinstance(value, str) else value
         return await self._services.writer.send(topic, k, v)
+
+    async def delete(self, topic: str, key: bytes | str) -> tuple[int, int]:
+        """Writes a tombstone (``key`` with a null value) to ``topic``, the record that
+        deletes ``key`` from the tables served from it: (partition, offset) once Kafka has
+        it. As ``write`` otherwise: ``kiq.WriteFailed``, and ``kiq:write``."""
+        require_write(self.scope)
+        k = key.encode() if isinstance(key, str) else key
+        return await self._services.writer.send(topic, k, None)
 
 
 Handler = Callable[[Request], Awaitable[Reply]]

@@ -13,7 +13,7 @@ hand (app.py).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 from starlette.requests import Request
@@ -123,8 +123,13 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
             (
                 TABLE,
                 Param("prefix", str, "only keys starting with it"),
-                Param("from", str, "first key (inclusive)"),
-                Param("to", str, "last key (exclusive)"),
+                Param("from", str, "lowest key (inclusive)"),
+                Param("to", str, "highest key (exclusive)"),
+                Param(
+                    "order",
+                    Literal["asc", "desc"],
+                    "asc [default]: lowest key first; desc: highest first, cursors going down",
+                ),
                 Param(
                     "limit",
                     Annotated[int, Meta(ge=1, le=MAX_RANGE_LIMIT)],

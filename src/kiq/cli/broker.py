@@ -30,6 +30,22 @@ SaslUsername = Annotated[str | None, typer.Option(help="the SASL user [default: 
 SaslPasswordFile = Annotated[
     Path | None, typer.Option(help="its password [default: one made in DATA_DIR/sasl/password]")
 ]
+SaslUser = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--sasl-user",
+        help="another SASL user, NAME or NAME=PASSWORD_FILE (repeat) "
+        "[default password: one made in DATA_DIR/sasl/NAME.password]",
+    ),
+]
+Acl = Annotated[
+    bool | None,
+    typer.Option(
+        "--acl",
+        help="with --sasl: Kafka's StandardAuthorizer; the --sasl-username user is the super "
+        "user, the --sasl-user users may do only what ACLs allow",
+    ),
+]
 Brokers = Annotated[
     int | None,
     typer.Option(help="brokers of a local cluster, on ports port, port+1, ... [default: 1]"),
@@ -96,6 +112,8 @@ def start(
     sasl: Sasl = None,
     sasl_username: SaslUsername = None,
     sasl_password_file: SaslPasswordFile = None,
+    sasl_user: SaslUser = None,
+    acl: Acl = None,
     brokers: Brokers = None,
 ) -> None:
     """Start the broker(s) (formats storage on first start); returns once all answer."""
@@ -110,17 +128,36 @@ def start(
         sasl=sasl,
         sasl_username=sasl_username,
         sasl_password_file=sasl_password_file,
+        sasl_users=sasl_user or None,
+        acl=acl,
     )
     with console.status(f"starting the broker on {broker.bootstrap} ..."):
         status = run_or_exit(broker.start)
     _print(status)
     if broker.settings.sasl:
+        _print_users(broker)
+
+
+def _print_users(broker: LocalBroker) -> None:
+    """Each SASL user, its password file and the settings that point kiq at it as that user."""
+    admin = broker.settings.sasl_username
+    users = {admin: broker.password_file, **broker.users}
+    role = " (the super user)" if broker.settings.acl else ""
+    console.print("SASL_PLAINTEXT, mechanism PLAIN; point kiq at it with", highlight=False)
+    for name, path in users.items():
         console.print(
-            f"SASL_PLAINTEXT, mechanism PLAIN: user {broker.settings.sasl_username}, "
-            f"password in {broker.password_file}; point kiq at it with\n"
-            "  KIQ_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT "
-            f"KIQ_KAFKA_SASL_USERNAME={broker.settings.sasl_username} "
-            f"KIQ_KAFKA_SASL_PASSWORD_FILE={broker.password_file}",
+            f"  {name}{role if name == admin else ''}: "
+            f"KIQ_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT KIQ_KAFKA_SASL_USERNAME={name} "
+            f"KIQ_KAFKA_SASL_PASSWORD_FILE={path}",
+            highlight=False,
+            soft_wrap=True,  # one line to copy
+        )
+    if broker.settings.acl:
+        console.print(
+            f"ACLs: {', '.join(broker.users) or 'other users'} may do only what ACLs grant "
+            "(docs/security.md, Kafka ACLs); grant them as the super user, e.g. "
+            f"kafka-acls.sh --bootstrap-server {broker.bootstrap} "
+            f"--command-config {broker.admin_properties} --add ...",
             highlight=False,
         )
 

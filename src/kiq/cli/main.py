@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kiq.cli import bench, broker, demo, feed, pipeline, serve, spark, up
+from kiq.cli import bench, broker, demo, feed, new, pipeline, serve, setup, spark, up
 from kiq.cli.context import CliState, run_or_exit
 from kiq.logs import setup_logging
 
@@ -25,6 +25,8 @@ app.add_typer(spark.app, name="spark")
 app.command("demo")(demo.demo)
 app.command("serve")(serve.serve)
 app.command("up")(up.up)
+app.command("setup")(setup.setup)
+app.command("new")(new.new)
 
 
 @app.callback()

@@ -22,12 +22,11 @@ _TARGETS = (
 
 
 def _app_pipelines(config: Path | None) -> list[str]:
-    """The targets of the application file's ``[app] pipelines``."""
+    """The targets of the application file's ``[app] pipelines`` (a relative file beside it)."""
     from kiq.errors import ConfigError
 
-    app_table = settings.load_toml(settings.config_path(config)).get("app", {})
-    found = app_table.get("pipelines") if isinstance(app_table, dict) else None
-    if not found or not isinstance(found, list) or not all(isinstance(t, str) for t in found):
+    found = settings.load(settings.AppSettings, config).pipelines
+    if not found:
         raise ConfigError(
             "name the pipelines to run: kiq pipeline run TARGET..., or list them as "
             '[app] pipelines = ["file.py:build"] in the config file (--config)'
@@ -74,7 +73,7 @@ def run(
     from kiq.pipelines.kafka_io import StreamOptions
     from kiq.pipelines.runner import run_targets
     from kiq.pipelines.targets import resolve
-    from kiq.tables import parse_table
+    from kiq.tables.declared import parse_serve_tables
 
     state: CliState = ctx.obj
     wanted: list[str] = targets or run_or_exit(lambda: _app_pipelines(state.config))
@@ -105,6 +104,7 @@ def run(
     )
     # ctx.write_table(name, ...) writes the topic the config's [serve] tables give `name`.
     serve = run_or_exit(lambda: settings.load(settings.ServeSettings, state.config))
-    tables = run_or_exit(lambda: [parse_table(t) for t in serve.tables])
-    topics = {t.name: t.topic for t in tables}
-    run_or_exit(lambda: run_targets(chosen, spark, opts, conf.partitions, topics))
+    served = run_or_exit(lambda: parse_serve_tables(serve.tables)[0])
+    topics = {t.name: t.topic for t in served if t.topic is not None}
+    app_name = run_or_exit(lambda: settings.load(settings.AppSettings, state.config)).name
+    run_or_exit(lambda: run_targets(chosen, spark, opts, conf.partitions, topics, app=app_name))

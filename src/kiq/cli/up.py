@@ -36,8 +36,11 @@ if TYPE_CHECKING:
     from kiq.feeds import FeedSettings
     from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
     from kiq.tables import TableSpec
+    from kiq.tables.declared import Served
 
 STOP_TIMEOUT_S = 30.0
+# Spark's start and the pipelines' first checks, until they have declared their tables.
+DECLARE_TIMEOUT_S = 300.0
 
 
 class _Stopped(Exception):
@@ -126,7 +129,7 @@ class Plan:
 
     file: Path | None
     node: settings.NodeSettings
-    tables: list[TableSpec]
+    served: list[Served]  # [serve] tables; the pipelines declare theirs in the catalog
     broker: settings.BrokerSettings
     pipeline: settings.PipelineSettings
     feed: FeedSettings
@@ -169,11 +172,16 @@ class Plan:
         **flags: Any,
     ) -> Plan:
         from kiq.feeds import FeedSettings
-        from kiq.node_build import app_endpoints, table_specs
+        from kiq.node_build import app_endpoints, served_tables
 
         file = settings.config_path(config)
         node = settings.NodeSettings.load(file, limits=limits, tls=tls, app=flags)
-        tables = table_specs(node.serve)
+        served = served_tables(node.serve)
+        if not served and not node.app.pipelines:
+            raise ConfigError(
+                "nothing to serve: give [app] pipelines (their tables are served) or "
+                "[serve] tables (NAME=TOPIC)"
+            )
         app_endpoints(node)  # a typo fails now, not in every node's log
         for command in node.app.feeds:
             if not command:
@@ -185,7 +193,7 @@ class Plan:
         return cls(
             file.resolve() if file is not None else None,
             dataclasses.replace(node, serve=node.serve.model_copy(update=on_it)),
-            tables,
+            served,
             broker,
             pipeline.model_copy(update=on_it),
             settings.load(FeedSettings, file).model_copy(update=on_it),
@@ -240,6 +248,7 @@ class Running:
         ]
         self.feeds: list[subprocess.Popen[bytes]] = []
         self._broker_was_running = False
+        self.tables: list[TableSpec] = []  # once the pipelines declared theirs
 
     @property
     def url(self) -> str:
@@ -268,9 +277,18 @@ class Running:
         self._create_topics()
         self._check()
         if self.pipeline is not None:
+            since_ms = int(time.time() * 1000) - 1000
             self.pipeline.start()
             names = " ".join(app.pipelines)
             _done(f"Spark pipelines starting: {names} (log: {self.pipeline.log_file})")
+            with console.status("waiting for the pipelines to declare their tables ..."):
+                self._until(
+                    functools.partial(self._declared, since_ms),
+                    DECLARE_TIMEOUT_S,
+                    "table declarations from the pipelines",
+                )
+        self.tables = self._resolve_tables()
+        _done("tables: " + ", ".join(t.name for t in self.tables))
         for node in self.nodes:
             node.start()
         with console.status("waiting for the serving nodes ..."):
@@ -288,10 +306,12 @@ class Running:
         inputs, security = self.plan.app.topics, self.security
         if inputs:
             create_topics(self.bootstrap, inputs, security=security)
+        # Topics [serve] tables names itself (NAME=TOPIC); the pipelines create their tables'.
         missing = [
             t.topic
-            for t in self.plan.tables
-            if t.topic not in inputs
+            for t in self.plan.served
+            if t.topic is not None
+            and t.topic not in inputs
             and topic_partitions(self.bootstrap, t.topic, security=security) is None
         ]
         if missing:
@@ -303,6 +323,39 @@ class Running:
             )
         made = [*inputs, *missing]
         _done(f"topics: {', '.join(made) if made else 'all there already'}")
+
+    def _catalog(self) -> dict[str, bytes]:
+        from kiq.catalog import CATALOG_TOPIC
+        from kiq.kafka import compacted
+
+        return compacted.read_latest(self.bootstrap, CATALOG_TOPIC, security=self.security)
+
+    def _declared(self, since_ms: int) -> bool:
+        """Whether every pipeline has declared its tables since ``since_ms``."""
+        from kiq.pipelines.targets import target_name
+        from kiq.tables.declared import decode_started
+
+        started = decode_started(self._catalog())
+        return all(
+            (s := started.get(target_name(p))) is not None and s.started_at_ms >= since_ms
+            for p in self.plan.app.pipelines
+        )
+
+    def _resolve_tables(self) -> list[TableSpec]:
+        """What the nodes will serve: [serve] tables completed from the catalog."""
+        from kiq.node_build import check_tables
+        from kiq.tables.declared import decode_catalog, parse_serve_tables, resolve_tables
+
+        serve = self.plan.node.serve
+        tables = resolve_tables(
+            self.plan.served,
+            decode_catalog(self._catalog()),
+            app=self.plan.app.name,
+            default_standby=serve.standby_replicas,
+            every_declared=parse_serve_tables(serve.tables)[1],
+        )
+        check_tables(tables)
+        return tables
 
     def _start_feed(self, command: list[str]) -> None:
         argv = _argv(command)
@@ -333,7 +386,7 @@ class Running:
         a table still empty waits for input (the word counts, for a first POST).
         """
         started = time.monotonic()
-        waiting = {t.name for t in self.plan.tables}
+        waiting = {t.name for t in self.tables}
         warming = "Spark warming up" if self.pipeline is not None else "waiting for data"
         with console.status(f"{warming} ...") as status:
             while waiting:
@@ -344,7 +397,7 @@ class Running:
                     waiting -= arrived
                     _done(f"data in {', '.join(sorted(arrived))} ({elapsed:.0f}s)")
                 if waiting:
-                    what = warming if len(waiting) == len(self.plan.tables) else "waiting"
+                    what = warming if len(waiting) == len(self.tables) else "waiting"
                     names = ", ".join(sorted(waiting))
                     status.update(f"{what} ({elapsed:.0f}s): no data yet in {names}")
                     if self.stopping.wait(1.0):
@@ -376,9 +429,9 @@ class Running:
         url = self.url
         lines = [line.replace("{url}", url) for line in self.plan.app.examples]
         if not lines:
-            for t in self.plan.tables:
+            for t in self.tables:
                 lines.append(f"curl -s '{url}/v1/tables/{t.name}/range?limit=5'")
-            lines.append(f"curl -i {url}/v1/tables/{self.plan.tables[0].name}/keys/KEY")
+            lines.append(f"curl -i {url}/v1/tables/{self.tables[0].name}/keys/KEY")
         lines += [f"curl -s {url}/v1/metadata?cluster=true", f"curl -s {url}/metrics | grep kiq_"]
         examples = "\n".join(f"  {line}" for line in lines)
         console.print(

@@ -1,21 +1,43 @@
 """Topic administration and broker liveness checks.
 
 Each call connects with the ``security`` it is given (PLAINTEXT when none is).
+
+kiq creates only the topics that do not exist (described first), so it runs with a
+managed cluster's credentials that may only use topics an administrator made. When
+the broker will not let it create one, or will not even say whether one exists
+(no DESCRIBE), the error names each topic with its partitions, replication and
+settings as a ``kafka-topics.sh --create`` line, and the ``kafka-acls.sh`` line
+that lets kiq's user use them.
 """
 
 from __future__ import annotations
 
+import logging
+import shlex
 import socket
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kiq.errors import ConfigError, KiqError
+from kiq.errors import ConfigError, KiqError, SetupError
 from kiq.kafka.config import client_config
 from kiq.kafka.logs import KAFKA_LOG
 from kiq.kafka.security import PLAINTEXT, KafkaSecurity
+
+log = logging.getLogger(__name__)
+
+# What a broker answers when these credentials may not create a topic (an ACL, or a
+# managed cluster's creation policy).
+_CREATE_REFUSED = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.POLICY_VIOLATION,
+    }
+)
 
 
 def _admin(bootstrap: str, security: KafkaSecurity, **extra: str | int | float) -> AdminClient:
@@ -80,7 +102,8 @@ def broker_count(
 def topic_partitions(
     bootstrap: str, topic: str, timeout_s: float = 10.0, *, security: KafkaSecurity = PLAINTEXT
 ) -> int | None:
-    """The partition count of ``topic``, or None when it does not exist."""
+    """The partition count of ``topic``, or None when it does not exist, or when kiq's
+    user may not DESCRIBE it (then ``create_topics`` says what to grant or create)."""
     failures = KAFKA_LOG.auth_failures
     admin = _admin(bootstrap, security)
     try:
@@ -88,9 +111,15 @@ def topic_partitions(
     except KafkaException as exc:
         raise _refused(admin, bootstrap, failures) or exc from exc
     meta = md.topics.get(topic)
-    if meta is None or meta.error is not None:
+    if meta is not None and meta.error is not None:
+        if meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            log.warning(
+                "kafka user %s may not DESCRIBE topic %s: taken as missing",
+                _principal(security),
+                topic,
+            )
         return None
-    return len(meta.partitions)
+    return None if meta is None else len(meta.partitions)
 
 
 def replication_for(brokers: int) -> tuple[int, dict[str, str]]:
@@ -115,41 +144,123 @@ def create_topics(
     timeout_s: float = 30.0,
     security: KafkaSecurity = PLAINTEXT,
 ) -> None:
-    """Create topics (name → partition count) and wait until every one has leaders.
+    """Create the topics (name → partition count) that do not exist; wait until every one
+    has leaders.
 
-    An existing topic with the same partition count is fine; a different count is
-    an error, since key → partition would change under the data. Without a
-    ``replication_factor``, the cluster decides it (``replication_for``).
+    The topics are described first (one metadata request), and only the missing ones
+    created: a user who may not create topics runs with topics made for it. One that
+    another client creates meanwhile is fine. An existing topic with the same partition
+    count is fine; a different count is an error, since key → partition would change
+    under the data. Without a ``replication_factor``, the cluster decides it
+    (``replication_for``). A broker that refuses to create a topic, or to say whether
+    it exists, raises ``SetupError`` with the commands that create it and grant kiq's
+    user its ACLs.
     """
     wanted = dict(topics) if isinstance(topics, Mapping) else dict.fromkeys(topics, partitions)
+    if not wanted:
+        return
     failures = KAFKA_LOG.auth_failures
     admin = _admin(bootstrap, security)
-    if replication_factor is None:
-        brokers = len(admin.list_topics(timeout=timeout_s).brokers)
-        replication_factor, durable = replication_for(brokers)
-        config = {**durable, **(config or {})}
+    found, denied = _describe(admin, bootstrap, failures, list(wanted), timeout_s)
+    for name, count in found.items():
+        _check_count(name, count, wanted[name])
+    missing = {name: n for name, n in wanted.items() if name not in found}
+    if missing:
+        if replication_factor is None:
+            brokers = len(admin.list_topics(timeout=timeout_s).brokers)
+            replication_factor, durable = replication_for(brokers)
+            config = {**durable, **(config or {})}
+        specs = [
+            _Topic(name, n, replication_factor, dict(config or {})) for name, n in missing.items()
+        ]
+        creatable = [t for t in specs if t.name not in denied]
+        refused = _create(admin, bootstrap, failures, creatable, timeout_s) if creatable else {}
+        if refused or denied:
+            raise SetupError(_not_allowed(bootstrap, security, specs, refused, denied))
+    _wait_for_leaders(admin, wanted, timeout_s)
+
+
+@dataclass(frozen=True)
+class _Topic:
+    """A topic kiq would create: what ``kafka-topics.sh --create`` needs to make it so."""
+
+    name: str
+    partitions: int
+    replication: int
+    config: dict[str, str]
+
+    def new_topic(self) -> NewTopic:
+        return NewTopic(
+            self.name,
+            num_partitions=self.partitions,
+            replication_factor=self.replication,
+            config=self.config,
+        )
+
+    def create_command(self, bootstrap: str) -> str:
+        words = ["kafka-topics.sh", "--bootstrap-server", bootstrap, "--create"]
+        words += ["--topic", self.name, "--partitions", str(self.partitions)]
+        words += ["--replication-factor", str(self.replication)]
+        for key, value in sorted(self.config.items()):
+            words += ["--config", f"{key}={value}"]
+        return shlex.join(words)
+
+
+def _describe(
+    admin: AdminClient, bootstrap: str, failures: int, names: list[str], timeout_s: float
+) -> tuple[dict[str, int], set[str]]:
+    """The partition count of each of ``names`` that exists, and those kiq may not
+    DESCRIBE (which Kafka answers alike whether they exist or not)."""
+    futures = admin.describe_topics(TopicCollection(names), request_timeout=timeout_s)
+    found: dict[str, int] = {}
+    denied: set[str] = set()
+    for name, fut in futures.items():
+        try:
+            found[name] = len(fut.result().partitions)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                denied.add(name)
+            elif code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise _refused(admin, bootstrap, failures) or KiqError(
+                    f"could not describe topic {name!r}: {exc.args[0].str()}"
+                ) from exc
+    return found, denied
+
+
+def _create(
+    admin: AdminClient, bootstrap: str, failures: int, topics: list[_Topic], timeout_s: float
+) -> dict[str, KafkaError]:
+    """Create ``topics``; those the broker may not create for these credentials, and why."""
     futures = admin.create_topics(
-        [
-            NewTopic(
-                name,
-                num_partitions=n,
-                replication_factor=replication_factor,
-                config=dict(config or {}),
-            )
-            for name, n in wanted.items()
-        ],
-        operation_timeout=timeout_s,
-        request_timeout=timeout_s,
+        [t.new_topic() for t in topics], operation_timeout=timeout_s, request_timeout=timeout_s
     )
+    refused: dict[str, KafkaError] = {}
     for name, fut in futures.items():
         try:
             fut.result()
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                refused = _refused(admin, bootstrap, failures)
-                raise refused or KiqError(
-                    f"could not create topic {name!r}: {exc.args[0].str()}"
-                ) from exc
+            error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue  # another client made it meanwhile
+            if error.code() in _CREATE_REFUSED:
+                refused[name] = error
+                continue
+            raise _refused(admin, bootstrap, failures) or KiqError(
+                f"could not create topic {name!r}: {error.str()}"
+            ) from exc
+    return refused
+
+
+def _check_count(name: str, count: int, wanted: int) -> None:
+    if count != wanted:
+        raise KiqError(
+            f"topic {name!r} exists with {count} partitions, not {wanted}: "
+            "delete it or ask for its real count"
+        )
+
+
+def _wait_for_leaders(admin: AdminClient, wanted: Mapping[str, int], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     for name, n in wanted.items():
         while True:
@@ -160,15 +271,54 @@ def create_topics(
                 and md.partitions
                 and all(p.leader >= 0 for p in md.partitions.values())
             ):
-                if len(md.partitions) != n:
-                    raise KiqError(
-                        f"topic {name!r} exists with {len(md.partitions)} partitions, not {n}: "
-                        "delete it or ask for its real count"
-                    )
+                _check_count(name, len(md.partitions), n)
                 break
             if time.monotonic() > deadline:
                 raise KiqError(f"topic {name!r} has no leaders after {timeout_s:.0f}s")
             time.sleep(0.1)
+
+
+def _principal(security: KafkaSecurity) -> str:
+    """kiq's Kafka principal as ACLs name it; a placeholder where the broker derives it
+    (from a client certificate, say)."""
+    return f"User:{security.username}" if security.sasl else "User:KIQ_PRINCIPAL"
+
+
+def _not_allowed(
+    bootstrap: str,
+    security: KafkaSecurity,
+    topics: list[_Topic],
+    refused: Mapping[str, KafkaError],
+    denied: set[str],
+) -> str:
+    """What the broker would not do, and the commands that make and grant what kiq needs."""
+    principal = _principal(security)
+    named = [t for t in topics if t.name in refused or t.name in denied]
+    why = []
+    if refused:
+        first = next(iter(refused.values()))
+        why.append(f"create {_names(refused)} ({first.name()}: {first.str()})")
+    if denied:
+        why.append(f"DESCRIBE {_names(denied)}, so kiq cannot tell whether they exist")
+    grant = ["kafka-acls.sh", "--bootstrap-server", bootstrap, "--add"]
+    grant += ["--allow-principal", principal]
+    grant += ["--operation", "Describe", "--operation", "Read", "--operation", "Write"]
+    for t in named:
+        grant += ["--topic", t.name]
+    creates = "".join(f"\n  {t.create_command(bootstrap)}" for t in named)
+    return (
+        f"Kafka at {bootstrap} does not let kiq's user ({principal}) {'; nor '.join(why)}. "
+        "kiq creates only the topics that do not exist: have an administrator create them "
+        f"(with the admin's --command-config):{creates}\n"
+        "and let kiq's user use them (Describe, plus Read where it reads and Write where it "
+        f"writes; docs/security.md, Kafka ACLs, has the least set):\n  {shlex.join(grant)}"
+    )
+
+
+def _names(names: Iterable[str]) -> str:
+    """``topic 'a'``, ``topics 'a', 'b'``."""
+    quoted = [repr(name) for name in sorted(names)]
+    return f"topic{'s' if len(quoted) > 1 else ''} {', '.join(quoted)}"
 
 
 def delete_topics(

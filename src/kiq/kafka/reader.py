@@ -7,6 +7,7 @@ so the reader can tell when a replica has caught up with the log end.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from kiq.kafka.config import client_config
 from kiq.kafka.logs import KAFKA_LOG
 from kiq.kafka.security import KafkaSecurity
+
+log = logging.getLogger(__name__)
 
 Partition = tuple[str, int]
 
@@ -116,6 +119,10 @@ class PartitionReader:
                     batch.append(msg)
             elif err.code() == KafkaError._PARTITION_EOF:
                 ends[(msg.topic(), msg.partition())] = msg.offset()
+            elif err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED and msg.topic() is None:
+                # The reader assigns partitions and commits nothing: its group is only
+                # looked up, and a user without Describe on it still reads.
+                log.warning("kafka: %s (this reader uses no group; reading goes on)", err.str())
             elif not err.retriable():
                 raise RuntimeError(f"reading {msg.topic()}[{msg.partition()}] failed: {err}")
         if records or ends:

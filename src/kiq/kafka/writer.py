@@ -49,7 +49,7 @@ class AsyncProducer:
         while not self._stop.is_set():
             self._producer.poll(0.05)
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> tuple[int, int]:
+    async def send(self, topic: str, key: bytes, value: bytes | None) -> tuple[int, int]:
         """Write one record; returns (partition, offset) once the broker has it."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[tuple[int, int]] = loop.create_future()

@@ -5,8 +5,11 @@ kiq chooses what a hand-written ``writeStream`` leaves to its author: the topics
 when the query joins two streams, the only mode Spark allows there), the checkpoint
 (``CHECKPOINT_ROOT/PIPELINE/QUERY``: one per query, named after the target and the
 table, so a restart resumes it), the trigger, and the partitioner (composite keys go
-to the partition of their first part, see ``jvm/kiq-partitioner``). Every check runs
-before the query starts, so a mistake is an error, not bad records in a topic.
+to the partition of their first part, see ``kiq/runtime/jvm/partitioner``). Every check
+runs before the query starts, so a mistake is an error, not bad records in a topic. Each
+table is then declared in the table catalog (``kiq.tables.declared``), from which the
+nodes learn what to serve. What it reads from and writes to is one collaborator, ``io``
+(``kiq.pipelines.io``): Kafka and streaming queries, or ``kiq.testing``'s batch.
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kiq.errors import ConfigError, SetupError
-from kiq.kafka import create_topics, topic_partitions
+from kiq.errors import ConfigError
 from kiq.pipelines import records
-from kiq.pipelines.kafka_io import StreamOptions, read_topics, write_topic
+from kiq.pipelines.io import KafkaIO, PipelineIO
+from kiq.pipelines.kafka_io import StreamOptions
 from kiq.pipelines.plans import realtime_blockers, source_ids, stateful, streams_joined
 from kiq.pipelines.realtime import local_slots, runs_in_realtime
 from kiq.pipelines.tables import TableOutput, letters_records, table_records
-from kiq.runtime.jars import PARTITIONER_CLASS, SEPARATOR_OPTION
+from kiq.tables.declared import Declared
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -68,10 +71,23 @@ class Context:
     table_topics: Mapping[str, str] = field(default_factory=dict)  # [serve] tables
     partitioner_jar: Path | None = None
     queries: list[StreamingQuery] = field(default_factory=list)
+    # Where reads come from and tables go (Kafka and streaming queries unless a test's).
+    io: PipelineIO | None = None
+    app: str = "kiq"  # [app] name: whose nodes serve the tables it declares
+    declared: list[str] = field(default_factory=list)  # the tables it declared, in order
     _reads: list[_Read] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
     _slots_taken: int = 0  # held by this context's queries beside real-time ones
     _any_realtime: bool = False
+
+    def __post_init__(self) -> None:
+        if self.io is None:
+            self.io = KafkaIO(self.spark, self.opts, self.partitioner_jar)
+
+    @property
+    def _io(self) -> PipelineIO:
+        assert self.io is not None  # __post_init__ sets it
+        return self.io
 
     @property
     def trigger(self) -> str:
@@ -91,14 +107,12 @@ class Context:
         (``TOPIC-dlq``) with the reason."""
         if schema is not None:
             records.as_struct(schema)  # a bad schema fails before any topic is created
-        partitions = topic_partitions(self.opts.bootstrap, topic, security=self.opts.security)
+        partitions = self._io.partitions(topic)
         if partitions is None:
-            create_topics(
-                self.opts.bootstrap, {topic: self.partitions}, security=self.opts.security
-            )
+            self._io.create({topic: self.partitions}, {})
             partitions = self.partitions
         # Real-Time Mode reads each partition in a task of its own (no coalescing).
-        raw = read_topics(self.spark, self.opts, topic, realtime=self.opts.trigger != "microbatch")
+        raw = self._io.read(topic, realtime=self.opts.trigger != "microbatch")
         parsed = records.parse_records(raw, schema, tuple(reject))
         checked = schema is not None or bool(reject)
         letters = (dead_letters or f"{topic}-dlq") if checked else None
@@ -121,10 +135,15 @@ class Context:
         *,
         partition: str | None = None,
         dead_letters: str | None = None,
+        delete: str | None = None,
     ) -> StreamingQuery:
         """Start the query that keeps table ``name`` (topic: ``topic``, else the table's in
-        the config's ``[serve] tables``, else ``name``) equal to ``df``, keyed by ``key``."""
-        table = TableOutput(name, topic or self.table_topics.get(name, name), _key(key), sep, value)
+        the config's ``[serve] tables``, else ``name``) equal to ``df``, keyed by ``key``.
+
+        ``delete``: a boolean column; a row where it is true deletes its key (a tombstone)."""
+        table = TableOutput(
+            name, topic or self.table_topics.get(name, name), _key(key), sep, value, delete
+        )
         letters = dead_letters or f"{table.topic}-dlq"
         return self._write_tables(name, df, [table], letters, None, partitions, partition)
 
@@ -141,6 +160,7 @@ class Context:
         partitions: int | None = None,
         partition: str | None = None,
         dead_letters: str | None = None,
+        delete: str | None = None,
     ) -> StreamingQuery:
         """One query, several tables: each row goes to the table its ``table`` column names
         (one aggregation can hold several kinds of groups). ``key``, ``sep`` and ``value``
@@ -162,6 +182,7 @@ class Context:
                 _key(key[n] if isinstance(key, Mapping) else key),
                 sep[n] if isinstance(sep, Mapping) else sep,
                 value.get(n) if isinstance(value, Mapping) else value,
+                delete,
             )
             for n in names
         ]
@@ -218,6 +239,23 @@ class Context:
         options = {} if partition is not None else self._partitioner(outputs)
         self._create({o.topic: count for o in outputs}, COMPACTED)
         self._letters_topic(letters)
+        self.declared.extend(o.name for o in outputs)
+        self._io.declare(
+            [
+                Declared(
+                    table=o.name,
+                    topic=o.topic,
+                    key=o.key,
+                    sep=o.sep if o.composite else None,
+                    partitioning="input" if partition is not None else "key",
+                    partitions=count,
+                    app=self.app,
+                    pipeline=self.pipeline,
+                    query=name,
+                )
+                for o in outputs
+            ]
+        )
         frame = table_records(df, outputs, letters, table_column, partition)
         realtime = self._realtime(name, df, reads)
         return self._start(self._carry(frame, df, reads, realtime), df, name, options, realtime)
@@ -237,29 +275,15 @@ class Context:
 
     def _partitioner(self, outputs: Sequence[TableOutput]) -> dict[str, str]:
         """Sink options that send composite keys to their first part's partition."""
-        composite = {o.topic: o.sep for o in outputs if o.composite}
-        if not composite:
-            return {}
-        if self.partitioner_jar is None:
-            raise SetupError(
-                f"tables {sorted(composite)} have composite keys, whose partitioner "
-                "(jvm/kiq-partitioner) is not built: run `make jars` in the kiq checkout"
-            )
-        options = {"kafka.partitioner.class": PARTITIONER_CLASS}
-        options |= {f"kafka.{SEPARATOR_OPTION}{t}": sep for t, sep in composite.items()}
-        return options
+        return self._io.sink_options({o.topic: o.sep for o in outputs if o.composite})
 
     def _create(self, topics: Mapping[str, int], config: Mapping[str, str]) -> None:
-        if topics:
-            create_topics(
-                self.opts.bootstrap, dict(topics), config=config, security=self.opts.security
-            )
+        self._io.create(topics, config)
 
     def _letters_topic(self, topic: str) -> None:
         """A dead-letter topic: one partition when kiq creates it, any count when it exists."""
-        security = self.opts.security
-        if topic_partitions(self.opts.bootstrap, topic, security=security) is None:
-            create_topics(self.opts.bootstrap, {topic: 1}, security=security)
+        if self._io.partitions(topic) is None:
+            self._io.create({topic: 1}, {})
 
     def _realtime(self, name: str, df: DataFrame, reads: list[_Read]) -> bool:
         """Whether the query runs in Real-Time Mode: the trigger asks for it (or ``auto``),
@@ -318,12 +342,12 @@ class Context:
         dead letters of a real-time query run in a stateless real-time query of their own,
         reading the topic again."""
         assert r.dead_letters is not None
-        raw = read_topics(self.spark, self.opts, r.topic, realtime=True)
+        raw = self._io.read(r.topic, realtime=True)
         schema, reject = r.realtime_args
         parsed = records.parse_records(raw, schema, reject)
         letters = letters_records(records.dead_letters(parsed), r.dead_letters)
         name = self._claim(r.dead_letters)
-        self.queries.append(write_topic(letters, self.opts, None, name, realtime=True))
+        self.queries.append(self._io.start(letters, name, realtime=True))
 
     def _start(
         self,
@@ -333,10 +357,8 @@ class Context:
         options: Mapping[str, str],
         realtime: bool,
     ) -> StreamingQuery:
-        query = write_topic(
+        query = self._io.start(
             frame,
-            self.opts,
-            None,
             name,
             realtime=realtime,
             mode="append" if streams_joined(df) else "update",

@@ -36,15 +36,13 @@ def _nodes(plan: Any) -> Iterator[Any]:
 
 
 def source_ids(df: DataFrame) -> frozenset[str]:
-    """One id per streaming read the DataFrame comes from: its source's output attributes,
-    whose expression ids are unique to one ``readStream...load()``. The analyzed plan: a
-    fresh read's logical plan is an unresolved source, resolved once, when first used."""
+    """One id per read the DataFrame comes from: its leaves' output attributes, whose
+    expression ids are unique to one ``readStream...load()`` (or to the batch frame
+    ``kiq.testing`` reads instead, hence every leaf, not only streaming ones; a static
+    side's leaf matches no read). The analyzed plan: a fresh read's logical plan is an
+    unresolved source, resolved once, when first used."""
     plan = df._jdf.queryExecution().analyzed()
-    return frozenset(
-        n.output().mkString(",")
-        for n in _nodes(plan)
-        if n.children().size() == 0 and n.isStreaming()
-    )
+    return frozenset(n.output().mkString(",") for n in _nodes(plan) if n.children().size() == 0)
 
 
 def _joins_streams(node: Any) -> bool:

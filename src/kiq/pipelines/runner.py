@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from kiq.catalog import CATALOG_TOPIC
 from kiq.errors import ConfigError, KiqError
+from kiq.kafka import compacted
 from kiq.pipelines.context import COMPACTED, Context
 from kiq.pipelines.kafka_io import StreamOptions
 from kiq.pipelines.realtime import realtime_local_master
@@ -22,6 +24,7 @@ from kiq.pipelines.session import build_session
 from kiq.pipelines.targets import Target
 from kiq.runtime.jars import partitioner_jar
 from kiq.settings import SparkSettings
+from kiq.tables.declared import Started
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,6 +81,7 @@ def run_targets(
     partitions: int = 30,
     table_topics: Mapping[str, str] | None = None,
     stop_event: threading.Event | None = None,
+    app: str = "kiq",
 ) -> None:
     """Build every target's queries in one Spark session; block until a signal or a failure.
 
@@ -96,6 +100,7 @@ def run_targets(
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
     queries: list[StreamingQuery] = []
+    started: dict[str, list[str]] = {}  # pipeline name -> the tables it declared
     checkpoints: dict[str, str] = {}  # query name -> its pipeline's checkpoint root
     jar = partitioner_jar(spark_settings.jars_dir)
     try:
@@ -112,7 +117,7 @@ def run_targets(
                 opts.trigger,
                 mine.checkpoint_root,
             )
-            ctx = Context(spark, mine, t.name, partitions, dict(table_topics or {}), jar)
+            ctx = Context(spark, mine, t.name, partitions, dict(table_topics or {}), jar, app=app)
             try:
                 t.function(ctx)
             finally:
@@ -120,6 +125,7 @@ def run_targets(
                 checkpoints.update(
                     dict.fromkeys((q.name for q in ctx.queries), mine.checkpoint_root)
                 )
+            started[t.name] = list(ctx.declared)
             if not ctx.queries:
                 raise ConfigError(
                     f"pipeline {t.name} ({t.spec}) started no query: call ctx.write_table, "
@@ -130,6 +136,7 @@ def run_targets(
         raise
     for q in queries:
         log.info("query started pipeline=%s query=%s id=%s", name, q.name, q.id)
+    announce_started(opts, started)
     failed: StreamingQuery | None = None
     progress = ProgressLog(queries)
     try:
@@ -198,3 +205,15 @@ def _stop(
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log.info("spark already stopping on its own (the signal reached the JVM): %s", first)
     return error
+
+
+def announce_started(opts: StreamOptions, started: Mapping[str, list[str]]) -> None:
+    """Record in the table catalog that each pipeline started and which tables it declared,
+    which `kiq up` waits for before it starts the nodes."""
+    now = int(time.time() * 1000)
+    records: dict[str, bytes | None] = {}
+    for name, tables in started.items():
+        record = Started(pipeline=name, tables=tuple(tables), started_at_ms=now)
+        records[record.catalog_key] = record.encode()
+    compacted.ensure(opts.bootstrap, CATALOG_TOPIC, security=opts.security)
+    compacted.put(opts.bootstrap, CATALOG_TOPIC, records, security=opts.security)

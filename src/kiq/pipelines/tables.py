@@ -8,6 +8,10 @@ range queries prefer parts that sort as text (zero-padded numbers, ISO times). A
 whose key part is null, or contains ``sep`` (its key would be ambiguous and could land
 in another entity's partition), goes to the dead-letter topic with the reason in a
 ``kiq.reason`` header; the query goes on.
+
+A record whose value is null is a tombstone: the serving nodes delete its key. A row
+becomes one when its ``value`` column is null, or when its table's ``delete`` column (a
+boolean) is true; a null or false ``delete`` keeps the value.
 """
 
 from __future__ import annotations
@@ -28,14 +32,16 @@ _KEY, _VALUE, _TOPIC, _REASON = "__out_key", "__out_value", "__out_topic", "__ou
 
 @dataclass(frozen=True)
 class TableOutput:
-    """One table a query writes: its name, topic, key columns, separator and value column
-    (None: a JSON object of every column but kiq's ``__`` ones)."""
+    """One table a query writes: its name, topic, key columns, separator, value column
+    (None: a JSON object of every column but kiq's ``__`` ones and ``delete``) and
+    ``delete`` column (a boolean: true writes a tombstone, the key's value null)."""
 
     name: str
     topic: str
     key: tuple[str, ...]
     sep: str = "|"
     value: str | None = None
+    delete: str | None = None
 
     @property
     def composite(self) -> bool:
@@ -43,9 +49,8 @@ class TableOutput:
 
     def check(self, columns: Sequence[str]) -> None:
         """Clear errors before a query starts: missing columns, a bad separator."""
-        missing = [
-            c for c in (*self.key, *([self.value] if self.value else [])) if c not in columns
-        ]
+        named = (*self.key, *(c for c in (self.value, self.delete) if c))
+        missing = [c for c in named if c not in columns]
         if missing:
             raise ConfigError(
                 f"table {self.name}: no column {', '.join(map(repr, missing))} in the DataFrame "
@@ -82,12 +87,31 @@ def key_of(df: DataFrame, table: TableOutput) -> tuple[Column, Column]:
 
 def value_of(df: DataFrame, table: TableOutput, exclude: Sequence[str] = ()) -> Column:
     """The value as text: the ``value`` column (JSON if it is not text), else every column
-    but kiq's and ``exclude`` as one JSON object, nulls kept."""
+    but kiq's, ``exclude`` and ``delete`` as one JSON object, nulls kept; null (a tombstone)
+    where ``delete`` is true."""
+    from pyspark.sql import functions as F
+
+    value = _value(df, table, exclude)
+    if table.delete is None:
+        return value
+    from pyspark.sql.types import BooleanType
+
+    kind = df.schema[table.delete].dataType
+    if not isinstance(kind, BooleanType):
+        raise ConfigError(
+            f"table {table.name}: delete={table.delete!r} must name a boolean column (true: "
+            f"delete the row's key), not a {kind.simpleString()} one"
+        )
+    return F.when(F.col(f"`{table.delete}`"), F.lit(None).cast("string")).otherwise(value)
+
+
+def _value(df: DataFrame, table: TableOutput, exclude: Sequence[str]) -> Column:
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType, StringType, StructType
 
     if table.value is None:
-        names = [c for c in df.columns if not c.startswith(PREFIX) and c not in exclude]
+        left_out = {*exclude, *([table.delete] if table.delete else [])}
+        names = [c for c in df.columns if not c.startswith(PREFIX) and c not in left_out]
         return F.to_json(F.struct(*(F.col(f"`{c}`") for c in names)), {"ignoreNullFields": "false"})
     kind = df.schema[table.value].dataType
     column = F.col(f"`{table.value}`")

@@ -43,7 +43,6 @@ def resolve(text: str) -> Target:
             f"pipeline target {text!r}: expected {_SYNTAX}, or one of {', '.join(SHIPPED)}"
         )
     module = load(where, f"pipeline target {text!r}")
-    stem = Path(where).stem if is_file(where) else where
     function = getattr(module, attr, None)
     if function is None or not callable(function):
         found = sorted(n for n, v in vars(module).items() if inspect.isfunction(v))
@@ -52,9 +51,16 @@ def resolve(text: str) -> Target:
             + (f" (its functions: {', '.join(found)})" if found else "")
         )
     _check_signature(function, text)
+    return Target(target_name(text), spec, function)
+
+
+def target_name(text: str) -> str:
+    """The name of target ``text`` (its checkpoint directory), without importing it."""
+    spec = SHIPPED.get(text, text)
+    where, _, attr = spec.rpartition(":")
     shipped = {v: k for k, v in SHIPPED.items()}
-    name = shipped.get(spec) or _UNSAFE.sub("_", f"{stem}.{attr}")
-    return Target(name, spec, function)
+    stem = Path(where).stem if is_file(where) else where
+    return shipped.get(spec) or _UNSAFE.sub("_", f"{stem}.{attr}")
 
 
 def _check_signature(function: Callable[..., object], text: str) -> None:

@@ -5,7 +5,16 @@ from kiq.routing.hedging import HedgePolicy
 from kiq.routing.peers import Peers
 from kiq.routing.reader import ReplicaReader
 from kiq.routing.router import LOCAL, Router, servable
-from kiq.routing.wire import FORWARDED, Item, LookupResult, MultigetResult, NodeStatus, Outcome
+from kiq.routing.wire import (
+    FORWARDED,
+    Item,
+    LookupResult,
+    MultigetResult,
+    NodeStatus,
+    Outcome,
+    ScanResult,
+    Source,
+)
 
 __all__ = [
     "FORWARDED",
@@ -20,5 +29,7 @@ __all__ = [
     "Peers",
     "ReplicaReader",
     "Router",
+    "ScanResult",
+    "Source",
     "servable",
 ]

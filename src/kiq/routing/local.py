@@ -27,7 +27,7 @@ from kiq.replicas import ReplicaState
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.replicas.waits import Parking, wait_applied
 from kiq.routing.router import servable
-from kiq.routing.wire import Item, LookupResult, Outcome
+from kiq.routing.wire import Item, LookupResult, Outcome, ScanResult, Source
 from kiq.settings import LimitsSettings
 from kiq.stores.base import ReadOnlyStore
 
@@ -132,30 +132,48 @@ class LocalReplicas:
 
     # -- many keys, a page -------------------------------------------------------------
 
-    async def get(self, table: str, partition: int, keys: list[bytes]) -> list[Item] | None:
-        """The ``keys`` the partition's replica holds; None when it holds no usable one. A
-        store being reopened is waited for (``REOPEN_WAIT_S``)."""
-        replica = self._usable(table, partition)
+    async def get(
+        self, table: str, partition: int, keys: list[bytes], max_lag: int | None = None
+    ) -> tuple[list[Item], Source] | None:
+        """The ``keys`` the partition's replica holds, and how fresh it was; None when it
+        holds no usable one (within ``max_lag``). A store being reopened is waited for
+        (``REOPEN_WAIT_S``)."""
+        replica = self._usable(table, partition, max_lag)
         if replica is None:
             return None
 
-        async def read() -> list[Item]:
-            return _get_all(replica.store, keys)
+        async def read() -> tuple[list[Item], Source]:
+            return _get_all(replica.store, keys), self._source(replica)
 
         return await self._through_reopen(replica, read)
 
     async def scan(
-        self, table: str, partition: int, start: bytes | None, end: bytes | None, limit: int
-    ) -> list[Item] | None:
-        """Up to ``limit`` (key, value) in [start, end) in key order; None as for ``get``."""
-        replica = self._usable(table, partition)
+        self,
+        table: str,
+        partition: int,
+        start: bytes | None,
+        end: bytes | None,
+        limit: int,
+        reverse: bool = False,
+        max_lag: int | None = None,
+    ) -> ScanResult | None:
+        """Up to ``limit`` (key, value) in [start, end) in key order (descending when
+        ``reverse``), and how fresh the replica was; None as for ``get``."""
+        replica = self._usable(table, partition, max_lag)
         if replica is None:
             return None
 
-        async def read() -> list[Item]:
-            return _page(replica.store, start, end, limit)
+        async def read() -> ScanResult:
+            rows = replica.store.scan(start, end, limit, reverse)
+            return ScanResult([(k, v) for k, v, _ in rows], self._source(replica), reverse)
 
         return await self._through_reopen(replica, read)
+
+    def _source(self, replica: ReadOnlyReplica) -> Source:
+        stale = replica.state is not _ACTIVE
+        return Source(
+            replica.partition, replica.lag, stale, replica.applied_offset, self._served_by
+        )
 
     # -- the waits -------------------------------------------------------------------
 
@@ -246,7 +264,3 @@ def _get_all(store: ReadOnlyStore, keys: list[bytes]) -> list[Item]:
         if got is not None:
             items.append((key, got[0]))
     return items
-
-
-def _page(store: ReadOnlyStore, start: bytes | None, end: bytes | None, limit: int) -> list[Item]:
-    return [(k, v) for k, v, _ in store.scan(start, end, limit)]

@@ -51,13 +51,13 @@ from kiq.routing.wire import (
     MSGPACK,
     PRINCIPAL,
     DecodeError,
-    Item,
     Lookup,
     LookupResult,
     Multiget,
     MultigetResult,
     NodeStatus,
     Scan,
+    ScanResult,
     decode_multiget_result,
     decode_node_status,
     decode_results,
@@ -152,10 +152,16 @@ class Peers:
         return self._hedger.race(targets, start, lookup, caller)
 
     async def multiget(
-        self, target: str, table: str, keys: list[bytes], caller: str | None
+        self,
+        target: str,
+        table: str,
+        keys: list[bytes],
+        caller: str | None,
+        max_lag: int | None = None,
     ) -> MultigetResult:
-        """The keys the target holds, from the partitions it can serve; ``PeerError`` else."""
-        request = encode(Multiget(table, keys))
+        """The keys the target holds, from the partitions it can serve (within ``max_lag``);
+        ``PeerError`` else."""
+        request = encode(Multiget(table, keys, max_lag))
         body = await self._call(target, "POST", INTERNAL_MULTIGET, request, caller)
         return _decoded(target, decode_multiget_result, body)
 
@@ -168,14 +174,21 @@ class Peers:
         end: bytes | None,
         limit: int,
         caller: str | None,
-    ) -> list[Item]:
-        """Up to ``limit`` (key, value) of the target's replica in [start, end), in key order.
+        reverse: bool = False,
+        max_lag: int | None = None,
+    ) -> ScanResult:
+        """Up to ``limit`` (key, value) of the target's replica in [start, end), in key order
+        (descending when ``reverse``), and which replica it was.
 
-        ``PeerError`` with status 421 when the target holds no usable replica of it.
+        ``PeerError`` with status 421 when the target holds no usable replica of it (within
+        ``max_lag``), and when it scanned forwards a scan asked in reverse (an older node).
         """
-        request = encode(Scan(table, partition, start, end, limit))
+        request = encode(Scan(table, partition, start, end, limit, reverse, max_lag))
         body = await self._call(target, "POST", INTERNAL_SCAN, request, caller)
-        return _decoded(target, decode_scan_result, body).items
+        page = _decoded(target, decode_scan_result, body)
+        if page.reverse != reverse:
+            raise PeerError(target, f"{INTERNAL_SCAN}: scanned forwards; an older kiq?")
+        return page
 
     async def metadata(self, target: str, caller: str | None = None) -> NodeStatus:
         """The target's own replicas: role, state, offsets, lag."""

@@ -31,7 +31,7 @@ from kiq.routing.errors import PeerError
 from kiq.routing.local import LocalReplicas
 from kiq.routing.peers import Peers
 from kiq.routing.router import LOCAL, Router, servable
-from kiq.routing.wire import Item, LookupResult, Outcome
+from kiq.routing.wire import LookupResult, Outcome, ScanResult, Source
 from kiq.settings import LimitsSettings
 
 log = logging.getLogger(__name__)
@@ -156,14 +156,20 @@ class ReplicaReader:
         return LookupResult(Outcome.NO_REPLICA, partition, reason=last)
 
     async def get_many(
-        self, table: str, keys: Mapping[int, list[bytes]], caller: str | None
-    ) -> tuple[dict[bytes, bytes], list[int]]:
-        """The values of ``keys`` (by partition) found, and the partitions no replica
-        could answer for. Each round asks every target once for all its partitions; a
-        partition it could not answer for goes to its next replica in the next round."""
+        self,
+        table: str,
+        keys: Mapping[int, list[bytes]],
+        caller: str | None,
+        max_lag: int | None = None,
+    ) -> tuple[dict[bytes, bytes], list[int], list[Source]]:
+        """The values of ``keys`` (by partition) found, the partitions no replica could
+        answer for (within ``max_lag``), and the replica that answered for each other one.
+        Each round asks every target once for all its partitions; a partition it could not
+        answer for goes to its next replica in the next round."""
         found: dict[bytes, bytes] = {}
         unanswered: list[int] = []
-        pending = {p: self._targets(table, p) for p in keys}
+        sources: list[Source] = []
+        pending = {p: self._targets(table, p, max_lag) for p in keys}
         while pending:
             rounds: dict[str, list[int]] = defaultdict(list)
             for p, targets in list(pending.items()):
@@ -173,18 +179,22 @@ class ReplicaReader:
                     unanswered.append(p)
                     del pending[p]
             answers = await asyncio.gather(
-                *(self._get_from(t, table, parts, keys, caller) for t, parts in rounds.items())
+                *(
+                    self._get_from(t, table, parts, keys, caller, max_lag)
+                    for t, parts in rounds.items()
+                )
             )
-            for parts, (got, refused) in zip(rounds.values(), answers, strict=True):
+            for parts, (got, refused, said) in zip(rounds.values(), answers, strict=True):
                 for p in parts:
                     if p in refused:
                         continue
                     del pending[p]
+                    sources.append(said.get(p) or Source(p))
                     for key in keys[p]:  # what was asked, whatever else came
                         value = got.get(key)
                         if value is not None:
                             found[key] = value
-        return found, unanswered
+        return found, unanswered, sources
 
     async def scan(
         self,
@@ -194,17 +204,22 @@ class ReplicaReader:
         end: bytes | None,
         limit: int,
         caller: str | None,
-    ) -> list[Item] | None:
-        """Up to ``limit`` (key, value) of the partition in [start, end) in key order, from
-        the best replica that answers; None when none could."""
-        for target in self._targets(table, partition):
+        reverse: bool = False,
+        max_lag: int | None = None,
+    ) -> ScanResult | None:
+        """Up to ``limit`` (key, value) of the partition in [start, end) in key order
+        (descending when ``reverse``), from the best replica that answers (within
+        ``max_lag``), and which one it was; None when none could."""
+        for target in self._targets(table, partition, max_lag):
             if target == LOCAL:
-                items = await self.here.scan(table, partition, start, end, limit)
-                if items is not None:
-                    return items
+                page = await self.here.scan(table, partition, start, end, limit, reverse, max_lag)
+                if page is not None:
+                    return page
                 continue
             try:
-                return await self._peers.scan(target, table, partition, start, end, limit, caller)
+                return await self._peers.scan(
+                    target, table, partition, start, end, limit, caller, reverse, max_lag
+                )
             except PeerError as exc:
                 log.warning("scan failed table=%s partition=%d error=%s", table, partition, exc)
         log.warning(
@@ -230,25 +245,29 @@ class ReplicaReader:
         partitions: list[int],
         keys: Mapping[int, list[bytes]],
         caller: str | None,
-    ) -> tuple[Mapping[bytes, bytes], set[int]]:
-        """(key → value found, the partitions the target could not answer for)."""
+        max_lag: int | None,
+    ) -> tuple[Mapping[bytes, bytes], set[int], dict[int, Source]]:
+        """(key → value found, the partitions the target could not answer for, the replica
+        that answered for each other one, when the target said)."""
         if target == LOCAL:
             got: dict[bytes, bytes] = {}
             refused: set[int] = set()
+            sources: dict[int, Source] = {}
             for p in partitions:
-                items = await self.here.get(table, p, keys[p])
-                if items is None:
+                answer = await self.here.get(table, p, keys[p], max_lag)
+                if answer is None:
                     refused.add(p)
                 else:
-                    got.update(items)
-            return got, refused
+                    got.update(answer[0])
+                    sources[p] = answer[1]
+            return got, refused, sources
         asked = [k for p in partitions for k in keys[p]]
         try:
-            result = await self._peers.multiget(target, table, asked, caller)
+            result = await self._peers.multiget(target, table, asked, caller, max_lag)
         except PeerError as exc:
             log.debug("multiget failed table=%s error=%s", table, exc)
-            return {}, set(partitions)
-        return dict(result.found), set(result.refused)
+            return {}, set(partitions), {}
+        return dict(result.found), set(result.refused), {s.partition: s for s in result.sources}
 
 
 def _answers_first(local: ReadOnlyReplica | None, max_lag: int | None) -> bool:

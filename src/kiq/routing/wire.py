@@ -14,8 +14,19 @@ is rendered. The receiver answers from its own replicas only and never forwards.
 Lookup records are msgpack arrays, not maps (``array_like``), so a lookup costs a
 few bytes beyond its key and value:
 
-    Lookup        [table, key(bin), max_lag|nil, min_offset|nil, wait_ms]
-    LookupResult  [outcome, partition, lag, stale, served_by(bin), offset, value(bin), reason]
+    Lookup          [table, key(bin), max_lag|nil, min_offset|nil, wait_ms]
+    LookupResult    [outcome, partition, lag, stale, served_by(bin), offset, value(bin), reason]
+    Multiget        [table, [key(bin)...], max_lag|nil]
+    MultigetResult  [[item...], [refused partition...], [Source...]]
+    Scan            [table, partition, start|nil, end|nil, limit, reverse, max_lag|nil]
+    ScanResult      [[item...], Source|nil, reverse]
+    Source          [partition, lag, stale, applied_offset, served_by(bin)]
+
+Fields were added at the end of a record only, with defaults: a record from an older
+node decodes with them (``reverse`` false: an ascending scan), and an older node
+ignores trailing fields it does not know. So the asker checks what it depends on: a
+scan asked in reverse whose answer does not say ``reverse`` came from a node that
+scanned forwards, and is not taken.
 
 A lookup's ``Outcome`` travels as a small int (one byte); HTTP statuses are the API's own
 business (``api/errors.py`` maps outcomes to them). What the receiver answers per item:
@@ -107,35 +118,57 @@ class LookupResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     reason: str = ""  # why there is no value: any outcome but FOUND and MISSING
 
 
+class Source(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The replica that answered for a partition, as fresh as it was: ``lag`` records behind
+    its log end, ``stale`` when not the active replica, ``applied_offset`` (-1: unknown)."""
+
+    partition: int
+    lag: int = 0
+    stale: bool = False
+    applied_offset: int = -1
+    served_by: bytes = b""  # the node's id; empty: an older node that did not say
+
+
 class Multiget(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """Keys of one table, from whichever of their partitions the receiver can serve."""
+    """Keys of one table, from whichever of their partitions the receiver can serve (only
+    from a replica at most ``max_lag`` records behind, when given)."""
 
     table: str
     keys: list[bytes]
+    max_lag: int | None = None
 
 
 class MultigetResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """The keys found; ``refused`` the partitions the receiver holds no usable replica of.
+    """The keys found; ``refused`` the partitions the receiver holds no usable replica of;
+    ``sources`` the replicas that answered, one per partition read.
 
     A key asked that is neither found nor in a refused partition is absent.
     """
 
     found: list[Item] = []
     refused: list[int] = []
+    sources: list[Source] = []
 
 
 class Scan(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """Up to ``limit`` keys of one partition in [start, end) in byte order."""
+    """Up to ``limit`` keys of one partition in [start, end) in byte order, descending when
+    ``reverse``; from a replica at most ``max_lag`` records behind, when given."""
 
     table: str
     partition: int
     start: bytes | None = None
     end: bytes | None = None
     limit: int = 1000
+    reverse: bool = False
+    max_lag: int | None = None
 
 
 class ScanResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A page of a partition, in the order asked (``reverse`` says which was scanned)."""
+
     items: list[Item] = []
+    source: Source | None = None
+    reverse: bool = False
 
 
 class ReplicaStatus(msgspec.Struct, frozen=True):

@@ -1,4 +1,4 @@
-"""The local runtime kiq brings along: Java, the Maven jar cache and a Kafka broker.
+"""The local runtime kiq brings along: Java, the JVM jar cache and a Kafka broker.
 
 For development, tests and the demo. Production points kiq at an existing Kafka
 cluster and Spark master instead (see README).

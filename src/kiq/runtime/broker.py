@@ -9,9 +9,16 @@ can die (even the active controller) and the other two go on. Combined nodes: th
 JVMs where separate controllers would make four, on a machine of few cores.
 Start and stop are idempotent; ``start`` returns once every broker is registered.
 
-With ``sasl`` the client port is a SASL_PLAINTEXT listener (mechanism PLAIN) with
-one user, for developing and testing kiq's Kafka security: its password is
-``sasl_password_file``, else one made at first start in ``data_dir/sasl/password``.
+With ``sasl`` the client port is a SASL_PLAINTEXT listener (mechanism PLAIN), for
+developing and testing kiq's Kafka security. Its user (``sasl_username``) has the
+password ``sasl_password_file``, else one made at first start in
+``data_dir/sasl/password``; each of ``sasl_users`` has its file, or one made in
+``data_dir/sasl/NAME.password``. With ``acl`` as well, Kafka's StandardAuthorizer
+decides: ``sasl_username`` is the one super user (the brokers and controllers speak
+as it, the controller port taking SASL too), and every other user may do only what
+an ACL grants (``allow.everyone.if.no.acl.found=false``), as on a managed cluster.
+``data_dir/sasl/admin.properties`` then holds the super user's client settings, for
+Kafka's own tools (``kafka-acls.sh --command-config``).
 """
 
 from __future__ import annotations
@@ -24,12 +31,13 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from kiq.errors import BrokerError
 from kiq.kafka import broker_count, ping
-from kiq.kafka.security import KafkaSecurity
+from kiq.kafka.security import KafkaSecurity, spark_options
 from kiq.runtime import processes
 from kiq.runtime.jars import kafka_broker_classpath
 from kiq.runtime.java import java_executable
@@ -39,6 +47,8 @@ log = logging.getLogger(__name__)
 
 _MAIN = "kafka.Kafka"
 _STORAGE_TOOL = "kafka.tools.StorageTool"
+_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+_PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
 
 
 @dataclass(frozen=True)
@@ -107,10 +117,15 @@ class _Node:
         return None
 
     def write_config(
-        self, settings: BrokerSettings, voters: str | None, sasl: KafkaSecurity | None = None
+        self,
+        settings: BrokerSettings,
+        voters: str | None,
+        sasl: KafkaSecurity | None = None,
+        users: Mapping[str, str] | None = None,
     ) -> None:
         """``voters`` is the static quorum of several brokers; None: a quorum of this one.
-        ``sasl``: the client listener's one PLAIN user."""
+        ``sasl``: the client listener's PLAIN user the brokers speak as; ``users``: the
+        other PLAIN users (name → password)."""
         self.kraft_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         host, port, cport = self.host, self.port, self.controller_port
@@ -147,19 +162,23 @@ class _Node:
             # healthy brokers whose heartbeats a loaded 2-core machine delayed.
             props["controller.quorum.voters"] = voters
         if sasl is not None:
-            props.update(self._sasl_properties(sasl))
-        self.properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            props.update(self._sasl_properties(sasl, users or {}))
+            if settings.acl:
+                props.update(self._acl_properties(sasl))
+        self.properties.write_text(_properties(props))
         if sasl is not None:
             self.properties.chmod(0o600)  # it holds the password
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log_dir=self.log_dir))
 
-    def _sasl_properties(self, user: KafkaSecurity) -> dict[str, str]:
+    def _sasl_properties(self, user: KafkaSecurity, users: Mapping[str, str]) -> dict[str, str]:
         """The client listener as SASL_PLAINTEXT with PLAIN; brokers talk to each other on it."""
         host, port, cport = self.host, self.port, self.controller_port
+        accounts = {user.username: user.password, **users}
         login = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule required "
-            f'username="{user.username}" password="{user.password}" '
-            f'user_{user.username}="{user.password}";'
+            f'{_PLAIN_LOGIN} username="{_jaas(user.username)}" '
+            f'password="{_jaas(user.password)}" '
+            + " ".join(f'user_{name}="{_jaas(pw)}"' for name, pw in accounts.items())
+            + ";"
         )
         listeners = f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}"
         return {
@@ -170,6 +189,27 @@ class _Node:
             "sasl.enabled.mechanisms": "PLAIN",
             "sasl.mechanism.inter.broker.protocol": "PLAIN",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": login,
+        }
+
+    @staticmethod
+    def _acl_properties(admin: KafkaSecurity) -> dict[str, str]:
+        """KRaft's StandardAuthorizer, ``admin`` its one super user; the controller port
+        takes SASL (PLAIN) too, so that nobody is a super user by being anonymous there."""
+        login = (
+            f'{_PLAIN_LOGIN} username="{_jaas(admin.username)}" '
+            f'password="{_jaas(admin.password)}" '
+            f'user_{admin.username}="{_jaas(admin.password)}";'
+        )
+        return {
+            "listener.security.protocol.map": (
+                "CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+            ),
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": login,
+            "authorizer.class.name": _AUTHORIZER,
+            "super.users": f"User:{admin.username}",
+            "allow.everyone.if.no.acl.found": "false",
         }
 
     def format(self, java: Path, classpath: str, cluster_id: str, standalone: bool) -> None:
@@ -233,7 +273,14 @@ class LocalBroker:
 
     @classmethod
     def on_free_ports(
-        cls, root: Path, brokers: int = 1, start_timeout_s: float = 60.0, sasl: bool = False
+        cls,
+        root: Path,
+        brokers: int = 1,
+        start_timeout_s: float = 60.0,
+        sasl: bool = False,
+        *,
+        acl: bool = False,
+        users: tuple[str, ...] = (),
     ) -> LocalBroker:
         """Brokers for tests and benchmarks: free loopback ports, everything under ``root``.
 
@@ -251,7 +298,9 @@ class LocalBroker:
                 start_timeout_s=start_timeout_s,
                 data_dir=root / "data",
                 log_dir=root / "logs",
-                sasl=sasl,
+                sasl=sasl or acl or bool(users),
+                sasl_users=list(users),
+                acl=acl,
             )
         )
         for node, i in zip(local.nodes, range(0, 2 * brokers, 2), strict=True):
@@ -269,27 +318,51 @@ class LocalBroker:
         return given.resolve() if given is not None else self.data_dir / "sasl" / "password"
 
     @property
+    def users(self) -> dict[str, Path]:
+        """The other SASL users (``sasl_users``), each with its password file."""
+        return {name: path for name, (path, _) in self._users().items()}
+
+    def _users(self) -> dict[str, tuple[Path, bool]]:
+        """Each of ``sasl_users``: its password file, and whether kiq makes it."""
+        users = {}
+        for entry in self.settings.sasl_users:
+            name, _, given = entry.partition("=")
+            made = self.data_dir / "sasl" / f"{name}.password"
+            users[name] = (Path(given).resolve(), False) if given else (made, True)
+        return users
+
+    @property
+    def admin_properties(self) -> Path:
+        """The super user's client settings for Kafka's own tools (written with ``acl``)."""
+        return self.data_dir / "sasl" / "admin.properties"
+
+    @property
     def security(self) -> KafkaSecurity:
-        """What a client of these brokers authenticates with (PLAINTEXT without ``sasl``)."""
+        """What a client of these brokers authenticates with (PLAINTEXT without ``sasl``);
+        with ``acl``, the super user."""
         if not self.settings.sasl:
             return KafkaSecurity()
-        return KafkaSecurity(
-            "SASL_PLAINTEXT", "PLAIN", self.settings.sasl_username, self._password()
-        )
+        given = self.settings.sasl_password_file is not None
+        password = _password(self.password_file, made=not given)
+        return KafkaSecurity("SASL_PLAINTEXT", "PLAIN", self.settings.sasl_username, password)
 
-    def _password(self) -> str:
-        path = self.password_file
-        if not path.exists() and self.settings.sasl_password_file is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch(mode=0o600)
-            path.write_text(secrets.token_urlsafe(24) + "\n")
-        try:
-            password = path.read_text().strip()
-        except OSError as exc:
-            raise BrokerError(f"the SASL password file {path} cannot be read: {exc}") from exc
-        if not password:
-            raise BrokerError(f"the SASL password file {path} is empty")
-        return password
+    def security_of(self, user: str) -> KafkaSecurity:
+        """What one of ``sasl_users`` authenticates with."""
+        found = self._users().get(user)
+        if found is None:
+            raise BrokerError(f"the broker has no SASL user {user!r} (--sasl-user {user})")
+        path, made = found
+        return KafkaSecurity("SASL_PLAINTEXT", "PLAIN", user, _password(path, made=made))
+
+    def _user_passwords(self) -> dict[str, str]:
+        return {name: self.security_of(name).password for name in self.users}
+
+    def _write_admin_properties(self, admin: KafkaSecurity) -> None:
+        options = spark_options(admin)  # the Java client's properties, "kafka."-prefixed
+        path = self.admin_properties
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(_properties({k.removeprefix("kafka."): v for k, v in options.items()}))
 
     def status(self) -> BrokerStatus:
         pids = tuple(n.running_pid() for n in self.nodes)
@@ -322,8 +395,11 @@ class LocalBroker:
                 voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes)
             cluster_id = next((c for n in self.nodes if (c := n.cluster_id())), _cluster_id())
             sasl = self.security if self.settings.sasl else None
+            users = self._user_passwords()
+            if sasl is not None and self.settings.acl:
+                self._write_admin_properties(sasl)
             for node in down:
-                node.write_config(self.settings, voters, sasl)
+                node.write_config(self.settings, voters, sasl, users)
                 node.format(java, classpath, cluster_id, standalone=voters is None)
             for node in down:
                 node.launch(java, classpath, self.settings.heap)
@@ -388,6 +464,35 @@ def started_brokers(data_dir: Path) -> int:
     if (root / "server.properties").exists():
         return 1
     return len(list(root.glob("node-*/server.properties")))
+
+
+def _password(path: Path, *, made: bool) -> str:
+    """The password in ``path``; one made there first when it is kiq's to make (``made``)."""
+    if made and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(24) + "\n")
+    try:
+        password = path.read_text().strip()
+    except OSError as exc:
+        raise BrokerError(f"the SASL password file {path} cannot be read: {exc}") from exc
+    if not password:
+        raise BrokerError(f"the SASL password file {path} is empty")
+    return password
+
+
+def _properties(props: dict[str, str]) -> str:
+    """``props`` as a Java properties file, whose reader takes a backslash as an escape."""
+    return "".join(f"{key}={_backslashes_doubled(value)}\n" for key, value in props.items())
+
+
+def _backslashes_doubled(value: str) -> str:
+    return value.replace("\\", "\\\\")
+
+
+def _jaas(value: str) -> str:
+    """``value`` inside a JAAS double-quoted string (Kafka's parser takes backslash escapes)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _cluster_id() -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kiq.catalog import SHIPPED_ENDPOINTS
 from kiq.errors import KiqError
 from kiq.runtime.ports import free_port
 from kiq.security.tls import client_context
@@ -41,6 +42,10 @@ class LocalNode:
     proc: subprocess.Popen[bytes] | None = None
     # Sent with ``metadata()`` to a node with authentication (a token with kiq:admin).
     authorization: str | None = None
+    # Routes to mount (`--endpoint`). None: the shipped applications' beside ``tables``
+    # given here (kiq's benchmarks and tests), and with no tables given, the routes of the
+    # settings it is handed (`env`, as `kiq up` does), which then decide the tables too.
+    endpoints: tuple[str, ...] | None = None
     _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
 
     @property
@@ -72,6 +77,9 @@ class LocalNode:
                 cmd += ["--tls-ca", str(self.tls.ca.resolve())]
         for table in self.tables:
             cmd += ["--table", table]
+        shipped = SHIPPED_ENDPOINTS if self.tables else ()
+        for endpoint in self.endpoints if self.endpoints is not None else shipped:
+            cmd += ["--endpoint", endpoint]
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as log:
             self.proc = subprocess.Popen(

@@ -32,9 +32,14 @@ class ReadOnlyStore(Protocol):
         ...
 
     def scan(
-        self, start: bytes | None = None, end: bytes | None = None, limit: int = 1000
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        limit: int = 1000,
+        reverse: bool = False,
     ) -> list[tuple[bytes, bytes, int]]:
-        """(key, value, offset) for keys in [start, end) in byte order, at most ``limit``."""
+        """(key, value, offset) for keys in [start, end) in byte order (descending when
+        ``reverse``: the last ``limit`` keys below ``end``, highest first), at most ``limit``."""
         ...
 
     def applied_offset(self) -> int:
@@ -63,9 +68,14 @@ class PartitionStore(abc.ABC):
 
     @abc.abstractmethod
     def scan(
-        self, start: bytes | None = None, end: bytes | None = None, limit: int = 1000
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        limit: int = 1000,
+        reverse: bool = False,
     ) -> list[tuple[bytes, bytes, int]]:
-        """(key, value, offset) for keys in [start, end) in byte order, at most ``limit``."""
+        """(key, value, offset) for keys in [start, end) in byte order (descending when
+        ``reverse``), at most ``limit``."""
 
     @abc.abstractmethod
     def count(self) -> int:

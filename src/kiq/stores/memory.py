@@ -61,14 +61,18 @@ class MemoryPartitionStore(PartitionStore):
         return self._applied
 
     def scan(
-        self, start: bytes | None = None, end: bytes | None = None, limit: int = 1000
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        limit: int = 1000,
+        reverse: bool = False,
     ) -> list[tuple[bytes, bytes, int]]:
         if limit <= 0:
             return []
         with self._lock:
             self._check_open()
             data = self._data
-            keys = islice(data.irange(start, end, inclusive=(True, False)), limit)
+            keys = islice(data.irange(start, end, (True, False), reverse), limit)
             return [(key, *data[key]) for key in keys]
 
     def count(self) -> int:

@@ -176,10 +176,16 @@ class RocksDBPartitionStore(PartitionStore):
         return self._applied
 
     def scan(
-        self, start: bytes | None = None, end: bytes | None = None, limit: int = 1000
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        limit: int = 1000,
+        reverse: bool = False,
     ) -> list[tuple[bytes, bytes, int]]:
         if limit <= 0:
             return []
+        if reverse:
+            return self._scan_back(start, end, limit)
         read_opts = ReadOptions()
         if end is not None:
             read_opts.set_iterate_upper_bound(end)
@@ -194,6 +200,33 @@ class RocksDBPartitionStore(PartitionStore):
                 raw = it.value()
                 out.append((it.key(), raw[_OFFSET_SIZE:], _OFFSET.unpack_from(raw)[0]))
                 it.next()
+        except _CLOSED:
+            if self._closed:
+                raise self._closed_error() from None
+            raise
+        return out
+
+    def _scan_back(
+        self, start: bytes | None, end: bytes | None, limit: int
+    ) -> list[tuple[bytes, bytes, int]]:
+        """``scan`` from the last key below ``end`` down to ``start``. The lower bound is
+        checked here: rocksdict's iterators do not stop at ``iterate_lower_bound``."""
+        try:
+            it = self._db.iter()
+            if end is None:
+                it.seek_to_last()
+            else:
+                it.seek_for_prev(end)  # the last key <= end: step over end itself
+                if it.valid() and it.key() >= end:
+                    it.prev()
+            out: list[tuple[bytes, bytes, int]] = []
+            while it.valid() and len(out) < limit:
+                key = it.key()
+                if start is not None and key < start:
+                    break
+                raw = it.value()
+                out.append((key, raw[_OFFSET_SIZE:], _OFFSET.unpack_from(raw)[0]))
+                it.prev()
         except _CLOSED:
             if self._closed:
                 raise self._closed_error() from None

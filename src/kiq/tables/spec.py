@@ -7,7 +7,8 @@ so a spec from TOML or code is held to the same rules.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -47,6 +48,9 @@ class TableSpec:
     # separator picks the partition, so an entity's keys stay together and a
     # prefix scan that includes the separator reads one partition.
     key_separator: str | None = None
+    # How its pipeline declared it in the table catalog (key parts, partitioning, the
+    # pipeline), shown by GET /v1/tables; None for a topic no pipeline declares.
+    declared: Mapping[str, object] | None = field(default=None, compare=False, hash=False)
 
     def partition_key(self, key: str) -> str:
         """The part of ``key`` that decides its partition."""

@@ -113,10 +113,10 @@ def test_multiget_reads_local_partitions_here_and_the_others_from_their_owner():
 def test_a_local_store_closed_under_the_read_hands_the_partition_to_the_next_replica():
     async def scenario(batches: Batches, n1: SimpleNamespace, n2: SimpleNamespace) -> None:
         n1.replica("t", 0).store.close()  # partition 0 revoked while still in the map
-        found, missing, unavailable = await batches.get_many(RUNTIME, KEYS, None)
+        found, missing, unavailable, _ = await batches.get_many(RUNTIME, KEYS, None)
         assert found == {k: value(k) for k in KEYS}
         assert missing == [] and unavailable == []
-        items, cursor = await batches.scan(RUNTIME, b"", None, None, None, 1000, None)
+        items, cursor, _ = await batches.scan(RUNTIME, b"", None, None, None, 1000, None)
         assert items == [(k.encode(), value(k)) for k in sorted(KEYS)]
         assert cursor is None
 
@@ -127,7 +127,7 @@ def test_partitions_nobody_can_serve_are_unavailable_not_missing():
     async def scenario(batches: Batches, n1: SimpleNamespace, n2: SimpleNamespace) -> None:
         n1.replica("t", 1).store.close()
         n2.replica("t", 1).store.close()  # n2 refuses partition 1, answers the rest
-        found, missing, unavailable = await batches.get_many(RUNTIME, KEYS, None)
+        found, missing, unavailable, _ = await batches.get_many(RUNTIME, KEYS, None)
         in_1 = [k for k in KEYS if partition_for(k, PARTITIONS) == 1]
         assert sorted(unavailable) == in_1
         assert found == {k: value(k) for k in KEYS if k not in in_1} and missing == []

@@ -56,7 +56,7 @@ async def orders(request: Request) -> Reply:
         cursor=request.query.get("cursor"),
         limit=request.int_param("limit", 1, 10) or 10,
     )
-    return json_reply({"orders": page.json_values(), "next": page.next_cursor})
+    return json_reply({"orders": page.fragments(), "next": page.next_cursor})
 
 
 async def names(request: Request) -> Reply:

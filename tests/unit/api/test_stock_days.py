@@ -8,6 +8,7 @@ import orjson
 
 from kiq import Many
 from kiq.apps.stocks.api import DAY_STATS, add_days
+from kiq.tables import TableRuntime, codec_for, parse_table
 
 MIDNIGHT = 1795305600000  # 2026-11-22T00:00:00Z
 DAY = {"symbol": "AAPL", "date": "2026-11-21", "open": 1.0, "high": 2.0, "low": 0.5,
@@ -29,7 +30,9 @@ class FakeTables:
         assert table == DAY_STATS
         self.asked.append(keys)
         found = {k: orjson.dumps(self.values[k]) for k in keys if k in self.values}
-        return Many(None, found, [k for k in keys if k not in self.values], [])  # type: ignore[arg-type]
+        spec = parse_table(f"{DAY_STATS}={DAY_STATS}")
+        runtime = TableRuntime(spec, codec_for(spec), 1)
+        return Many(runtime, found, [k for k in keys if k not in self.values], [])
 
 
 def quote(symbol: str, last_ts: int | None) -> dict:

@@ -103,7 +103,7 @@ def test_multiget_sends_the_keys_and_returns_stored_values_and_refused_partition
 
 def test_scan_sends_its_bounds_and_a_refusal_is_a_peer_error_with_the_status():
     async def scenario(server: Server, peers: Peers) -> None:
-        assert await peers.scan(server.url, "t", 3, b"a", None, 1, None) == [(b"a", b"1")]
+        assert (await peers.scan(server.url, "t", 3, b"a", None, 1, None)).items == [(b"a", b"1")]
         with pytest.raises(PeerError) as refused:
             await peers.scan(server.url, "t", 4, None, b"z", 10, None)
         assert refused.value.status == 421

@@ -15,7 +15,7 @@ from kiq.cluster import ClusterView, Member, PartitionReplicas
 from kiq.metrics import NodeMetrics
 from kiq.replicas import Replica, ReplicaState, Role
 from kiq.routing import LookupResult, Outcome, PeerError, ReplicaReader, Router
-from kiq.routing.wire import Item, MultigetResult
+from kiq.routing.wire import Item, MultigetResult, ScanResult
 from kiq.stores import MemoryPartitionStore
 
 URL = {n: f"http://{n}.test" for n in ("a", "b", "c")}
@@ -43,17 +43,17 @@ class ScriptedPeers:
         self.asked.append(targets[i])
         return Race(self.lookups[targets[i]], i + 1)
 
-    async def multiget(self, target: str, table: str, keys: list[bytes], caller: Any) -> Any:
+    async def multiget(self, target: str, table: str, keys: list[bytes], *rest: Any) -> Any:
         self.asked.append(target)
         if target not in self.multigets:
             raise PeerError(target, "unreachable")
         return self.multigets[target]
 
-    async def scan(self, target: str, *scan: Any) -> list[Item]:
+    async def scan(self, target: str, *scan: Any) -> ScanResult:
         self.asked.append(target)
         if target not in self.pages:
             raise PeerError(target, "answered 421", 421)
-        return self.pages[target]
+        return ScanResult(self.pages[target])
 
 
 @dataclass
@@ -135,17 +135,19 @@ def test_no_replica_answering_says_why_the_last_one_did_not():
 def test_a_multiget_takes_only_the_keys_it_asked_for_and_fails_over():
     forged = MultigetResult([(b"k", b"v"), (b"other", b"forged")], [])
     peers = ScriptedPeers(multigets={URL["c"]: forged})  # a: unreachable
-    got, unanswered = asyncio.run(reader(peers).get_many("t", {0: [b"k", b"absent"]}, None))
+    got, unanswered, _ = asyncio.run(reader(peers).get_many("t", {0: [b"k", b"absent"]}, None))
     assert (got, unanswered) == ({b"k": b"v"}, [])
     assert peers.asked == [URL["a"], URL["c"]]
     peers = ScriptedPeers(multigets={URL["a"]: MultigetResult([], refused=[0])})
-    got, unanswered = asyncio.run(reader(peers).get_many("t", {0: [b"k"]}, None))
+    got, unanswered, _ = asyncio.run(reader(peers).get_many("t", {0: [b"k"]}, None))
     assert (got, unanswered) == ({}, [0])
 
 
 def test_a_scan_goes_to_the_next_replica_and_none_when_none_answers():
     peers = ScriptedPeers(pages={URL["c"]: [(b"k", b"v")]})
-    assert asyncio.run(reader(peers).scan("t", 0, None, None, 10, None)) == [(b"k", b"v")]
+    page = asyncio.run(reader(peers).scan("t", 0, None, None, 10, None))
+    assert page is not None and page.items == [(b"k", b"v")]
     assert asyncio.run(reader(ScriptedPeers()).scan("t", 0, None, None, 10, None)) is None
     here = reader(ScriptedPeers(), ReplicaState.ACTIVE)
-    assert asyncio.run(here.scan("t", 0, None, None, 10, None)) == [(b"k", b"here")]
+    page = asyncio.run(here.scan("t", 0, None, None, 10, None))
+    assert page is not None and page.items == [(b"k", b"here")]

@@ -265,6 +265,4 @@ async def bars(request: Request) -> Reply:
     page = await tables.range(
         BARS, prefix=prefix, start=start, end=end, cursor=params.get("cursor"), limit=limit
     )
-    return json_reply(
-        {"symbol": symbol, "bars": page.json_values(), "next_cursor": page.next_cursor}
-    )
+    return json_reply({"symbol": symbol, "bars": page.fragments(), "next_cursor": page.next_cursor})

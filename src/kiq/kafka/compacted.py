@@ -1,0 +1,112 @@
+"""A small compacted topic read whole and written a record at a time: the table catalog.
+
+The catalog is a handful of records (one per table), so it is read from the start to
+the end offsets seen when the read began, latest value per key, with no consumer
+group: every reader sees all of it, and a reader needs only READ and DESCRIBE on the
+topic. Writes wait for the broker's acknowledgement, so a pipeline's declaration is in
+the topic before its query writes the table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+from kiq.errors import KiqError
+from kiq.kafka.admin import create_topics, topic_partitions
+from kiq.kafka.config import consumer_config, producer_config
+from kiq.kafka.security import PLAINTEXT, KafkaSecurity
+
+COMPACTED_ONE = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
+
+
+def ensure(bootstrap: str, topic: str, *, security: KafkaSecurity = PLAINTEXT) -> None:
+    """Create ``topic`` compacted with one partition unless it exists (order kept per key)."""
+    if topic_partitions(bootstrap, topic, security=security) is None:
+        create_topics(bootstrap, {topic: 1}, config=COMPACTED_ONE, security=security)
+
+
+def read_latest(
+    bootstrap: str,
+    topic: str,
+    *,
+    security: KafkaSecurity = PLAINTEXT,
+    timeout_s: float = 30.0,
+) -> dict[str, bytes]:
+    """Every key's latest value (a tombstone removes the key); {} when the topic is absent."""
+    count = topic_partitions(bootstrap, topic, security=security)
+    if count is None:
+        return {}
+    consumer = Consumer(
+        consumer_config(
+            bootstrap,
+            f"kiq-reader-{topic}",
+            security=security,
+            **{"enable.auto.offset.store": False},
+        )
+    )
+    try:
+        ends: dict[int, int] = {}
+        for p in range(count):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=timeout_s, cached=False
+            )
+            if high > low:
+                ends[p] = high
+        if not ends:
+            return {}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        latest: dict[str, bytes] = {}
+        deadline = time.monotonic() + timeout_s
+        while ends:
+            if time.monotonic() > deadline:
+                raise KiqError(f"could not read topic {topic!r} to its end within {timeout_s:.0f}s")
+            for msg in consumer.consume(500, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    # No group is used (assign, no commits): its lookup may be refused.
+                    if err.code() in (
+                        KafkaError._PARTITION_EOF,
+                        KafkaError.GROUP_AUTHORIZATION_FAILED,
+                    ):
+                        continue
+                    raise KiqError(f"reading topic {topic!r}: {err.str()}")
+                key = (msg.key() or b"").decode("utf-8", "replace")
+                value = msg.value()
+                if value is None:
+                    latest.pop(key, None)
+                else:
+                    latest[key] = value
+                offset = msg.offset() or 0
+                partition = msg.partition() or 0
+                if partition in ends and offset + 1 >= ends[partition]:
+                    del ends[partition]
+        return latest
+    finally:
+        consumer.close()
+
+
+def put(
+    bootstrap: str,
+    topic: str,
+    records: Mapping[str, bytes | None],
+    *,
+    security: KafkaSecurity = PLAINTEXT,
+    timeout_s: float = 30.0,
+) -> None:
+    """Write ``records`` (None: a tombstone) and wait until the broker has every one."""
+    producer = Producer(producer_config(bootstrap, security=security))
+    failures: list[str] = []
+
+    def delivered(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            failures.append(err.str())
+
+    for key, value in records.items():
+        producer.produce(topic, key=key.encode(), value=value, on_delivery=delivered)
+    left = producer.flush(timeout_s)
+    if left or failures:
+        reason = failures[0] if failures else f"{left} records unacknowledged after {timeout_s}s"
+        raise KiqError(f"could not write to topic {topic!r}: {reason}")

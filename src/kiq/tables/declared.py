@@ -1,0 +1,230 @@
+"""Tables declared once: the catalog record a pipeline writes, and what a node makes of it.
+
+A pipeline's ``ctx.write_table`` is the source of truth for a table's topic, key
+parts, separator, value format and partitioning. It records them as a ``Declared``
+in the catalog topic (``kiq.catalog.CATALOG_TOPIC``, key ``table:NAME``); a node
+reads the catalog at start and serves what it finds there. ``[serve] tables`` is
+then optional: a filter (serve only these) and serving overrides (``store``,
+``standby``, ``global``). What the pipeline decides (topic, ``sep``, ``format``) may
+be repeated there but must agree, or the node stops naming both sides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from kiq.errors import ConfigError
+from kiq.tables.spec import TableSpec, parse_table
+
+Partitioning = Literal["key", "input"]
+_PREFIX = "table:"
+_STARTED = "pipeline:"
+# In [serve] tables: every table the catalog holds for the application, besides the others.
+EVERY_DECLARED = "*"
+
+
+class Declared(msgspec.Struct, frozen=True, kw_only=True):
+    """One table as its pipeline writes it.
+
+    ``sep`` is None for a one-column key; ``partitioning`` is ``key`` (the first key
+    part's murmur2, as the nodes look it up) or ``input`` (each row kept in its input
+    record's partition, whose key is the first part). ``app`` is the application
+    (``[app] name``) whose nodes serve it when ``[serve] tables`` names none.
+    """
+
+    table: str
+    topic: str
+    key: tuple[str, ...]
+    sep: str | None = None
+    format: Literal["json"] = "json"
+    partitioning: Partitioning = "key"
+    partitions: int = 0
+    app: str = "kiq"
+    pipeline: str = ""
+    query: str = ""
+
+    @property
+    def catalog_key(self) -> str:
+        return catalog_key(self.table)
+
+    def encode(self) -> bytes:
+        return msgspec.json.encode(self)
+
+    def describe(self) -> str:
+        """How the pipeline declared it, for messages."""
+        key = (self.sep or "|").join(self.key) if self.sep else self.key[0]
+        sep = f", sep={self.sep!r}" if self.sep else ""
+        return f"pipeline {self.pipeline or '?'}: topic {self.topic!r}, key {key}{sep}"
+
+
+def catalog_key(table: str) -> str:
+    return f"{_PREFIX}{table}"
+
+
+class Started(msgspec.Struct, frozen=True, kw_only=True):
+    """A pipeline's start, recorded once every table it writes is declared (key
+    ``pipeline:NAME``): what `kiq up` waits for before it starts the nodes."""
+
+    pipeline: str
+    tables: tuple[str, ...] = ()
+    started_at_ms: int = 0
+
+    @property
+    def catalog_key(self) -> str:
+        return f"{_STARTED}{self.pipeline}"
+
+    def encode(self) -> bytes:
+        return msgspec.json.encode(self)
+
+
+def decode_started(records: Mapping[str, bytes]) -> dict[str, Started]:
+    """The pipelines' start records in a catalog read, by pipeline name."""
+    found: dict[str, Started] = {}
+    for key, value in records.items():
+        if key.startswith(_STARTED):
+            try:
+                started = msgspec.json.decode(value, type=Started)
+            except msgspec.DecodeError:
+                continue
+            found[started.pipeline] = started
+    return found
+
+
+def decode_catalog(records: Mapping[str, bytes]) -> dict[str, Declared]:
+    """The tables in a catalog read (``kiq.kafka.compacted.read_latest``), by name.
+
+    A record kiq cannot read (written by a newer kiq, say) is skipped, not fatal.
+    """
+    found: dict[str, Declared] = {}
+    for key, value in records.items():
+        if not key.startswith(_PREFIX):
+            continue
+        try:
+            declared = msgspec.json.decode(value, type=Declared)
+        except msgspec.DecodeError:
+            continue
+        found[declared.table] = declared
+    return found
+
+
+@dataclass(frozen=True)
+class Served:
+    """One entry of ``[serve] tables`` / ``--table``: ``NAME``, ``NAME,options`` or
+    ``NAME=TOPIC,options``. Only what the entry says is set; the rest comes from
+    the catalog."""
+
+    name: str
+    topic: str | None
+    options: frozenset[str]
+    spec: TableSpec  # the entry as a table of its own, for a topic no pipeline declares
+    text: str = ""  # as written, for messages
+
+    @property
+    def sep(self) -> str | None:
+        return self.spec.key_separator if "sep" in self.options else None
+
+
+def parse_served(text: str, default_standby: int = 1) -> Served:
+    """``--table`` with the topic optional: ``NAME`` alone takes it from the catalog.
+
+    (``*``, every table the catalog holds for the application, is the caller's.)"""
+    head, _, rest = text.partition(",")
+    name, eq, topic = head.partition("=")
+    full = text if eq else f"{name}={name.strip()}" + (f",{rest}" if rest else "")
+    spec = parse_table(full, default_standby=default_standby)
+    options = frozenset(part.split("=", 1)[0].strip() for part in rest.split(",") if part.strip())
+    return Served(spec.name, topic.strip() if eq else None, options, spec, text.strip())
+
+
+def parse_serve_tables(
+    entries: Sequence[str], default_standby: int = 1
+) -> tuple[list[Served], bool]:
+    """``[serve] tables``: its entries, and whether ``*`` asks for every declared table too."""
+    served = [parse_served(e, default_standby) for e in entries if e.strip() != EVERY_DECLARED]
+    if len({s.name for s in served}) != len(served):
+        raise ConfigError("[serve] tables names a table twice: each table needs its own name")
+    return served, any(e.strip() == EVERY_DECLARED for e in entries)
+
+
+def resolve_tables(
+    served: Sequence[Served],
+    catalog: Mapping[str, Declared],
+    *,
+    app: str,
+    default_standby: int = 1,
+    every_declared: bool = False,
+) -> list[TableSpec]:
+    """The tables a node serves: ``served``, completed from the catalog.
+
+    Without ``served`` (or with ``every_declared``, ``*`` in ``[serve] tables``), every
+    table the catalog holds for ``app`` too. A served entry the catalog lacks needs its
+    topic (``NAME=TOPIC``): a topic no pipeline writes, a producer's own. A served entry
+    that disagrees with the catalog is a ``ConfigError`` naming both.
+    """
+    tables: dict[str, TableSpec] = {}
+    if every_declared or not served:
+        for d in sorted(catalog.values(), key=lambda d: d.table):
+            if d.app == app:
+                tables[d.table] = _from_catalog(d, None, default_standby)
+    for entry in served:
+        declared = catalog.get(entry.name)
+        if declared is None:
+            if entry.topic is None:
+                raise ConfigError(
+                    f"table {entry.name} is not in the table catalog (no pipeline has written "
+                    f"it yet) and [serve] tables gives no topic: start the pipeline that "
+                    f"writes it first, or declare it as {entry.name}=TOPIC"
+                )
+            tables[entry.name] = entry.spec
+            continue
+        _check_agrees(entry, declared)
+        tables[entry.name] = _from_catalog(declared, entry, default_standby)
+    return list(tables.values())
+
+
+def _check_agrees(entry: Served, declared: Declared) -> None:
+    clashes: list[str] = []
+    if entry.topic is not None and entry.topic != declared.topic:
+        clashes.append(f"topic {entry.topic!r} here, {declared.topic!r} in the pipeline")
+    if "sep" in entry.options and entry.sep != declared.sep:
+        theirs = repr(declared.sep) if declared.sep else "none (a one-column key)"
+        clashes.append(f"sep={entry.sep!r} here, {theirs} in the pipeline")
+    if "format" in entry.options and entry.spec.format != declared.format:
+        clashes.append(f"format={entry.spec.format} here, {declared.format} in the pipeline")
+    if clashes:
+        raise ConfigError(
+            f"table {entry.name}: [serve] tables says {entry.text!r} but the table catalog has "
+            f"{declared.describe()}: {'; '.join(clashes)}. Drop those options from "
+            "[serve] tables (the pipeline's declaration is enough) or make them agree"
+        )
+
+
+def _from_catalog(declared: Declared, entry: Served | None, default_standby: int) -> TableSpec:
+    spec = entry.spec if entry is not None else None
+    return TableSpec(
+        name=declared.table,
+        topic=declared.topic,
+        store=spec.store if spec is not None else "rocksdb",
+        format=declared.format,
+        schema_file=None,
+        standby_replicas=spec.standby_replicas if spec is not None else default_standby,
+        global_=spec.global_ if spec is not None else False,
+        key_separator=declared.sep,
+        declared=declared_fields(declared),
+    )
+
+
+def declared_fields(declared: Declared) -> Mapping[str, object]:
+    """What ``GET /v1/tables`` shows of a table's declaration."""
+    return {
+        "key": list(declared.key),
+        "sep": declared.sep,
+        "partitioning": declared.partitioning,
+        "pipeline": declared.pipeline,
+        "query": declared.query,
+        "app": declared.app,
+    }
