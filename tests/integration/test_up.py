@@ -3,6 +3,7 @@ input topic, two nodes with the file's endpoints, a feed; Ctrl-C leaves nothing 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -116,24 +118,10 @@ def test_up_serves_the_files_table_and_endpoints_and_stops_cleanly(tmp_path: Pat
             """
         )
     )
-    log = tmp_path / "up.log"
-    with log.open("wb") as out:
-        up = subprocess.Popen(
-            [sys.executable, "-m", "kiq", "up", "--config", str(config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: the test's Ctrl-C
-        )
-    try:
-        deadline = time.monotonic() + 180
-        while "every table has data" not in log.read_text():
-            assert up.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.5)
-        text = log.read_text()
+    argv = [sys.executable, "-m", "kiq", "up", "--config", str(config)]
+    with kiq_up(argv, tmp_path, dict(os.environ), "colors"):
         front, second = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
-        assert f"curl -s {front}/v1/colors/red" in text
+        assert f"curl -s {front}/v1/colors/red" in (tmp_path / "up.log").read_text()
 
         # Every color from either node, as the table API answers, once the feed's are all in.
         for name, hex in COLORS.items():
@@ -156,6 +144,31 @@ def test_up_serves_the_files_table_and_endpoints_and_stops_cleanly(tmp_path: Pat
         }
         # The file's endpoints replace the shipped ones.
         assert httpx.get(f"{front}/v1/stocks/AAPL").json()["error"] == "no_route"
+    time.sleep(0.5)
+    assert ours(tmp_path) == []
+
+
+@contextlib.contextmanager
+def kiq_up(argv: list[str], cwd: Path, env: dict[str, str], name: str) -> Iterator[None]:
+    """``kiq up`` running until every table has data; Ctrl-C after, and a clean exit."""
+    log = cwd / "up.log"
+    with log.open("wb") as out:
+        up = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: the test's Ctrl-C
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "every table has data" not in log.read_text():
+            assert up.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        yield
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGINT)
@@ -166,9 +179,7 @@ def test_up_serves_the_files_table_and_endpoints_and_stops_cleanly(tmp_path: Pat
             raise
     text = log.read_text()
     assert code == 0, text
-    assert "colors stopped" in text and "Traceback" not in text, text
-    time.sleep(0.5)
-    assert ours(tmp_path) == []
+    assert f"{name} stopped" in text and "Traceback" not in text, text
 
 
 def _eventually(get, timeout_s: float = 60.0) -> httpx.Response:

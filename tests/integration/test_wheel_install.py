@@ -20,9 +20,14 @@ import time
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 
 from kiq.runtime import free_ports
+from tests.integration.test_new_app import first_key, kiq_up
+from tests.integration.test_up import ours
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
 CHECKOUT_JARS = ROOT / ".cache" / "jars"
@@ -129,17 +134,24 @@ def test_an_installed_kiq_sets_up_and_runs_a_broker_outside_the_checkout(
     flags = ["--port", str(port)]
     started = time.monotonic()
     try:
-        start = _run([kiq, "broker", "start", *flags, "--controller-port", str(controller)],
-                     cwd=home, env=env)  # fmt: skip
+        start = _run(
+            [kiq, "broker", "start", *flags, "--controller-port", str(controller)],
+            cwd=home,
+            env=env,
+        )
         assert "broker running pid=" in start.stdout and f"127.0.0.1:{port}" in start.stdout
         status = _run([kiq, "broker", "status", *flags], cwd=home, env=env)
         assert "running" in status.stdout
         assert (home / ".kiq" / "broker" / "logs" / "server.log").is_file()
     finally:
         stop = subprocess.run(
-            [kiq, "broker", "stop", *flags], cwd=home, env=env, capture_output=True, text=True,
+            [kiq, "broker", "stop", *flags],
+            cwd=home,
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=120,
-        )  # fmt: skip
+        )
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert "stopped" in stop.stdout
     gone = subprocess.run(
@@ -147,3 +159,31 @@ def test_an_installed_kiq_sets_up_and_runs_a_broker_outside_the_checkout(
     )
     assert gone.returncode != 0 and "stopped" in gone.stdout
     assert time.monotonic() - started < 120
+
+
+def test_an_installed_kiq_writes_tests_and_runs_a_new_app_outside_the_checkout(
+    installed: Path, home: Path
+):
+    """The README's first steps with the wheel alone: `kiq new`, its test, `kiq up`."""
+    kiq, env = str(installed / "kiq"), _env(home)
+    _run([kiq, "new", "shop"], cwd=home, env=env)
+    tested = _run(
+        [str(installed / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "shop"],
+        cwd=home,
+        env=env,
+    )
+    assert "3 passed" in tested.stdout
+
+    broker_port, controller_port, port = free_ports(3)
+    env |= {
+        "KIQ_BROKER_PORT": str(broker_port),
+        "KIQ_BROKER_CONTROLLER_PORT": str(controller_port),
+    }
+    with kiq_up(
+        [kiq, "up", "-c", "shop/kiq.toml", "--nodes", "1", "--port", str(port)], home, env, "shop"
+    ):
+        country, day = first_key(f"http://127.0.0.1:{port}", "country-days").split("|")
+        got = httpx.get(f"http://127.0.0.1:{port}/v1/countries/{country}/days/{day}")
+        assert got.status_code == 200 and got.json()["views"] >= 1, got.text
+    time.sleep(0.5)
+    assert ours(home) == []

@@ -30,9 +30,9 @@ class Kafka:
         self.openers: dict[str, Any] = {}
         kafka = self
 
-        def topic_partitions(bootstrap: str, topic: str, *, security: KafkaSecurity) -> int:
+        def topic_partitions(bootstrap: str, topic: str, *, security: KafkaSecurity) -> int | None:
             kafka.saw(bootstrap, "topic_partitions", security)
-            return PARTITIONS
+            return None if topic == "kiq-dead-letters" else PARTITIONS  # the node creates it
 
         def create_topics(bootstrap: str, topics: Any, *, security: KafkaSecurity) -> None:
             kafka.saw(bootstrap, "create_topics", security)
