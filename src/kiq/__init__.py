@@ -28,6 +28,7 @@ _ENDPOINTS = {
     "Routes": "kiq.api.endpoints",
     "Served": "kiq.api.results",
     "Tables": "kiq.api.endpoints",
+    "Windows": "kiq.api.results",
     "json_reply": "kiq.api.endpoints",
 }
 
@@ -63,6 +64,7 @@ __all__ = [
     "Tables",
     "Unavailable",
     "UnknownTable",
+    "Windows",
     "WriteFailed",
     "json_reply",
 ]
@@ -78,7 +80,7 @@ if TYPE_CHECKING:
     )
     from kiq.api.errors import ApiError, BadRequest, KeyNotFound, Unavailable, UnknownTable
     from kiq.api.principal import Principal
-    from kiq.api.results import Many, Page, Read, Served
+    from kiq.api.results import Many, Page, Read, Served, Windows
     from kiq.errors import KiqError, WriteFailed
     from kiq.pipelines.context import Context
 

@@ -136,6 +136,18 @@ class NodeMetrics:
             registry=r,
         )
 
+        # Tables that age (kiq.replicas.expiry): tombstones written by this node's sweeps,
+        # keys its sweeps read, and the time they took.
+        self.keys_expired = Counter(
+            "kiq_keys_expired", "aged-out keys this node tombstoned", ["table"], registry=r
+        )
+        self.expiry_scanned = Counter(
+            "kiq_expiry_scanned_keys", "keys read by expiry sweeps", ["table"], registry=r
+        )
+        self.expiry_seconds = Counter(
+            "kiq_expiry_sweep_seconds", "time spent in expiry sweeps", ["table"], registry=r
+        )
+
     def route(self, name: str) -> RouteStats:
         return self.routes.setdefault(name, RouteStats())
 

@@ -24,6 +24,7 @@ from kiq.kafka.logs import KAFKA_LOG
 from kiq.metrics import NodeMetrics
 from kiq.partitioning import partition_for
 from kiq.replicas import Materializer, Replica, Role
+from kiq.replicas.expiry import ExpirySweeper
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.settings import ServeSettings
 from kiq.stores import MemoryBudget, PartitionStore, open_partition_store
@@ -69,8 +70,10 @@ class Node:
         metrics: NodeMetrics,
         group: Group | None = None,
         group_changed: threading.Event | None = None,
+        sweeper: ExpirySweeper | None = None,
     ) -> None:
         self.settings = settings
+        self._sweeper = sweeper
         self.node_id = settings.node_id
         self.url = settings.advertised_url
         self.metrics = metrics
@@ -97,6 +100,8 @@ class Node:
             "node starting node=%s url=%s tables=%s", self.node_id, self.url, ",".join(self.tables)
         )
         self._materializer.start()
+        if self._sweeper is not None:
+            self._sweeper.start()
         if self._group is not None:
             self._group.start()
         self._refresh_logged()
@@ -109,6 +114,8 @@ class Node:
             self._group.stop()
         if self._watcher.is_alive():
             self._watcher.join(timeout=10)
+        if self._sweeper is not None:
+            self._sweeper.stop()
         self._materializer.stop()
         log.info("node stopped node=%s", self.node_id)
 
@@ -204,12 +211,14 @@ class Node:
 def store_opener(
     tables: Mapping[str, TableRuntime], data_dir: Path, budget: MemoryBudget | None = None
 ) -> Callable[[str, int], PartitionStore]:
-    """Opens a table partition's store, of the table's kind, under ``data_dir``; every
-    store it opens shares ``budget`` (one of its own when not given: one per node)."""
+    """Opens a table partition's store, of the table's kind and ranked by its ``rank_by``,
+    under ``data_dir``; every store it opens shares ``budget`` (one of its own when not
+    given: one per node)."""
     shared = budget if budget is not None else MemoryBudget()
 
     def open_store(table: str, partition: int) -> PartitionStore:
-        return open_partition_store(tables[table].spec.store, data_dir, table, partition, shared)
+        spec = tables[table].spec
+        return open_partition_store(spec.store, data_dir, table, partition, shared, spec.rank_by)
 
     return open_store
 

@@ -32,10 +32,12 @@ from kiq.kafka import KafkaSecurity, compacted, create_topics, topic_partitions
 from kiq.kafka.dlq import DeadLetters
 from kiq.kafka.group import GroupMember
 from kiq.kafka.reader import PartitionReader
+from kiq.kafka.times import LogTimes
 from kiq.kafka.writer import AsyncProducer, ProduceFailed
 from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
 from kiq.replicas import Materializer
+from kiq.replicas.expiry import ExpirySweeper, Outgoing
 from kiq.security import Security, security_for
 from kiq.security import tls as tls_contexts
 from kiq.settings import NodeSettings, ServeSettings, TlsSettings
@@ -78,10 +80,11 @@ def build_node(settings: NodeSettings) -> BuiltNode:
     kafka = KafkaSecurity.from_settings(settings.kafka)  # reads the password file now
     budget = MemoryBudget.of_mib(serve.store_memory_mb)
     tables = catalog_tables(serve, served, settings.app.name, kafka)
-    node = _node(serve, tables, kafka, budget)
+    writer = LogWriter(serve.bootstrap, kafka)
+    node = _node(serve, tables, kafka, budget, writer)
     app = create_app(
         node,
-        LogWriter(serve.bootstrap, kafka),
+        writer,
         endpoints=endpoints,
         limits=settings.limits,
         security=security,
@@ -99,7 +102,11 @@ def build_node(settings: NodeSettings) -> BuiltNode:
 
 
 def _node(
-    serve: ServeSettings, tables: list[TableSpec], kafka: KafkaSecurity, budget: MemoryBudget
+    serve: ServeSettings,
+    tables: list[TableSpec],
+    kafka: KafkaSecurity,
+    budget: MemoryBudget,
+    writer: LogWriter,
 ) -> Node:
     """The node's parts that talk to Kafka, and the node made of them."""
     runtimes: dict[str, TableRuntime] = {}
@@ -139,7 +146,17 @@ def _node(
         metrics=metrics,
         linger_s=serve.linger_s,
     )
-    return Node(serve, runtimes, materializer, metrics, group, group_changed)
+    sweeper = None
+    if any(s.ttl_ms is not None or s.retention_ms is not None for s in tables):
+        sweeper = ExpirySweeper(
+            runtimes,
+            materializer.replicas,
+            LogTimes(serve.bootstrap, f"kiq-expiry-{serve.node_id}", security=kafka),
+            writer,
+            metrics,
+            interval_s=serve.expiry_sweep_s,
+        )
+    return Node(serve, runtimes, materializer, metrics, group, group_changed, sweeper)
 
 
 def _peer_ssl(tls: TlsSettings) -> ssl.SSLContext | None:
@@ -221,13 +238,27 @@ class LogWriter:
         self._bootstrap = bootstrap
         self._security = security
         self._producer: AsyncProducer | None = None
+        self._making = threading.Lock()  # the event loop and the expiry sweeper both write
+
+    def _made(self) -> AsyncProducer:
+        with self._making:
+            if self._producer is None:
+                self._producer = AsyncProducer(self._bootstrap, security=self._security)
+            return self._producer
 
     async def send(self, topic: str, key: bytes, value: bytes | None) -> tuple[int, int]:
         """(partition, offset) once the broker has the record; ``WriteFailed`` if it did not."""
-        if self._producer is None:
-            self._producer = AsyncProducer(self._bootstrap, security=self._security)
+        producer = self._producer if self._producer is not None else self._made()
         try:
-            return await self._producer.send(topic, key, value)
+            return await producer.send(topic, key, value)
+        except ProduceFailed as exc:
+            raise WriteFailed(str(exc)) from exc
+
+    def send_all(self, records: Sequence[Outgoing]) -> None:
+        """From a thread other than the event loop's (the expiry sweeper's): every record,
+        to its own partition, once the broker has them all; ``WriteFailed`` if not."""
+        try:
+            self._made().send_all(records)
         except ProduceFailed as exc:
             raise WriteFailed(str(exc)) from exc
 

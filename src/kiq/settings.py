@@ -392,6 +392,9 @@ class ServeSettings(_Section):
     forward_hedge_floor_ms: int = Field(10, ge=0)
     forward_hedge_cap_ms: int = Field(100, ge=0, description="0: never hedge")
     view_refresh_ms: int = Field(500, ge=50)
+    # Tables that age (replicas/expiry.py): how often each one's cutoffs are refreshed and
+    # its partitions swept; 0: a tenth of its TTL (or retention), from 1 to 60 s.
+    expiry_sweep_s: float = Field(0.0, ge=0, description="0: ttl/10, kept between 1 and 60 s")
 
     @property
     def advertised_url(self) -> str:

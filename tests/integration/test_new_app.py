@@ -68,7 +68,8 @@ def test_a_new_app_passes_its_test_and_kiq_up_serves_it(tmp_path: Path) -> None:
         listed = httpx.get(f"{front}/v1/tables").json()
         declared = {t["name"]: t["declared"] for t in listed["tables"]}
         assert set(declared) == TABLES, listed
-        assert declared["visitor-hours"]["key"] == ["user", "start"]
+        assert declared["visitor-hours"]["key"] == ["user"]
+        assert declared["visitor-hours"]["window"] == "window"
         assert declared["visitor-hours"]["app"] == "shop"
 
         # A visitor's hours and a country's day, through the other node, by the app's routes.
@@ -76,7 +77,8 @@ def test_a_new_app_passes_its_test_and_kiq_up_serves_it(tmp_path: Path) -> None:
         user = hour_key.split("|")[0]
         hours = httpx.get(f"{second}/v1/visitors/{user}/hours").json()
         assert hour_key.split("|")[1] in [w["start"] for w in hours["windows"]], hours
-        country, day = first_key(front, "country-days").split("|")
+        country, start, _ = first_key(front, "country-days").split("|")
+        day = start[:10]
         got = httpx.get(f"{second}/v1/countries/{country}/days/{day}")
         assert got.status_code == 200 and got.json()["views"] >= 1, got.text
         # No [app] endpoints of the stock app: only the file's own routes and the core API.

@@ -107,6 +107,7 @@ def _changed(tmp: Path) -> list[settings._Section]:
             forward_hedge_floor_ms=3,
             forward_hedge_cap_ms=0,
             view_refresh_ms=60,
+            expiry_sweep_s=2.5,
         ),
         LimitsSettings(
             max_body_bytes=2048,

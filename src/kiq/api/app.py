@@ -136,7 +136,8 @@ class KiqApp:
                 if path.startswith(_TABLES):
                     raw = scope.get("raw_path") or path.encode()
                     table, sep, key = raw[len(_TABLES) :].partition(b"/keys/")
-                    if sep and b"/" not in table:
+                    # .../keys/{key}/windows is a route of its own (a windowed table's)
+                    if sep and b"/" not in table and not key.endswith(b"/windows"):
                         await self._lookup(scope, send, table.decode("latin-1"), key)
                         return
             try:

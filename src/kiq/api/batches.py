@@ -3,13 +3,15 @@
 POST /v1/tables/{table}/multiget groups keys by partition and asks each owner
 once; GET /v1/tables/{table}/range asks every partition it may touch (one, when
 the prefix fixes the partition) and merges the answers in key order, ascending or
-(``order=desc``) descending. The replica reader (``routing/reader.py``) reads each
+(``order=desc``) descending; GET /v1/tables/{table}/top asks every partition for its head
+in the table's rank order (``rank_by``) and merges them into the exact top N. The
+replica reader (``routing/reader.py``) reads each
 partition from its best replica, the next when one cannot answer, and says which
 replica answered (``Source``: what ``kiq.Tables`` tells of staleness). Values stay
 the stored bytes until the response is rendered.
 
-Another node's ``Peers.multiget`` and ``Peers.scan`` are answered by
-``internal_multiget`` and ``internal_scan``, from local replicas only.
+Another node's ``Peers.multiget``, ``Peers.scan`` and ``Peers.top`` are answered by
+``internal_multiget``, ``internal_scan`` and ``internal_top``, from local replicas only.
 """
 
 from __future__ import annotations
@@ -40,12 +42,16 @@ from kiq.routing.wire import (
     ScanResult,
     decode_multiget,
     decode_scan,
+    decode_top,
     encode,
 )
 from kiq.security import Principal, read_scope
+from kiq.stores.rank import merge_heads
 from kiq.tables import TableRuntime
+from kiq.tables.windows import split_window_key, window_time
 
 MAX_RANGE_LIMIT = 1000
+MAX_TOP = 1000  # the most keys one top read answers
 
 
 def value_json(runtime: TableRuntime, value: bytes) -> Any:
@@ -171,6 +177,69 @@ class Batches:
         next_cursor = encode_cursor(last_key) if last_key is not None else None
         return orjson.dumps({"items": out, "next_cursor": next_cursor})
 
+    async def windows(
+        self, table: str, key: str, params: dict[str, str], auth: str | None
+    ) -> bytes:
+        """GET /v1/tables/{table}/keys/{key}/windows: one key's windows in time order."""
+        runtime = self._table(table)
+        limit = int_param(params, "limit", 1, MAX_RANGE_LIMIT) or 100
+        items, last_key, _ = await self.scan_windows(
+            runtime,
+            key,
+            params.get("from"),
+            params.get("to"),
+            params.get("cursor"),
+            limit,
+            auth,
+            reverse=is_descending(params.get("order")),
+        )
+        sep = window_sep(runtime)
+        out = []
+        for k, v in items:
+            _, start, end = split_window_key(k.decode(), sep)
+            out.append({"start": start, "end": end, "value": value_json(runtime, v)})
+        next_cursor = encode_cursor(last_key) if last_key is not None else None
+        return orjson.dumps({"key": key, "windows": out, "next_cursor": next_cursor})
+
+    async def scan_windows(
+        self,
+        runtime: TableRuntime,
+        key: str,
+        start: str | None,
+        end: str | None,
+        cursor: str | None,
+        limit: int,
+        auth: str | None,
+        reverse: bool = False,
+        max_lag: int | None = None,
+    ) -> tuple[list[Item], bytes | None, list[Source]]:
+        """``scan`` of one key's windows that start in [``start``, ``end``) (times as
+        ``kiq.tables.windows.window_time`` reads them): one partition, in time order."""
+        if not runtime.spec.windowed:
+            raise BadRequest(
+                f"table {runtime.spec.name} is not windowed: its pipeline writes it with "
+                "ctx.write_table(..., window=COLUMN) for windows by key"
+            )
+        if not key:
+            raise BadRequest("give the key whose windows to read")
+        prefix = f"{key}{window_sep(runtime)}"
+        try:
+            low = prefix + window_time(start, "from") if start else None
+            high = prefix + window_time(end, "to") if end else None
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        return await self.scan(
+            runtime,
+            prefix=prefix.encode(),
+            start=low.encode() if low else None,
+            end=high.encode() if high else None,
+            cursor=cursor,
+            limit=limit,
+            auth=auth,
+            reverse=reverse,
+            max_lag=max_lag,
+        )
+
     async def scan(
         self,
         runtime: TableRuntime,
@@ -261,6 +330,96 @@ class Batches:
         if page is None:
             raise NotHere(f"{self.node.node_id} holds no usable replica of {table}[{partition}]")
         return encode(page)
+
+    # -- top -----------------------------------------------------------------------------
+
+    async def top_json(self, table: str, params: dict[str, str], auth: str | None) -> bytes:
+        """GET /v1/tables/{table}/top: ``{"items": [{"key", "value"}], "rank_by"}``."""
+        runtime = self._table(table)
+        field = rank_field(runtime)
+        n = int_param(params, "n", 1, MAX_TOP) or 10
+        items, _ = await self.top(runtime, n, params.get("prefix", "").encode(), auth)
+        out = [{"key": k.decode(), "value": value_json(runtime, v)} for k, v in items]
+        return orjson.dumps({"items": out, "rank_by": field})
+
+    async def top(
+        self,
+        runtime: TableRuntime,
+        n: int,
+        prefix: bytes,
+        auth: str | None,
+        max_lag: int | None = None,
+    ) -> tuple[list[Item], list[Source]]:
+        """The table's first ``n`` (key, stored value) in its rank order (only keys starting
+        with ``prefix``), and the replica that answered for each partition: every partition
+        asked once for its own first ``n``, concurrently, each from its best replica, and the
+        heads merged (``kiq.stores.rank.merge_heads``). ``Unavailable`` when a partition has
+        no replica that answers; a 400 for a table that is not ranked."""
+        field = rank_field(runtime)
+        table = runtime.spec.name
+        fixed = runtime.spec.partition_key(prefix.decode()) if prefix else None
+        partitions: Iterable[int] = range(runtime.partitions)
+        if fixed is not None and fixed != prefix.decode():  # the prefix names its partition
+            partitions = [self.node.partition_of(runtime, prefix.decode())]
+        heads = await asyncio.gather(
+            *(self._top(table, p, n, prefix, auth, max_lag) for p in partitions)
+        )
+        merged = merge_heads((head.items for head in heads), n, field)
+        return merged, [head.source for head in heads if head.source is not None]
+
+    async def _top(
+        self,
+        table: str,
+        partition: int,
+        n: int,
+        prefix: bytes,
+        auth: str | None,
+        max_lag: int | None,
+    ) -> ScanResult:
+        head = await self.reader.top(table, partition, n, prefix, auth, max_lag)
+        if head is None:
+            raise Unavailable(
+                f"no replica of {table}[{partition}] could rank its keys", partition=partition
+            )
+        return head
+
+    async def internal_top(self, body: bytes, caller: Principal | None = None) -> bytes:
+        """Another node's ``Peers.top``: a local replica's head, or 421; ``caller`` as for
+        ``internal_multiget``."""
+        try:
+            request = decode_top(body)
+        except DecodeError as exc:
+            raise BadRequest(f"malformed top: {exc}") from exc
+        _may_read(caller, request.table)
+        if not 1 <= request.n <= MAX_TOP:
+            raise BadRequest(f"n must be between 1 and {MAX_TOP}")
+        table, partition = request.table, request.partition
+        head = await self.reader.here.top(
+            table, partition, request.n, request.prefix, request.max_lag
+        )
+        if head is None:
+            raise NotHere(
+                f"{self.node.node_id} holds no usable ranked replica of {table}[{partition}]"
+            )
+        return encode(head)
+
+
+def rank_field(runtime: TableRuntime) -> str:
+    """The field ``runtime``'s table is ranked by; a 400 saying how to rank it when none."""
+    field = runtime.spec.rank_by
+    if field is None:
+        name = runtime.spec.name
+        raise BadRequest(
+            f"table {name} is not ranked: its pipeline ranks it by a numeric value field "
+            f"with ctx.write_table({name!r}, ..., rank_by=FIELD)",
+            table=name,
+        )
+    return field
+
+
+def window_sep(runtime: TableRuntime) -> str:
+    """The separator before a windowed key's start and end."""
+    return runtime.spec.key_separator or "|"
 
 
 def is_descending(order: str | None) -> bool:

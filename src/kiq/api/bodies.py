@@ -42,6 +42,23 @@ class Page(Struct):
     next_cursor: str | None
 
 
+class Top(Struct):
+    items: Annotated[list[Item], Meta(description="highest rank_by first, ties by key")]
+    rank_by: Annotated[str, Meta(description="the numeric value field the table ranks by")]
+
+
+class Window(Struct):
+    start: Annotated[str, Meta(description="ISO 8601 UTC, to the millisecond")]
+    end: str
+    value: Any
+
+
+class Windows(Struct):
+    key: str
+    windows: list[Window]
+    next_cursor: str | None
+
+
 class Table(Struct):
     name: str
     topic: str
@@ -70,6 +87,14 @@ class Declaration(Struct):
     pipeline: str
     query: str
     app: str
+    ttl_ms: Annotated[int | None, Meta(description="a key not written this long expires")] = None
+    window: Annotated[
+        str | None, Meta(description="a windowed table: the window column; keys end in it")
+    ] = None
+    retention_ms: Annotated[
+        int | None, Meta(description="windows ended this long before the newest are dropped")
+    ] = None
+    rank_by: Annotated[str | None, Meta(description="the field GET .../top ranks by")] = None
 
 
 class Tables(Struct):

@@ -34,7 +34,7 @@ from starlette.responses import Response
 
 from kiq.api.asgi import Receive, Scope, Send, header, query
 from kiq.api.auth import AUTH_ON, caller, forwarded_caller, require_read, require_write
-from kiq.api.batches import MAX_RANGE_LIMIT, Batches, is_descending
+from kiq.api.batches import MAX_RANGE_LIMIT, MAX_TOP, Batches, is_descending, window_sep
 from kiq.api.errors import (
     BadRequest,
     InsufficientScope,
@@ -47,7 +47,7 @@ from kiq.api.lookups import MAX_WAIT_MS, Enrich, Lookups
 from kiq.api.params import check_key, encode_cursor, int_param
 from kiq.api.principal import Principal
 from kiq.api.request_body import read_body
-from kiq.api.results import Many, Page, Read, Served
+from kiq.api.results import Many, Page, Read, Served, Windows
 from kiq.api.routes import RESERVED
 from kiq.api.spec import Answer, Doc, RouteSpec, Rule
 from kiq.api.targets import resolve
@@ -68,6 +68,7 @@ __all__ = [
     "Routes",
     "Served",
     "Tables",
+    "Windows",
     "json_reply",
 ]
 
@@ -299,6 +300,60 @@ class Tables:
             [(k.decode(), v) for k, v in items],
             encode_cursor(last_key) if last_key is not None else None,
             tuple(Served.of(s) for s in sources),
+        )
+
+    async def top(
+        self, table: str, n: int = 10, prefix: str | None = None, *, max_lag: int | None = None
+    ) -> Page:
+        """The table's ``n`` (1 to ``MAX_TOP``) highest-ranked keys, as
+        ``GET /v1/tables/{table}/top`` answers: by its ``rank_by`` field (``ctx.write_table(...,
+        rank_by=FIELD)``), highest first, ties by key; only keys starting with ``prefix`` when
+        given. Every partition is asked once, from its best replica (within ``max_lag``).
+
+        A ``Page`` (``next_cursor`` None); ``BadRequest`` for a table that is not ranked,
+        ``Unavailable`` when a partition has no replica that answers.
+        """
+        if not 1 <= n <= MAX_TOP:
+            raise BadRequest(f"n must be between 1 and {MAX_TOP}, got {n}")
+        runtime = self._runtime(table)
+        _within("max_lag", max_lag)
+        raw_prefix = (prefix or "").encode()
+        items, sources = await self._batches.top(runtime, n, raw_prefix, self._auth, max_lag)
+        return Page(
+            runtime, [(k.decode(), v) for k, v in items], None, tuple(Served.of(s) for s in sources)
+        )
+
+    async def windows(
+        self,
+        table: str,
+        key: str,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        order: Order = "asc",
+        max_lag: int | None = None,
+    ) -> Windows:
+        """``key``'s windows in a windowed table (``ctx.write_table(..., window=)``): those
+        starting in [``start``, ``end``) (ISO 8601, a date, or epoch ms as text; naive
+        times are UTC), oldest first, or newest first with ``order="desc"``; one partition
+        read. ``BadRequest`` for a table that is not windowed or a time that is no time."""
+        if not 1 <= limit <= MAX_RANGE_LIMIT:
+            raise BadRequest(f"limit must be between 1 and {MAX_RANGE_LIMIT}, got {limit}")
+        reverse = is_descending(order)
+        runtime = self._runtime(table)
+        _within("max_lag", max_lag)
+        items, last_key, sources = await self._batches.scan_windows(
+            runtime, key, start, end, cursor, limit, self._auth, reverse, max_lag
+        )
+        return Windows(
+            runtime,
+            [(k.decode(), v) for k, v in items],
+            encode_cursor(last_key) if last_key is not None else None,
+            tuple(Served.of(s) for s in sources),
+            key=key,
+            sep=window_sep(runtime),
         )
 
 

@@ -83,6 +83,15 @@ class Handlers:
         table = request.path_params["table"]
         return _json(await self._batches.range(table, query(request.scope), _auth(request)))
 
+    async def windows(self, request: Request) -> Response:
+        table, key = request.path_params["table"], request.path_params["key"]
+        params = query(request.scope)
+        return _json(await self._batches.windows(table, key, params, _auth(request)))
+
+    async def top(self, request: Request) -> Response:
+        table = request.path_params["table"]
+        return _json(await self._batches.top_json(table, query(request.scope), _auth(request)))
+
     async def metadata(self, request: Request) -> Response:
         cluster = query(request.scope).get("cluster", "") in ("1", "true")
         return _json(await admin.metadata(self._node, self._peers, cluster, _auth(request)))
@@ -114,6 +123,11 @@ class Handlers:
     async def internal_scan(self, request: Request) -> Response:
         body = await self._from_member(request)
         answer = await self._batches.internal_scan(body, caller(request.scope))
+        return self._sealed(request, answer)
+
+    async def internal_top(self, request: Request) -> Response:
+        body = await self._from_member(request)
+        answer = await self._batches.internal_top(body, caller(request.scope))
         return self._sealed(request, answer)
 
     async def internal_metadata(self, request: Request) -> Response:

@@ -111,6 +111,8 @@ class Lookups:
         if found is None:
             return 0  # a 404 builds an error body: the general way
         value, offset = found
+        if replica.aging is not None and replica.aging.expired(raw_key, offset):
+            return 0  # aged out (kiq.replicas.aging): a 404 too
         if enrich is not None:
             value = await enrich(value)
         lag = replica.end_offset - replica.position

@@ -1,5 +1,6 @@
 """What ``kiq.Tables`` reads answer with: ``Read`` (one key), ``Many`` (keys), ``Page`` (a range),
-and ``Served``, the replica behind a partition's part of the answer.
+``Windows`` (one key's windows, a ``Page``), and ``Served``, the replica behind a partition's
+part of the answer.
 
 Each result holds the values as stored (``Read.value``, ``Many.found``, ``Page.items``) and
 gives them in two more forms, named the same on every result:
@@ -25,6 +26,7 @@ import orjson
 from kiq.api.batches import value_json
 from kiq.routing import Source
 from kiq.tables import TableRuntime
+from kiq.tables.windows import split_window_key
 
 
 def parsed_value(runtime: TableRuntime, value: bytes) -> Any:
@@ -114,7 +116,8 @@ class Many:
 
 @dataclass(frozen=True)
 class Page:
-    """What ``Tables.range`` read: (key, stored value) in the order asked, and where to go on."""
+    """What ``Tables.range`` read: (key, stored value) in the order asked, and where to go on;
+    what ``Tables.top`` read: the keys in rank order (``next_cursor`` None)."""
 
     table: TableRuntime
     items: list[tuple[str, bytes]]
@@ -146,3 +149,24 @@ class Page:
     def fragment_items(self) -> list[dict[str, Any]]:
         """``[{"key": ..., "value": ...}]``, as ``GET /v1/tables/{t}/range`` answers."""
         return [{"key": key, "value": value_json(self.table, v)} for key, v in self.items]
+
+
+@dataclass(frozen=True)
+class Windows(Page):
+    """What ``Tables.windows`` read: one key's windows (a windowed table), oldest first or
+    (``order="desc"``) newest first; ``items`` hold the stored keys, which end in each
+    window's start and end."""
+
+    key: str = ""
+    sep: str = "|"
+
+    def bounds(self) -> list[tuple[str, str]]:
+        """(start, end) of each window, ISO 8601 UTC to the millisecond, in the page's order."""
+        return [split_window_key(key, self.sep)[1:] for key, _ in self.items]
+
+    def fragment_windows(self) -> list[dict[str, Any]]:
+        """``[{"start", "end", "value"}]``, as ``GET .../keys/{key}/windows`` answers."""
+        return [
+            {"start": start, "end": end, "value": value_json(self.table, value)}
+            for (start, end), (_, value) in zip(self.bounds(), self.items, strict=True)
+        ]

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from kiq.api import bodies
-from kiq.api.batches import MAX_RANGE_LIMIT
+from kiq.api.batches import MAX_RANGE_LIMIT, MAX_TOP
 from kiq.api.handlers import Handlers
 from kiq.api.lookups import MAX_WAIT_MS
 from kiq.api.spec import Answer, Doc, Header, Param, RouteSpec, Rule, reserved
@@ -31,6 +31,7 @@ from kiq.routing.wire import (
     INTERNAL_METADATA,
     INTERNAL_MULTIGET,
     INTERNAL_SCAN,
+    INTERNAL_TOP,
     MSGPACK,
 )
 
@@ -143,6 +144,69 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
     ),
     RouteSpec(
         "GET",
+        "/v1/tables/{table}/top",
+        Handlers.top,
+        Rule.READ,
+        limited=True,
+        doc=Doc(
+            "The N highest-ranked keys of a ranked table, across every partition",
+            ("tables",),
+            (
+                TABLE,
+                Param(
+                    "n",
+                    Annotated[int, Meta(ge=1, le=MAX_TOP)],
+                    "how many keys [10]: the exact top N at that moment",
+                ),
+                Param("prefix", str, "only keys starting with it"),
+            ),
+            answers={
+                "200": Answer.json(
+                    "the keys by the table's rank_by field, highest first, ties by key",
+                    bodies.Top,
+                )
+            },
+            errors=(400, 404, 503),
+            operation={
+                "description": "For a table its pipeline ranks by a numeric value field "
+                "(ctx.write_table(..., rank_by=FIELD)): each partition's replicas keep its keys "
+                "in that order, every partition is asked once for its own first N, from its "
+                "best replica, and the heads are merged. A table that is not ranked is a 400."
+            },
+        ),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/tables/{table}/keys/{key}/windows",
+        Handlers.windows,
+        Rule.READ,
+        limited=True,
+        doc=Doc(
+            "One key's windows in time order (a windowed table)",
+            ("tables",),
+            (
+                TABLE,
+                Param("key", _NAME, "the key the windows belong to (no /)", "path"),
+                Param("from", str, "windows starting at or after (ISO 8601, or epoch ms)"),
+                Param("to", str, "windows starting before (ISO 8601, or epoch ms)"),
+                Param(
+                    "order",
+                    Literal["asc", "desc"],
+                    "asc [default]: oldest first; desc: newest first, cursors going back",
+                ),
+                Param(
+                    "limit",
+                    Annotated[int, Meta(ge=1, le=MAX_RANGE_LIMIT)],
+                    "windows per page [100]",
+                ),
+                Param("cursor", str, "next_cursor of the previous page"),
+            ),
+            answers={"200": Answer.json("a page of windows", bodies.Windows)},
+            errors=(400, 404, 503),
+        ),
+    ),
+    RouteSpec(
+        "GET",
         "/v1/tables",
         Handlers.tables,
         Rule.CALLER,
@@ -236,6 +300,14 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
         Rule.CLUSTER,
         limited=False,
         doc=_internal("A partition's scan", wire.Scan, wire.ScanResult),
+    ),
+    RouteSpec(
+        "POST",
+        INTERNAL_TOP,
+        Handlers.internal_top,
+        Rule.CLUSTER,
+        limited=False,
+        doc=_internal("A partition's head in rank order", wire.Top, wire.ScanResult),
     ),
     RouteSpec(
         "GET",

@@ -41,6 +41,8 @@ class Record(Protocol):
 
     def partition(self) -> int: ...
 
+    def headers(self) -> list[tuple[str, bytes | None]] | None: ...
+
 
 @dataclass(slots=True)
 class Fetched:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -21,6 +22,9 @@ from kiq.kafka.security import KafkaSecurity
 class ProduceFailed(KiqError):
     """The broker did not acknowledge a record; nothing was written."""
 
+
+# A record's headers, as confluent-kafka takes them.
+Headers = list[tuple[str, str | bytes | None]]
 
 # An API write waits for the broker this long, then fails: librdkafka's default (5 minutes)
 # would hold the HTTP request through a whole broker outage.
@@ -66,6 +70,42 @@ class AsyncProducer:
         except (BufferError, KafkaException) as exc:
             raise ProduceFailed(f"writing to {topic} failed: {exc}") from exc
         return await done
+
+    def send_all(
+        self,
+        records: Sequence[tuple[str, int, bytes, bytes | None, Headers | None]],
+        timeout_s: float = DELIVERY_TIMEOUT_MS / 1000,
+    ) -> None:
+        """Write (topic, partition, key, value, headers) records from a thread that is
+        not the event loop's, once the broker has every one; ``ProduceFailed`` if not."""
+        pending = len(records)
+        failed: list[str] = []
+        done = threading.Event()
+        lock = threading.Lock()
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            nonlocal pending
+            with lock:
+                if err is not None:
+                    failed.append(str(err))
+                pending -= 1
+                if pending == 0:
+                    done.set()
+
+        if not records:
+            return
+        for topic, partition, key, value, headers in records:
+            try:
+                self._producer.produce(
+                    topic, key=key, value=value, partition=partition, headers=headers,
+                    on_delivery=delivered,
+                )  # fmt: skip
+            except (BufferError, KafkaException) as exc:
+                raise ProduceFailed(f"writing to {topic} failed: {exc}") from exc
+        if not done.wait(timeout_s + 1):
+            raise ProduceFailed(f"{pending} records not acknowledged in {timeout_s:.0f}s")
+        if failed:
+            raise ProduceFailed(f"{len(failed)} records failed: {failed[0]}")
 
     def close(self, timeout_s: float = 10.0) -> None:
         self._producer.flush(timeout_s)

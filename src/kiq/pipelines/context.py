@@ -26,8 +26,15 @@ from kiq.pipelines.io import KafkaIO, PipelineIO
 from kiq.pipelines.kafka_io import StreamOptions
 from kiq.pipelines.plans import realtime_blockers, source_ids, stateful, streams_joined
 from kiq.pipelines.realtime import local_slots, runs_in_realtime
-from kiq.pipelines.tables import TableOutput, letters_records, table_records
+from kiq.pipelines.tables import (
+    WINDOW_PARTS,
+    TableOutput,
+    letters_records,
+    table_records,
+    with_window_parts,
+)
 from kiq.tables.declared import Declared
+from kiq.tables.durations import Duration, parse_duration
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -136,13 +143,47 @@ class Context:
         partition: str | None = None,
         dead_letters: str | None = None,
         delete: str | None = None,
+        ttl: Duration | None = None,
+        window: str | None = None,
+        retention: Duration | None = None,
+        rank_by: str | None = None,
     ) -> StreamingQuery:
         """Start the query that keeps table ``name`` (topic: ``topic``, else the table's in
         the config's ``[serve] tables``, else ``name``) equal to ``df``, keyed by ``key``.
 
-        ``delete``: a boolean column; a row where it is true deletes its key (a tombstone)."""
+        ``delete``: a boolean column; a row where it is true deletes its key (a tombstone).
+        ``ttl`` (``"7 days"``): a key not written for that long expires everywhere.
+        ``window``: the column ``F.window(...)`` made; each key ends in the window's start
+        and end, so a key's windows sort by time (``GET .../keys/{k}/windows``), and
+        ``retention`` drops windows that ended that long before the newest one.
+        ``rank_by``: a numeric column the nodes keep each partition ordered by
+        (``GET /v1/tables/{name}/top``)."""
+        parts = _key(key)
+        if window is not None:
+            df = with_window_parts(df, name, window)
+            parts = (*parts, *WINDOW_PARTS)
+        elif retention is not None:
+            raise ConfigError(
+                f"table {name}: retention applies to windowed tables (window=COLUMN); "
+                "for a table of plain keys use ttl"
+            )
+        if rank_by is not None:
+            _check_rank_by(df, name, rank_by, value)
         table = TableOutput(
-            name, topic or self.table_topics.get(name, name), _key(key), sep, value, delete
+            name,
+            topic or self.table_topics.get(name, name),
+            parts,
+            sep,
+            value,
+            delete,
+            ttl_ms=parse_duration(ttl, f"table {name}: ttl") if ttl is not None else None,
+            window=window,
+            retention_ms=(
+                parse_duration(retention, f"table {name}: retention")
+                if retention is not None
+                else None
+            ),
+            rank_by=rank_by,
         )
         letters = dead_letters or f"{table.topic}-dlq"
         return self._write_tables(name, df, [table], letters, None, partitions, partition)
@@ -245,13 +286,17 @@ class Context:
                 Declared(
                     table=o.name,
                     topic=o.topic,
-                    key=o.key,
+                    key=o.declared_key,
                     sep=o.sep if o.composite else None,
                     partitioning="input" if partition is not None else "key",
                     partitions=count,
                     app=self.app,
                     pipeline=self.pipeline,
                     query=name,
+                    ttl_ms=o.ttl_ms,
+                    window=o.window,
+                    retention_ms=o.retention_ms,
+                    rank_by=o.rank_by,
                 )
                 for o in outputs
             ]
@@ -375,6 +420,27 @@ def _key(key: Key) -> tuple[str, ...]:
     if not parts or not all(isinstance(p, str) for p in parts):
         raise ConfigError(f"key must be a column name or a sequence of them, got {key!r}")
     return parts
+
+
+def _check_rank_by(df: DataFrame, table: str, rank_by: str, value: str | None) -> None:
+    """``rank_by`` is a numeric column of the value (the JSON object of the row's columns)."""
+    from pyspark.sql.types import NumericType
+
+    if value is not None:
+        raise ConfigError(
+            f"table {table}: rank_by ranks by a field of the row's JSON object; with "
+            f"value={value!r} there is none: leave value out"
+        )
+    if rank_by not in df.columns:
+        raise ConfigError(
+            f"table {table}: rank_by={rank_by!r} is not a column (its columns: "
+            f"{', '.join(df.columns)})"
+        )
+    kind = df.schema[rank_by].dataType
+    if not isinstance(kind, NumericType):
+        raise ConfigError(
+            f"table {table}: rank_by={rank_by!r} must be numeric, not {kind.simpleString()}"
+        )
 
 
 def _partitions(reads: list[_Read], default: int) -> int:

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 HEADERS = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
+# A windowed table's last two key parts: its window's start and end, ISO 8601 in UTC to the
+# millisecond (fixed width, so an entity's windows sort by time as bytes).
+WINDOW_PARTS = ("__kiq_window_start", "__kiq_window_end")
+WINDOW_TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
 _KEY, _VALUE, _TOPIC, _REASON = "__out_key", "__out_value", "__out_topic", "__out_reason"
 
 
@@ -42,6 +46,17 @@ class TableOutput:
     sep: str = "|"
     value: str | None = None
     delete: str | None = None
+    # How the table ages and orders (``ctx.write_table``'s ttl, window, retention, rank_by):
+    # recorded in the catalog for the nodes, not used to write the records.
+    ttl_ms: int | None = None
+    window: str | None = None
+    retention_ms: int | None = None
+    rank_by: str | None = None
+
+    @property
+    def declared_key(self) -> tuple[str, ...]:
+        """The key parts as the pipeline named them: without the window's start and end."""
+        return self.key[: len(self.key) - len(WINDOW_PARTS)] if self.window else self.key
 
     @property
     def composite(self) -> bool:
@@ -61,6 +76,31 @@ class TableOutput:
                 f"table {self.name}: sep must be one character (the serving node splits keys "
                 f"on it), got {self.sep!r}"
             )
+
+
+def with_window_parts(df: DataFrame, table: str, window: str) -> DataFrame:
+    """``df`` with its ``window`` column's start and end as text key parts
+    (``WINDOW_PARTS``); a ``ConfigError`` unless ``window`` is Spark's window struct."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
+
+    if window not in df.columns:
+        raise ConfigError(
+            f"table {table}: no window column {window!r} in the DataFrame (its columns: "
+            f"{', '.join(df.columns)}); name the column F.window(...) made"
+        )
+    kind = df.schema[window].dataType
+    fields = {f.name: f.dataType for f in kind.fields} if isinstance(kind, StructType) else {}
+    times = (TimestampType, TimestampNTZType)
+    if not all(isinstance(fields.get(part), times) for part in ("start", "end")):
+        raise ConfigError(
+            f"table {table}: window={window!r} must be a window struct (start and end "
+            f"timestamps, as F.window or F.session_window make), not {kind.simpleString()}"
+        )
+    start, end = WINDOW_PARTS
+    return df.withColumn(
+        start, F.date_format(F.col(f"`{window}`.start"), WINDOW_TIME_FORMAT)
+    ).withColumn(end, F.date_format(F.col(f"`{window}`.end"), WINDOW_TIME_FORMAT))
 
 
 def key_of(df: DataFrame, table: TableOutput) -> tuple[Column, Column]:

@@ -30,6 +30,7 @@ from kiq.errors import BadRecord, StoreClosedError
 from kiq.kafka.dlq import DeadLetters
 from kiq.kafka.reader import Fetched, PartitionReader, Record
 from kiq.metrics import NodeMetrics
+from kiq.replicas.aging import EXPIRE_BELOW, Aging, guard
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
 from kiq.stores import PartitionStore
@@ -128,7 +129,9 @@ class Materializer:
         for key, store in self._open_stores([key for key in wanted if key not in self._replicas]):
             table, partition = key
             role = wanted[key]
-            opened = Replica(table, self._tables[table].spec.topic, partition, store, role)
+            opened = Replica(
+                table, self._tables[table].spec.topic, partition, store, role, self._aging(table)
+            )
             self._replicas[key] = opened
             to_assign.append((opened.topic, partition, opened.position))
             log.info(
@@ -199,9 +202,11 @@ class Materializer:
             last = messages[-1].offset()
             if last < replica.position:  # already applied (a re-assign can re-deliver)
                 continue
-            batch = self._decode(runtime, messages, replica.position)
+            batch = self._decode(runtime, messages, replica)
             if not self._store(replica, batch, last):
                 continue
+            if replica.aging is not None:
+                replica.aging.saw(batch)
             replica.position = last + 1
             if last >= replica.waits.lowest:  # a parked lookup waits for what just landed
                 replica.waits.reached(last)
@@ -240,7 +245,12 @@ class Materializer:
         replica.move_to(ReplicaState.REVOKED)
         replica.store.wipe()
         fresh = Replica(
-            replica.table, replica.topic, replica.partition, replica.store, replica.role
+            replica.table,
+            replica.topic,
+            replica.partition,
+            replica.store,
+            replica.role,
+            self._aging(replica.table),
         )
         fresh.lingering_since = replica.lingering_since
         self._replicas[(replica.table, replica.partition)] = fresh
@@ -308,6 +318,42 @@ class Materializer:
                 replica.waits.reached(replica.position - 1)
             self._reader.assign([(replica.topic, replica.partition, replica.position)])
 
+    def _aging(self, table: str) -> Aging | None:
+        """What a new replica of ``table`` hides once aged; None for a table that keeps all."""
+        spec = self._tables[table].spec
+        if spec.ttl_ms is None and spec.retention_ms is None:
+            return None
+        return Aging(spec.retention_ms if spec.windowed else None, spec.key_separator or "|")
+
+    def _guarded(
+        self, replica: Replica, messages: list[Record], batch: list[Change]
+    ) -> list[Change]:
+        """``batch`` without the sweep's tombstones that met a newer value (``replicas.aging``).
+
+        Only a batch with a tombstone comes here, and only tombstones' headers are read.
+        """
+        guards: dict[int, int] = {}
+        for msg in messages:
+            if msg.value() is None:
+                for name, raw in msg.headers() or ():
+                    if name == EXPIRE_BELOW and raw is not None and raw.isdigit():
+                        guards[msg.offset()] = int(raw)  # else not kiq's: a plain tombstone
+        if not guards:
+            return batch
+        store = replica.store
+
+        def current(key: bytes) -> int | None:
+            try:
+                got = store.get(key)
+            except StoreClosedError:
+                return None  # the write fails as well, and the batch is read again
+            return None if got is None else got[1]
+
+        kept, raced = guard(batch, guards, current)
+        if raced and replica.aging is not None and replica.role is Role.ACTIVE:
+            replica.aging.raced.extend(raced)
+        return kept
+
     def _replica_of(self, topic: str, partition: int) -> tuple[TableRuntime | None, Replica | None]:
         runtime = self._by_topic.get(topic)
         if runtime is None:
@@ -315,14 +361,16 @@ class Materializer:
         return runtime, self._replicas.get((runtime.spec.name, partition))
 
     def _decode(
-        self, runtime: TableRuntime, messages: list[Record], from_offset: int
+        self, runtime: TableRuntime, messages: list[Record], replica: Replica
     ) -> list[Change]:
         """The changes to store; a record that cannot be served goes to the dead letters.
 
         Restores run through here once per record, so the common case (every
         record good) checks the whole fetch at once; only a fetch with a bad
-        record pays for checking records one by one to find it.
+        record pays for checking records one by one to find it. Only a fetch with a
+        tombstone has its tombstones' headers read (a sweep's are guarded: ``_guarded``).
         """
+        from_offset = replica.position
         if messages[0].offset() < from_offset:
             messages = [m for m in messages if m.offset() >= from_offset]
             if not messages:
@@ -337,10 +385,13 @@ class Materializer:
                     # A NUL ends any multi-byte sequence: the join is UTF-8 iff every key is.
                     b"\0".join(present).decode("utf-8")
                     decoded = runtime.codec.decode_all(values)
-                    return list(zip(present, decoded, offsets, strict=True))
+                    changes = list(zip(present, decoded, offsets, strict=True))
+                    if None in values:
+                        return self._guarded(replica, messages, changes)
+                    return changes
             except (UnicodeDecodeError, BadRecord):
                 pass
-        return self._decode_each(runtime, messages)
+        return self._guarded(replica, messages, self._decode_each(runtime, messages))
 
     def _decode_each(self, runtime: TableRuntime, messages: list[Record]) -> list[Change]:
         decode = runtime.codec.decode

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from kiq.replicas.aging import Aging
 from kiq.replicas.state import ReplicaState, Role, check_transition
 from kiq.replicas.waits import OffsetWaits
 from kiq.stores import PartitionStore
@@ -20,9 +21,12 @@ class Replica:
     Plain attribute writes are atomic under the GIL, so readers need no lock.
     ``waits``: lookups parked until an offset is applied (``replicas.waits``); whoever
     moves ``position`` forward tells it, and revoking the replica releases them.
+    ``aging``: what has aged out of a table with a TTL or retention (``replicas.aging``),
+    None for a table that keeps every key.
     """
 
     __slots__ = (
+        "aging",
         "caught_up_at",
         "end_offset",
         "fault",
@@ -40,8 +44,15 @@ class Replica:
     )
 
     def __init__(
-        self, table: str, topic: str, partition: int, store: PartitionStore, role: Role
+        self,
+        table: str,
+        topic: str,
+        partition: int,
+        store: PartitionStore,
+        role: Role,
+        aging: Aging | None = None,
     ) -> None:
+        self.aging = aging
         self.table = table
         self.topic = topic
         self.partition = partition
@@ -133,5 +144,8 @@ class ReadOnlyReplica(Protocol):
 
     @property
     def waits(self) -> OffsetWaits: ...
+
+    @property
+    def aging(self) -> Aging | None: ...
 
     def describe(self) -> dict[str, object]: ...

@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from kiq.errors import StoreClosedError
 from kiq.replicas import ReplicaState
+from kiq.replicas.aging import Aging
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.replicas.waits import Parking, wait_applied
 from kiq.routing.router import servable
@@ -143,7 +144,7 @@ class LocalReplicas:
             return None
 
         async def read() -> tuple[list[Item], Source]:
-            return _get_all(replica.store, keys), self._source(replica)
+            return _get_all(replica.store, keys, replica.aging), self._source(replica)
 
         return await self._through_reopen(replica, read)
 
@@ -164,8 +165,33 @@ class LocalReplicas:
             return None
 
         async def read() -> ScanResult:
-            rows = replica.store.scan(start, end, limit, reverse)
-            return ScanResult([(k, v) for k, v, _ in rows], self._source(replica), reverse)
+            aging = replica.aging
+            if aging is None:
+                rows = replica.store.scan(start, end, limit, reverse)
+                return ScanResult([(k, v) for k, v, _ in rows], self._source(replica), reverse)
+            items = _scan_unexpired(replica.store, aging, start, end, limit, reverse)
+            return ScanResult(items, self._source(replica), reverse)
+
+        return await self._through_reopen(replica, read)
+
+    async def top(
+        self,
+        table: str,
+        partition: int,
+        n: int,
+        prefix: bytes = b"",
+        max_lag: int | None = None,
+    ) -> ScanResult | None:
+        """The first ``n`` (key, value) of the partition in its rank order (``rank_by``), only
+        keys starting with ``prefix``, and how fresh the replica was; None as for ``get``,
+        and when this node's replica keeps no rank order (its store is not ranked)."""
+        replica = self._usable(table, partition, max_lag)
+        if replica is None or replica.store.rank_by is None:
+            return None
+
+        async def read() -> ScanResult:
+            items = _top_unexpired(replica.store, replica.aging, n, prefix or None)
+            return ScanResult(items, self._source(replica))
 
         return await self._through_reopen(replica, read)
 
@@ -214,7 +240,7 @@ class LocalReplicas:
         """What ``replica`` holds for ``key``; ``StoreClosedError`` when it closed meanwhile."""
         got = replica.store.get(key)
         stale = replica.state is not _ACTIVE
-        if got is None:
+        if got is None or (replica.aging is not None and replica.aging.expired(key, got[1])):
             return LookupResult(MISSING, replica.partition, replica.lag, stale, self._served_by)
         value, offset = got
         return LookupResult(
@@ -256,11 +282,49 @@ class LocalReplicas:
         )
 
 
-def _get_all(store: ReadOnlyStore, keys: list[bytes]) -> list[Item]:
+def _get_all(store: ReadOnlyStore, keys: list[bytes], aging: Aging | None = None) -> list[Item]:
     get = store.get
     items: list[Item] = []
     for key in keys:
         got = get(key)
-        if got is not None:
+        if got is not None and (aging is None or not aging.expired(key, got[1])):
             items.append((key, got[0]))
     return items
+
+
+def _scan_unexpired(
+    store: ReadOnlyStore,
+    aging: Aging,
+    start: bytes | None,
+    end: bytes | None,
+    limit: int,
+    reverse: bool,
+) -> list[Item]:
+    """Up to ``limit`` rows of [start, end) that have not aged out: a page a sweep has
+    not emptied yet is read on, so a short page still means the range ended."""
+    items: list[Item] = []
+    while True:
+        rows = store.scan(start, end, limit, reverse)
+        items.extend((k, v) for k, v, offset in rows if not aging.expired(k, offset))
+        if len(rows) < limit or len(items) >= limit:
+            return items[:limit]
+        if reverse:
+            end = rows[-1][0]
+        else:
+            start = rows[-1][0] + b"\x00"
+
+
+def _top_unexpired(
+    store: ReadOnlyStore, aging: Aging | None, n: int, prefix: bytes | None
+) -> list[Item]:
+    """The first ``n`` ranked rows that have not aged out: asked again for more while keys
+    a sweep has not removed yet take places."""
+    asked = n
+    while True:
+        rows = store.top(asked, prefix)
+        if aging is None:
+            return [(k, v) for k, v, _ in rows]
+        items = [(k, v) for k, v, offset in rows if not aging.expired(k, offset)]
+        if len(rows) < asked or len(items) >= n:
+            return items[:n]
+        asked *= 2

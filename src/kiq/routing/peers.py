@@ -48,6 +48,7 @@ from kiq.routing.wire import (
     INTERNAL_METADATA,
     INTERNAL_MULTIGET,
     INTERNAL_SCAN,
+    INTERNAL_TOP,
     MSGPACK,
     PRINCIPAL,
     DecodeError,
@@ -58,6 +59,7 @@ from kiq.routing.wire import (
     NodeStatus,
     Scan,
     ScanResult,
+    Top,
     decode_multiget_result,
     decode_node_status,
     decode_results,
@@ -189,6 +191,23 @@ class Peers:
         if page.reverse != reverse:
             raise PeerError(target, f"{INTERNAL_SCAN}: scanned forwards; an older kiq?")
         return page
+
+    async def top(
+        self,
+        target: str,
+        table: str,
+        partition: int,
+        n: int,
+        prefix: bytes,
+        caller: str | None,
+        max_lag: int | None = None,
+    ) -> ScanResult:
+        """The first ``n`` (key, value) of the target's replica in its rank order (only keys
+        starting with ``prefix``), and which replica it was; ``PeerError`` (421) when the
+        target holds no usable replica of it, ranked, within ``max_lag``."""
+        request = encode(Top(table, partition, n, prefix, max_lag))
+        body = await self._call(target, "POST", INTERNAL_TOP, request, caller)
+        return _decoded(target, decode_scan_result, body)
 
     async def metadata(self, target: str, caller: str | None = None) -> NodeStatus:
         """The target's own replicas: role, state, offsets, lag."""

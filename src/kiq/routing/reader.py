@@ -230,6 +230,36 @@ class ReplicaReader:
         )
         return None
 
+    async def top(
+        self,
+        table: str,
+        partition: int,
+        n: int,
+        prefix: bytes,
+        caller: str | None,
+        max_lag: int | None = None,
+    ) -> ScanResult | None:
+        """The first ``n`` (key, value) of the partition in its rank order (only keys starting
+        with ``prefix``), from the best replica that answers (within ``max_lag``), and which
+        one it was; None when none could. Replicas asked in ``scan``'s order."""
+        for target in self._targets(table, partition, max_lag):
+            if target == LOCAL:
+                head = await self.here.top(table, partition, n, prefix, max_lag)
+                if head is not None:
+                    return head
+                continue
+            try:
+                return await self._peers.top(target, table, partition, n, prefix, caller, max_lag)
+            except PeerError as exc:
+                log.warning("top failed table=%s partition=%d error=%s", table, partition, exc)
+        log.warning(
+            "top unavailable table=%s partition=%d replicas=%s",
+            table,
+            partition,
+            self._node.view.of(table, partition),
+        )
+        return None
+
     def _targets(self, table: str, partition: int, max_lag: int | None = None) -> list[str]:
         """``LOCAL`` or member URLs, best first: a local active replica, then the router's."""
         local = self._replicas.get((table, partition))

@@ -6,6 +6,7 @@ decoded into the records below (``routing/peers.py`` sends them, ``api/`` answer
     POST /v1/internal/lookups   [Lookup, ...]        → [LookupResult, ...] in the same order
     POST /v1/internal/multiget  Multiget             → MultigetResult
     POST /v1/internal/scan      Scan                 → ScanResult
+    POST /v1/internal/top       Top                  → ScanResult (the partition's head)
     GET  /v1/internal/metadata  (no body)            → NodeStatus
     POST /v1/internal/hello     16 random bytes      → the same bytes (sealed: a member's proof)
 
@@ -20,6 +21,7 @@ few bytes beyond its key and value:
     MultigetResult  [[item...], [refused partition...], [Source...]]
     Scan            [table, partition, start|nil, end|nil, limit, reverse, max_lag|nil]
     ScanResult      [[item...], Source|nil, reverse]
+    Top             [table, partition, n, prefix(bin), max_lag|nil]
     Source          [partition, lag, stale, applied_offset, served_by(bin)]
 
 Fields were added at the end of a record only, with defaults: a record from an older
@@ -57,6 +59,7 @@ import msgspec
 INTERNAL_LOOKUPS: Final = "/v1/internal/lookups"
 INTERNAL_MULTIGET: Final = "/v1/internal/multiget"
 INTERNAL_SCAN: Final = "/v1/internal/scan"
+INTERNAL_TOP: Final = "/v1/internal/top"
 INTERNAL_METADATA: Final = "/v1/internal/metadata"
 # A challenge (16 random bytes) answered sealed: a peer proves it holds the cluster secret
 # before it is sent anything else (routing/peers.py).
@@ -171,6 +174,18 @@ class ScanResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     reverse: bool = False
 
 
+class Top(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The first ``n`` keys of one partition in its table's rank order (``rank_by``: highest
+    first, ties by key), only keys starting with ``prefix`` when not empty; from a replica
+    at most ``max_lag`` records behind, when given. Answered with a ``ScanResult``."""
+
+    table: str
+    partition: int
+    n: int = 10
+    prefix: bytes = b""
+    max_lag: int | None = None
+
+
 class ReplicaStatus(msgspec.Struct, frozen=True):
     """One local replica as its node describes it (``Replica.describe``), field for field."""
 
@@ -216,6 +231,7 @@ _multiget = msgspec.msgpack.Decoder(Multiget)
 _multiget_result = msgspec.msgpack.Decoder(MultigetResult)
 _scan = msgspec.msgpack.Decoder(Scan)
 _scan_result = msgspec.msgpack.Decoder(ScanResult)
+_top = msgspec.msgpack.Decoder(Top)
 _node_status = msgspec.msgpack.Decoder(NodeStatus)
 
 
@@ -249,6 +265,10 @@ def decode_scan(body: bytes) -> Scan:
 
 def decode_scan_result(body: bytes) -> ScanResult:
     return _scan_result.decode(body)
+
+
+def decode_top(body: bytes) -> Top:
+    return _top.decode(body)
 
 
 def decode_node_status(body: bytes) -> NodeStatus:

@@ -26,15 +26,22 @@ _KINDS = ("rocksdb", "memory")
 
 
 def open_partition_store(
-    kind: str, data_dir: Path, table: str, partition: int, budget: MemoryBudget
+    kind: str,
+    data_dir: Path,
+    table: str,
+    partition: int,
+    budget: MemoryBudget,
+    rank_by: str | None = None,
 ) -> PartitionStore:
     """Open (creating if needed) the store of one table partition.
 
     RocksDB data goes to ``data_dir/tables/<table>/<partition>``, its memory counted
-    in ``budget``, the node's.
+    in ``budget``, the node's. ``rank_by``: the table's rank field (``TableSpec.rank_by``),
+    whose order the store keeps for ``top``.
     """
     if kind == "rocksdb":
-        return RocksDBPartitionStore(data_dir / "tables" / table / str(partition), budget)
+        path = data_dir / "tables" / table / str(partition)
+        return RocksDBPartitionStore(path, budget, rank_by)
     if kind == "memory":
-        return MemoryPartitionStore()
+        return MemoryPartitionStore(rank_by)
     raise ConfigError(f"unknown store kind {kind!r}: use one of {', '.join(_KINDS)}")

@@ -2,10 +2,15 @@
 
 One store holds one partition of one table. A single writer (the partition's
 materializer) calls ``apply``, ``wipe`` and ``close``; any number of reader
-threads call ``get``, ``scan``, ``count`` and ``size_bytes`` at the same time.
+threads call ``get``, ``scan``, ``top``, ``count`` and ``size_bytes`` at the same time.
 Each value carries the offset of the Kafka record that wrote it, so a reader
 can tell how fresh an answer is, and the store records how far into the topic
 it has applied, atomically with the data, so a restart resumes exactly there.
+
+A store opened with a rank field (``rank_by``, the table's) also keeps its keys in rank
+order (``stores/rank.py``: by that numeric field of the JSON value, highest first, ties
+by key), updated in the same atomic write as the values; ``top`` reads that order. An
+unranked store keeps none: its ``top`` is ``[]``, and ``get`` pays nothing for either.
 
 Readers see a store only as ``ReadOnlyStore`` (as Kafka Streams hands out a
 ``ReadOnlyKeyValueStore``): whatever holds one cannot write, wipe or close it.
@@ -40,6 +45,16 @@ class ReadOnlyStore(Protocol):
     ) -> list[tuple[bytes, bytes, int]]:
         """(key, value, offset) for keys in [start, end) in byte order (descending when
         ``reverse``: the last ``limit`` keys below ``end``, highest first), at most ``limit``."""
+        ...
+
+    def top(self, n: int, prefix: bytes | None = None) -> list[tuple[bytes, bytes, int]]:
+        """(key, value, offset) of the first ``n`` ranked keys (starting with ``prefix``
+        when given), highest score first, ties by key; ``[]`` from an unranked store."""
+        ...
+
+    @property
+    def rank_by(self) -> str | None:
+        """The field the store ranks its keys by; None: it keeps no rank order."""
         ...
 
     def applied_offset(self) -> int:
@@ -78,6 +93,17 @@ class PartitionStore(abc.ABC):
         ``reverse``), at most ``limit``."""
 
     @abc.abstractmethod
+    def top(self, n: int, prefix: bytes | None = None) -> list[tuple[bytes, bytes, int]]:
+        """(key, value, offset) of the first ``n`` ranked keys (only those starting with
+        ``prefix`` when given), highest score first, ties by key ascending; ``[]`` from a
+        store opened without a rank field."""
+
+    @property
+    def rank_by(self) -> str | None:
+        """The numeric JSON field the store keeps its keys ordered by; None: unranked."""
+        return None
+
+    @abc.abstractmethod
     def count(self) -> int:
         """Number of keys; may be an estimate."""
 
@@ -87,7 +113,7 @@ class PartitionStore(abc.ABC):
 
     @abc.abstractmethod
     def wipe(self) -> None:
-        """Delete every key and the applied offset; the store stays open and empty.
+        """Delete every key (and its rank) and the applied offset; the store stays open and empty.
 
         For a partition that must restore from the start of its topic.
         """

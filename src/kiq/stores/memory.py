@@ -2,7 +2,9 @@
 
 Not persistent by design: after a restart ``applied_offset()`` is -1 and the
 partition restores from its topic. Values are kept as (value, offset) tuples,
-which gives the one-read-returns-both property without encoding.
+which gives the one-read-returns-both property without encoding. A ranked store
+(``rank_by``) keeps its rank order as a sorted list of ``score + key`` (``stores/rank.py``)
+beside each key's score, changed under the writer's lock with the values.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import threading
 from collections.abc import Sequence
 from itertools import islice
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedDict, SortedList
 
 from kiq.errors import StoreClosedError
 from kiq.stores.base import Change, PartitionStore
+from kiq.stores.rank import SCORE_SIZE, score_of
 
 
 class MemoryPartitionStore(PartitionStore):
@@ -22,11 +25,14 @@ class MemoryPartitionStore(PartitionStore):
 
     ``get`` takes no lock (a dict read is atomic under the GIL), so it may see a
     batch half applied, key by key; ``scan`` takes the writer's lock because
-    sorted-key iteration must not race a mutation.
+    sorted-key iteration must not race a mutation; so does ``top``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rank_by: str | None = None) -> None:
         self._data: SortedDict = SortedDict()
+        self._rank_by = rank_by
+        self._scores: dict[bytes, bytes] = {}  # key -> its encoded score, ranked keys only
+        self._ranked: SortedList = SortedList()  # score + key, in rank order
         self._lock = threading.Lock()
         self._applied = -1
         self._bytes = 0
@@ -55,7 +61,19 @@ class MemoryPartitionStore(PartitionStore):
                     self._bytes += len(key) + len(value)
                 elif old is not None:
                     del data[key]
+                if self._rank_by is not None:
+                    self._rerank(key, value)
             self._applied = applied_offset
+
+    def _rerank(self, key: bytes, value: bytes | None) -> None:
+        """``key``'s place in the rank order, for its new ``value`` (None: deleted)."""
+        old = self._scores.pop(key, None)
+        if old is not None:
+            self._ranked.remove(old + key)
+        score = None if value is None else score_of(self._rank_by or "", value)
+        if score is not None:
+            self._scores[key] = score
+            self._ranked.add(score + key)
 
     def applied_offset(self) -> int:
         return self._applied
@@ -75,6 +93,26 @@ class MemoryPartitionStore(PartitionStore):
             keys = islice(data.irange(start, end, (True, False), reverse), limit)
             return [(key, *data[key]) for key in keys]
 
+    def top(self, n: int, prefix: bytes | None = None) -> list[tuple[bytes, bytes, int]]:
+        if n <= 0 or self._rank_by is None:
+            return []
+        out: list[tuple[bytes, bytes, int]] = []
+        with self._lock:
+            self._check_open()
+            data = self._data
+            for entry in self._ranked:
+                key = entry[SCORE_SIZE:]
+                if prefix and not key.startswith(prefix):
+                    continue
+                out.append((key, *data[key]))
+                if len(out) >= n:
+                    break
+        return out
+
+    @property
+    def rank_by(self) -> str | None:
+        return self._rank_by
+
     def count(self) -> int:
         return len(self._data)
 
@@ -85,6 +123,8 @@ class MemoryPartitionStore(PartitionStore):
         with self._lock:
             self._check_open()
             self._data.clear()
+            self._scores.clear()
+            self._ranked.clear()
             self._bytes = 0
             self._applied = -1
 
@@ -92,6 +132,8 @@ class MemoryPartitionStore(PartitionStore):
         with self._lock:
             self._closed = True
             self._data.clear()
+            self._scores.clear()
+            self._ranked.clear()
             self._bytes = 0
 
     def _check_open(self) -> None:

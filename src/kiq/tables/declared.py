@@ -46,6 +46,13 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
     app: str = "kiq"
     pipeline: str = ""
     query: str = ""
+    # Aging and order (``ctx.write_table(ttl=, window=, retention=, rank_by=)``): ``window``
+    # is the DataFrame's window column, whose start and end end every key (``key`` holds
+    # the parts before them); durations in milliseconds.
+    ttl_ms: int | None = None
+    window: str | None = None
+    retention_ms: int | None = None
+    rank_by: str | None = None
 
     @property
     def catalog_key(self) -> str:
@@ -193,6 +200,8 @@ def _check_agrees(entry: Served, declared: Declared) -> None:
     if "sep" in entry.options and entry.sep != declared.sep:
         theirs = repr(declared.sep) if declared.sep else "none (a one-column key)"
         clashes.append(f"sep={entry.sep!r} here, {theirs} in the pipeline")
+    if "retention" in entry.options and declared.window is None:
+        clashes.append("retention here, but the pipeline writes no windowed table")
     if "format" in entry.options and entry.spec.format != declared.format:
         clashes.append(f"format={entry.spec.format} here, {declared.format} in the pipeline")
     if clashes:
@@ -205,6 +214,7 @@ def _check_agrees(entry: Served, declared: Declared) -> None:
 
 def _from_catalog(declared: Declared, entry: Served | None, default_standby: int) -> TableSpec:
     spec = entry.spec if entry is not None else None
+    entry_options = entry.options if entry is not None else frozenset()
     return TableSpec(
         name=declared.table,
         topic=declared.topic,
@@ -214,8 +224,22 @@ def _from_catalog(declared: Declared, entry: Served | None, default_standby: int
         standby_replicas=spec.standby_replicas if spec is not None else default_standby,
         global_=spec.global_ if spec is not None else False,
         key_separator=declared.sep,
+        # [serve] may age a table differently than its pipeline says: a serving choice
+        ttl_ms=spec.ttl_ms if spec is not None and "ttl" in entry_options else declared.ttl_ms,
+        retention_ms=(
+            spec.retention_ms
+            if spec is not None and "retention" in entry_options
+            else declared.retention_ms
+        ),
+        windowed=declared.window is not None,
+        rank_by=declared.rank_by,
         declared=declared_fields(declared),
     )
+
+
+def spec_of(declared: Declared) -> TableSpec:
+    """The table as its declaration alone describes it (default serving options)."""
+    return _from_catalog(declared, None, default_standby=1)
 
 
 def declared_fields(declared: Declared) -> Mapping[str, object]:
@@ -227,4 +251,8 @@ def declared_fields(declared: Declared) -> Mapping[str, object]:
         "pipeline": declared.pipeline,
         "query": declared.query,
         "app": declared.app,
+        "ttl_ms": declared.ttl_ms,
+        "window": declared.window,
+        "retention_ms": declared.retention_ms,
+        "rank_by": declared.rank_by,
     }

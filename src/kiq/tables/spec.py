@@ -13,12 +13,16 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from kiq.errors import ConfigError
+from kiq.tables.durations import parse_duration
 
 StoreKind = Literal["rocksdb", "memory"]
 ValueFormat = Literal["json", "avro", "raw"]
 
 MAX_STANDBY_REPLICAS = 10
-TABLE_SYNTAX = "NAME=TOPIC[,store=memory][,format=avro][,schema=PATH][,standby=N][,global][,sep=C]"
+TABLE_SYNTAX = (
+    "NAME=TOPIC[,store=memory][,format=avro][,schema=PATH][,standby=N][,global][,sep=C]"
+    "[,ttl=DURATION][,retention=DURATION]"
+)
 _EXAMPLES = (
     "quotes=stock-quotes or ref=symbols,store=memory,global or ev=events,format=avro,schema=ev.avsc"
 )
@@ -48,6 +52,18 @@ class TableSpec:
     # separator picks the partition, so an entity's keys stay together and a
     # prefix scan that includes the separator reads one partition.
     key_separator: str | None = None
+    # Tables that age (durations in ms): a key not written for ``ttl_ms`` expires; in a
+    # windowed table a window that ended ``retention_ms`` before the partition's newest
+    # window end is dropped. Either way every replica stops answering it and the
+    # partition's active node writes its tombstone (``kiq.replicas.expiry``).
+    ttl_ms: int | None = None
+    retention_ms: int | None = None
+    # A windowed table: each key ends in its window's start and end (sep-separated, ISO
+    # 8601 UTC, fixed width), so an entity's windows sort by time in its partition.
+    windowed: bool = False
+    # A numeric field of the JSON value every replica keeps its partition's keys ordered
+    # by, for GET /v1/tables/{t}/top (highest first, ties by key).
+    rank_by: str | None = None
     # How its pipeline declared it in the table catalog (key parts, partitioning, the
     # pipeline), shown by GET /v1/tables; None for a topic no pipeline declares.
     declared: Mapping[str, object] | None = field(default=None, compare=False, hash=False)
@@ -59,6 +75,7 @@ class TableSpec:
         return key.split(self.key_separator, 1)[0]
 
     def __post_init__(self) -> None:
+        self._check_aging()
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ConfigError(
                 f"table name {self.name!r} is invalid: use 1-100 of A-Z a-z 0-9 . _ -"
@@ -97,6 +114,20 @@ class TableSpec:
                 f" from 0 to {MAX_STANDBY_REPLICAS}, got {standby!r}"
             )
 
+    def _check_aging(self) -> None:
+        for what, ms in (("ttl", self.ttl_ms), ("retention", self.retention_ms)):
+            if ms is not None and (isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0):
+                raise ConfigError(f"table {self.name}: {what} must be a positive duration")
+        if self.retention_ms is not None and not self.windowed:
+            raise ConfigError(
+                f"table {self.name}: retention applies to windowed tables "
+                "(ctx.write_table(..., window=COLUMN)); for a table of plain keys use ttl"
+            )
+        if self.rank_by is not None and (not isinstance(self.rank_by, str) or not self.rank_by):
+            raise ConfigError(f"table {self.name}: rank_by must name a numeric value field")
+        if self.rank_by is not None and self.format != "json":
+            raise ConfigError(f"table {self.name}: rank_by needs JSON values, not {self.format}")
+
     def _check_schema(self) -> None:
         if self.format == "avro":
             if self.schema_file is None:
@@ -131,7 +162,7 @@ def parse_table(text: str, default_standby: int = 1) -> TableSpec:
             if has_value:
                 raise _syntax_error(text, "'global' takes no value")
             options[key] = None
-        elif key in ("store", "format", "schema", "standby", "sep"):
+        elif key in ("store", "format", "schema", "standby", "sep", "ttl", "retention"):
             if not value:
                 raise _syntax_error(text, f"{key!r} needs a value ({key}=...)")
             options[key] = value
@@ -143,6 +174,7 @@ def parse_table(text: str, default_standby: int = 1) -> TableSpec:
     except ValueError:
         raise _syntax_error(text, f"standby must be a number, got {standby_text!r}") from None
     schema = options.get("schema")
+    ttl, retention = options.get("ttl"), options.get("retention")
     try:
         return TableSpec(
             name=name.strip(),
@@ -153,6 +185,9 @@ def parse_table(text: str, default_standby: int = 1) -> TableSpec:
             standby_replicas=standby,
             global_="global" in options,
             key_separator=options.get("sep"),
+            ttl_ms=parse_duration(ttl, "ttl") if ttl else None,
+            retention_ms=parse_duration(retention, "retention") if retention else None,
+            windowed=bool(retention),  # the catalog's record says so for a pipeline's table
         )
     except ConfigError as exc:
         raise ConfigError(f"--table {text!r}: {exc}") from None

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -34,6 +34,7 @@ from kiq.security import Security, TokenCache, TokenVerifier
 from kiq.security.keys import HMAC_ALGORITHMS
 from kiq.settings import LimitsSettings, ServeSettings
 from kiq.tables import TableRuntime, TableSpec, codec_for
+from kiq.tables.declared import Declared, spec_of
 from kiq.testing._node import (
     DeadLetter,
     DeadLetters,
@@ -96,6 +97,9 @@ class TestClient:
     one with ``--auth jwt`` does, and each request carries a token of this caller unless
     it names another (``principal=``; None: no token). ``auth=True`` without a principal:
     the node checks tokens and requests carry none unless they name a caller.
+    ``declared``: the tables' declarations (``run_pipeline(...).declared``), so a table is
+    served with its pipeline's key separator, window, TTL and rank field; a table without
+    one is a plain table of its name.
 
     Use it in a ``with`` block (or ``start()`` and ``close()``): the node starts, loads the
     tables and is ready when the block begins, and stops when it ends. A request returns
@@ -113,6 +117,7 @@ class TestClient:
         auth: bool | None = None,
         base: str | None = None,
         limits: LimitsSettings | None = None,
+        declared: Iterable[Declared] = (),
     ) -> None:
         self.principal = principal
         self._auth = principal is not None if auth is None else auth
@@ -123,7 +128,7 @@ class TestClient:
         self._topics = Topics()
         self._writer = Writer(self._topics)
         self._dead_letters = DeadLetters()
-        self._node = self._make_node(tables or {})
+        self._node = self._make_node(tables or {}, {d.table: d for d in declared})
         security = Security(self._tokens(), None) if self._auth else None
         peers = Peers(NODE_ID, Router(NODE_ID), 2000, transport=NoPeers())
         declared = [endpoints] if callable(endpoints) or isinstance(endpoints, str) else endpoints
@@ -278,15 +283,20 @@ class TestClient:
 
     # -- parts ----------------------------------------------------------------------------
 
-    def _make_node(self, tables: Mapping[str, Mapping[str, Any]]) -> Node:
+    def _make_node(
+        self, tables: Mapping[str, Mapping[str, Any]], declared: Mapping[str, Declared]
+    ) -> Node:
         runtimes = {}
         for name in tables:
             spec = TableSpec(name, name, store="memory", standby_replicas=0)
+            if name in declared:  # keyed, windowed and ranked as its pipeline declared it
+                spec = replace(spec_of(declared[name]), store="memory", standby_replicas=0)
             runtimes[name] = TableRuntime(spec, codec_for(spec), 1)
         for name, rows in tables.items():
+            topic = runtimes[name].spec.topic
             for key, value in rows.items():
                 if value is not None:
-                    self._topics.append(name, 0, key.encode(), _stored(value))
+                    self._topics.append(topic, 0, key.encode(), _stored(value))
         settings = ServeSettings(
             node_id=NODE_ID,
             advertise=URL,

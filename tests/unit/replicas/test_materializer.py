@@ -75,6 +75,9 @@ class StandInRecord:
     def partition(self) -> int:
         return 0
 
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return None
+
 
 class StandInDeadLetters:
     def __init__(self) -> None:

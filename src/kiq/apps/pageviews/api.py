@@ -24,7 +24,7 @@ def routes(app: Routes) -> None:
 
 
 async def page_minutes(request: Request) -> Reply:
-    """A page's minutes from ``from`` to ``to`` (``2026-11-25T10:00``), newest first with
+    """A page's minutes starting from ``from`` to ``to`` (``2026-11-25T10:00``), newest first with
     ``order=desc``; the page is a query parameter since it holds slashes."""
     page = request.query.get("page")
     if not page or not page.startswith("/"):
@@ -44,25 +44,24 @@ async def visitor_hours(request: Request) -> Reply:
 async def country_day(request: Request) -> Reply:
     """One country's views on one UTC day (``2026-11-25``)."""
     country, day = request.path_params["country"].upper(), request.path_params["day"]
-    value = await request.tables.get_json("country-days", f"{country}|{day}")
-    if value is None:
+    page = await request.tables.windows("country-days", country, start=day, limit=1)
+    if not page.items or not page.bounds()[0][0].startswith(day):
         raise KeyNotFound(f"no views from {country} on {day}")
-    return json_reply(value)
+    return json_reply(page.fragments()[0])
 
 
 async def _windows(request: Request, table: str, entity: str) -> Reply:
-    """One entity's windows in a time range, a page at a time, in either order."""
+    """One entity's windows starting in [from, to), a page at a time, in either order."""
     order = request.query.get("order", "asc")
     if order not in ("asc", "desc"):
         raise BadRequest("order must be asc or desc")
-    low, high = request.query.get("from"), request.query.get("to")
-    page = await request.tables.range(
+    page = await request.tables.windows(
         table,
-        prefix=f"{entity}|",
-        start=f"{entity}|{low}" if low else None,
-        end=f"{entity}|{high}" if high else None,
+        entity,
+        start=request.query.get("from"),
+        end=request.query.get("to"),
         cursor=request.query.get("cursor"),
         limit=request.int_param("limit", 1, MAX_WINDOWS) or 100,
         order="desc" if order == "desc" else "asc",
     )
-    return json_reply({"windows": page.fragments(), "next_cursor": page.next_cursor})
+    return json_reply({"windows": page.fragment_windows(), "next_cursor": page.next_cursor})

@@ -2,9 +2,11 @@
 
 POST /v1/words  {"word": "kafka"} or {"text": "..."}   → 202, where each word was written
 GET  /v1/words/{word}                                   → {"word", "count"}, 404 if never seen
+GET  /v1/words/top?n=10                                 → {"words": [{"word", "count"}, ...]}
 
 Words are lowercased runs of letters, digits, ' and -; the Spark word-count pipeline
-turns topic ``words`` into table ``word-counts``.
+turns topic ``words`` into table ``word-counts``, ranked by ``count`` (the most frequent
+words first, ties in word order, across every partition: ``Tables.top``).
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from kiq import (
 WORDS_TOPIC = "words"
 COUNTS = "word-counts"
 MAX_WORDS = 10_000
+MAX_TOP = 1000
 _WORD = re.compile(r"[\w'-]+")
 
 
 def routes(app: Routes) -> None:
     app.post("/v1/words", post_words, POST_DOC)
+    app.get("/v1/words/top", top_words, TOP_DOC)  # before {word}, which would take "top"
     app.get("/v1/words/{word}", word_count, COUNT_DOC)
 
 
@@ -111,6 +115,42 @@ COUNT_DOC = {
 }
 
 
+TOP_DOC = {
+    "summary": "The most frequent words, across every partition",
+    "tags": ["words"],
+    "parameters": [
+        {
+            "name": "n",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TOP, "default": 10},
+        }
+    ],
+    "responses": {
+        "200": _json(
+            "the n most frequent words, highest count first, ties in word order",
+            {
+                "type": "object",
+                "required": ["words"],
+                "properties": {
+                    "words": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["word", "count"],
+                            "properties": {"word": _TEXT, "count": _INT},
+                        },
+                    }
+                },
+            },
+        ),
+        "400": _error(f"n not from 1 to {MAX_TOP}"),
+        "404": _error("the cluster does not serve word-counts"),
+        "503": _error("a partition had no replica that could answer; retry shortly"),
+    },
+}
+
+
 def split_words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text) if w.strip("'-")]
 
@@ -123,6 +163,18 @@ async def word_count(request: Request) -> Reply:
     if len(words) != 1:
         raise BadRequest(f"{raw!r} is not one word")
     return request.lookup(COUNTS, words[0])
+
+
+async def top_words(request: Request) -> Reply:
+    if not request.tables.serves(COUNTS):
+        raise UnknownTable(f"this cluster does not serve {COUNTS}", table=COUNTS)
+    n = request.int_param("n", 1, MAX_TOP) or 10
+    top = await request.tables.top(COUNTS, n)
+    words = [
+        {"word": word, "count": value["count"]}
+        for word, value in zip(top.keys(), top.parsed(), strict=True)
+    ]
+    return json_reply({"words": words})
 
 
 async def post_words(request: Request) -> Reply:

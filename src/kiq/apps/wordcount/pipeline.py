@@ -1,6 +1,7 @@
 """Word count (seed 001): words (the record key) → the table ``word-counts``, value
 ``{"word", "count"}``, keyed by the word. The table's name is its query's name, which is
-its checkpoint directory: renaming it starts it afresh."""
+its checkpoint directory: renaming it starts it afresh. Ranked by ``count``: the nodes keep
+each partition's words by count, for ``GET /v1/words/top``."""
 
 from __future__ import annotations
 
@@ -19,4 +20,4 @@ def build(ctx: Context) -> None:
     # what it has been (a restart resumes older checkpoints).
     by_word = words.groupBy(words["__key"].alias("word"), words["__partition"].alias("partition"))
     counts = by_word.count()
-    ctx.write_table(WORD_COUNTS, counts.select("word", "count"), key="word")
+    ctx.write_table(WORD_COUNTS, counts.select("word", "count"), key="word", rank_by="count")

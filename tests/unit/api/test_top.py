@@ -1,0 +1,199 @@
+"""Top-K across every partition: ``Tables.top`` and ``GET /v1/tables/{t}/top`` on two
+in-process nodes, each active for half the partitions of a ranked table ``t`` and a
+standby of the other half; and the ``Top`` record that asks a node for a partition's head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+import pytest
+
+from kiq import BadRequest, Page, Tables, Unavailable
+from kiq.replicas import ReplicaState
+from kiq.routing.wire import INTERNAL_TOP, Top, decode_top, encode
+from kiq.tables import parse_table
+from tests.unit import stand_ins
+from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
+
+PARTITIONS = 4
+# Many ties (scores 0-6 over 60 keys), negative and fractional scores, and values not ranked.
+KEYS: dict[str, dict[str, Any]] = {f"w{i:02d}": {"n": (i * 7) % 13 - 6} for i in range(60)}
+KEYS.update({"half": {"n": 2.5}, "text": {"n": "12"}, "none": {"other": 1}, "flag": {"n": True}})
+OFFSET = {key: 10 + i for i, key in enumerate(KEYS)}
+
+
+def reference(n: int, prefix: str = "", keys: dict[str, dict[str, Any]] = KEYS) -> list[str]:
+    ranked = [
+        k
+        for k, v in keys.items()
+        if k.startswith(prefix) and type(v.get("n")) in (int, float)  # bool is not a number
+    ]
+    return sorted(ranked, key=lambda k: (-keys[k]["n"], k))[:n]
+
+
+def _ranked(text: str, default_standby: int = 1) -> Any:
+    spec = parse_table(text, default_standby)
+    return dataclasses.replace(spec, rank_by="n") if spec.name == "t" else spec
+
+
+@pytest.fixture(params=["memory", "rocksdb"])
+def pair(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Cluster, LocalNode, LocalNode]]:
+    # ``t`` as its pipeline would declare it (ctx.write_table(..., rank_by="n")); ``u`` unranked
+    monkeypatch.setattr(stand_ins, "parse_table", _ranked)
+    cluster = Cluster()
+    cluster.join("n1", "http://n1.test")
+    cluster.join("n2", "http://n2.test")
+    cluster.assign("n1", [("t", 0), ("t", 1), ("u", 0)])
+    cluster.assign("n2", [("t", 2), ("t", 3)])
+    tables = {f"t=t,store={request.param},standby=1": PARTITIONS, "u=u,store=memory": 1}
+    n1 = start_node(tmp_path, cluster, tables, "n1")
+    n2 = start_node(tmp_path, cluster, tables, "n2")
+    for node in (n1, n2):
+        wait_until(serving(node.node), what=f"{node.node.node_id} serving")
+        for p in range(PARTITIONS):
+            wait_until(lambda: node.node.replica("t", p) is not None, what="every replica")
+    for node in (n1, n2):  # the same data in every replica, active or standby
+        for key, value in KEYS.items():
+            node.put("t", key, orjson.dumps(value), OFFSET[key])
+    yield cluster, n1, n2
+    n1.node.stop()
+    n2.node.stop()
+
+
+def tables(node: LocalNode) -> Tables:
+    return Tables(node.app.batches, None)
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def test_the_top_is_exact_from_either_node(pair):
+    cluster, n1, n2 = pair
+    assert {n1.node.replica("t", p).state for p in (0, 1)} == {ReplicaState.ACTIVE}
+    assert {n2.node.replica("t", p).state for p in (2, 3)} == {ReplicaState.ACTIVE}
+    for node in (n1, n2):
+        for n in (1, 5, 10, 17, 1000):
+            top = run(tables(node).top("t", n))
+            assert isinstance(top, Page) and top.next_cursor is None
+            assert top.keys() == reference(n), n
+            assert top.parsed() == [KEYS[k] for k in top.keys()]
+        assert sorted(s.partition for s in top.served) == list(range(PARTITIONS))
+        assert {(s.partition >= 2, s.served_by) for s in top.served} == {
+            (False, "n1"),
+            (True, "n2"),
+        }
+        assert not top.stale
+    # The default is ten.
+    assert run(tables(n1).top("t")).keys() == reference(10)
+
+
+def test_each_remote_partition_is_asked_once(pair):
+    cluster, n1, _ = pair
+    cluster.transport.sent.clear()
+    run(tables(n1).top("t", 5))
+    asked = [(url, path) for url, path, _ in cluster.transport.sent]
+    assert asked == [("http://n2.test", INTERNAL_TOP)] * 2  # partitions 2 and 3; 0, 1 local
+
+
+def test_prefix(pair):
+    _, n1, n2 = pair
+    for prefix in ("w1", "w", "h", "zz"):
+        assert run(tables(n2).top("t", 5, prefix)).keys() == reference(5, prefix), prefix
+
+
+def test_the_top_follows_writes(pair):
+    _, n1, n2 = pair
+    keys = dict(KEYS)
+    changes = {"w03": {"n": 100}, "w00": None, "w44": {"n": -50}, "new": {"n": 7}}
+    for key, value in changes.items():
+        for node in (n1, n2):
+            if value is None:  # a tombstone
+                replica = node.node.replica("t", node.put("t", key, b"{}", 499))
+                replica.store.apply([(key.encode(), None, 500)], 500)
+            else:
+                node.put("t", key, orjson.dumps(value), 500)
+        if value is None:
+            del keys[key]
+        else:
+            keys[key] = value
+    got = run(tables(n2).top("t", 8)).keys()
+    assert got == reference(8, keys=keys)
+    assert got[0] == "w03" and "w00" not in got
+
+
+def test_a_standby_answers_when_an_active_is_down(pair):
+    cluster, n1, _ = pair
+    cluster.down.add("http://n2.test")
+    top = run(tables(n1).top("t", 12))
+    assert top.keys() == reference(12)
+    assert top.stale and {s.served_by for s in top.served} == {"n1"}
+
+
+def test_no_replica_of_a_partition_is_unavailable(pair, monkeypatch: pytest.MonkeyPatch):
+    cluster, n1, n2 = pair
+    cluster.down.add("http://n2.test")
+    # n1's own copy of partition 2 cannot rank either: every replica asked, none answered
+    replica = n1.node.replica("t", 2)
+    monkeypatch.setattr(replica.store, "_rank_by", None)
+    with pytest.raises(Unavailable, match=r"no replica of t\[2\] could rank"):
+        run(tables(n1).top("t", 3))
+
+
+def test_the_http_route(pair):
+    _, n1, n2 = pair
+    reply = run(call(n2.app, "GET", "/v1/tables/t/top?n=5"))
+    assert reply.status == 200, reply.body
+    body = reply.json()
+    assert body["rank_by"] == "n"
+    assert [item["key"] for item in body["items"]] == reference(5)
+    assert [item["value"] for item in body["items"]] == [KEYS[k] for k in reference(5)]
+    default = run(call(n1.app, "GET", "/v1/tables/t/top?prefix=w2")).json()
+    assert [item["key"] for item in default["items"]] == reference(10, "w2")
+    for bad in ("n=0", "n=1001", "n=x"):
+        reply = run(call(n1.app, "GET", f"/v1/tables/t/top?{bad}"))
+        assert (reply.status, reply.json()["error"]) == (400, "bad_request"), bad
+    assert run(call(n1.app, "GET", "/v1/tables/nope/top")).status == 404
+
+
+def test_a_table_that_is_not_ranked_says_how_to_rank_it(pair):
+    _, n1, _ = pair
+    reply = run(call(n1.app, "GET", "/v1/tables/u/top"))
+    assert reply.status == 400
+    assert reply.json()["error"] == "bad_request"
+    assert "ctx.write_table('u', ..., rank_by=FIELD)" in reply.json()["message"]
+    with pytest.raises(BadRequest, match="rank_by=FIELD"):
+        run(tables(n1).top("u"))
+    with pytest.raises(BadRequest, match="n must be between 1 and 1000"):
+        run(tables(n1).top("t", 0))
+
+
+def test_the_route_is_in_the_openapi_document(pair):
+    _, n1, _ = pair
+    document = run(call(n1.app, "GET", "/openapi.json")).json()
+    operation = document["paths"]["/v1/tables/{table}/top"]["get"]
+    assert "rank_by=FIELD" in operation["description"]
+    assert {p["name"] for p in operation["parameters"]} >= {"table", "n", "prefix"}
+    assert "/v1/internal/top" not in document["paths"]
+
+
+# -- the record ---------------------------------------------------------------------------------
+
+
+def test_the_top_record_travels_as_an_array():
+    top = Top("word-counts", 3, 25, b"ab|", 40)
+    body = encode(top)
+    assert msgspec.msgpack.decode(body) == ["word-counts", 3, 25, b"ab|", 40]
+    assert decode_top(body) == top
+    assert decode_top(msgspec.msgpack.encode(["t", 1])) == Top("t", 1, 10, b"", None)
+    with pytest.raises(msgspec.ValidationError):
+        decode_top(msgspec.msgpack.encode(["t", 1, "ten"]))
