@@ -19,19 +19,21 @@ def start_nodes(
     tables: list[str],
     env: dict[str, str] | None = None,
     authorization: str | None = None,
+    prefix: str = "n",
 ) -> list[LocalNode]:
-    """``count`` nodes n1..nN in one cluster; registered with the stack before they start.
+    """``count`` nodes n1..nN (``prefix`` for n) in one cluster; registered with the stack
+    before they start.
 
     ``authorization``: what ``metadata()`` sends, for nodes started with authentication.
     """
     nodes = []
     for i in range(1, count + 1):
         node = LocalNode(
-            f"n{i}",
+            f"{prefix}{i}",
             stack.bootstrap,
             tables,
-            stack.root / f"n{i}",
-            stack.root / f"n{i}.log",
+            stack.root / f"{prefix}{i}",
+            stack.root / f"{prefix}{i}.log",
             extra_args=["--cluster", CLUSTER],
             env=dict(env or {}),
             authorization=authorization,

@@ -45,13 +45,13 @@ def run_restore(cfg: RestoreConfig) -> dict[str, object]:
         last = load_quotes(stack.bootstrap, TOPIC, (key_of(i) for i in range(cfg.keys)))
         started = time.monotonic()
         (node,) = start_nodes(stack, 1, [f"{TABLE}={TOPIC}"])
-        fresh_endpoint_s, fresh_s = _until_serving(node, started, cfg.ready_timeout_s)
+        fresh_endpoint_s, fresh_s = until_serving(node, started, cfg.ready_timeout_s)
         fresh_restored, materialize_s = restored_records(node, TABLE)
         wait_applied([node], TABLE, last)  # all of it in the stores before the restart
         node.stop()
         started = time.monotonic()
         node.start()
-        restart_endpoint_s, restart_s = _until_serving(node, started, cfg.ready_timeout_s)
+        restart_endpoint_s, restart_s = until_serving(node, started, cfg.ready_timeout_s)
         restart_restored, _ = restored_records(node, TABLE)
     return {
         "scenario": "restore",
@@ -70,8 +70,11 @@ def run_restore(cfg: RestoreConfig) -> dict[str, object]:
     }
 
 
-def _until_serving(node: LocalNode, started: float, timeout_s: float) -> tuple[float, float]:
-    """Seconds from ``started`` to the ready endpoint's first 200, and to every replica serving."""
+def until_serving(
+    node: LocalNode, started: float, timeout_s: float, table: str = TABLE
+) -> tuple[float, float]:
+    """Seconds from ``started`` to the ready endpoint's first 200, and to every replica of
+    ``table`` serving."""
     deadline = started + timeout_s
     endpoint_s: float | None = None
     while time.monotonic() < deadline:
@@ -81,7 +84,7 @@ def _until_serving(node: LocalNode, started: float, timeout_s: float) -> tuple[f
             if endpoint_s is None:
                 with urllib.request.urlopen(f"{node.url}/v1/health/ready", timeout=2):
                     endpoint_s = time.monotonic() - started
-            if _all_serving(node):
+            if _all_serving(node, table):
                 return endpoint_s, time.monotonic() - started
         except OSError:
             pass  # not listening yet, or 503 (HTTPError): still restoring
@@ -89,8 +92,8 @@ def _until_serving(node: LocalNode, started: float, timeout_s: float) -> tuple[f
     raise KiqError(f"node {node.node_id} not ready after {timeout_s:.0f}s; see {node.log_file}")
 
 
-def _all_serving(node: LocalNode) -> bool:
-    parts = node.metadata()["tables"][TABLE]["partitions"]
+def _all_serving(node: LocalNode, table: str) -> bool:
+    parts = node.metadata()["tables"][table]["partitions"]
     return all(
         p["active"] is not None
         and p["local"] is not None

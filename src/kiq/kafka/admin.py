@@ -19,8 +19,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from kiq.errors import ConfigError, KiqError, SetupError
 from kiq.kafka.config import client_config
@@ -342,3 +342,17 @@ def delete_topics(
         if time.monotonic() > deadline:
             raise KiqError(f"topics {wanted} still listed {timeout_s:.0f}s after deletion")
         time.sleep(0.1)
+
+
+def end_offsets(
+    bootstrap: str, topic: str, *, security: KafkaSecurity = PLAINTEXT, timeout_s: float = 10.0
+) -> dict[int, int]:
+    """Each partition of ``topic``'s log end offset (the next offset to be written)."""
+    admin = _admin(bootstrap, security)
+    partitions = topic_partitions(bootstrap, topic, security=security)
+    if partitions is None:
+        raise KiqError(f"topic {topic} does not exist")
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    asked = {TopicPartition(topic, p): latest for p in range(partitions)}
+    found = admin.list_offsets(asked, request_timeout=timeout_s)
+    return {tp.partition: future.result(timeout_s).offset for tp, future in found.items()}

@@ -69,13 +69,14 @@ class JsonProducer:
         )
         self._producer = Producer(conf)
 
-    def produce(self, record: Mapping[str, Any]) -> None:
-        """Queue one record; waits for room when the client's queue is full."""
+    def produce(self, record: Mapping[str, Any], partition: int = -1) -> None:
+        """Queue one record (to ``partition``, else the partitioner's choice); waits for room
+        when the client's queue is full."""
         key = record[self.key_field].encode()
         value = orjson.dumps(record)
         while True:
             try:
-                self._producer.produce(self.topic, value, key)
+                self._producer.produce(self.topic, value, key, partition)
                 break
             except BufferError:
                 self._producer.poll(0.01)

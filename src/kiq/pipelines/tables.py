@@ -97,6 +97,12 @@ def with_window_parts(df: DataFrame, table: str, window: str) -> DataFrame:
             f"table {table}: window={window!r} must be a window struct (start and end "
             f"timestamps, as F.window or F.session_window make), not {kind.simpleString()}"
         )
+    if df.schema[window].metadata.get("spark.sessionWindow"):
+        raise ConfigError(
+            f"table {table}: window={window!r} is a session window, which Spark aggregates "
+            "in append mode only, and a table is written in update mode: use F.window "
+            "(tumbling or sliding)"
+        )
     start, end = WINDOW_PARTS
     return df.withColumn(
         start, F.date_format(F.col(f"`{window}`.start"), WINDOW_TIME_FORMAT)

@@ -131,12 +131,12 @@ class TestClient:
         self._node = self._make_node(tables or {}, {d.table: d for d in declared})
         security = Security(self._tokens(), None) if self._auth else None
         peers = Peers(NODE_ID, Router(NODE_ID), 2000, transport=NoPeers())
-        declared = [endpoints] if callable(endpoints) or isinstance(endpoints, str) else endpoints
+        named = [endpoints] if callable(endpoints) or isinstance(endpoints, str) else endpoints
         self.app: KiqApp = create_app(
             self._node,
             self._writer,
             peers,
-            endpoints=list(declared),
+            endpoints=list(named),
             base=base,
             limits=limits,
             security=security,

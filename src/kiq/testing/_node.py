@@ -54,6 +54,9 @@ class Message:
     def partition(self) -> int:
         return self._partition
 
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return None  # no sweep writes here: kiq.testing ages no table
+
 
 class Topics:
     """The topics the node reads and writes: records appended, offsets from 0 per partition."""

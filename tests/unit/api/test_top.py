@@ -59,8 +59,8 @@ def pair(
     n2 = start_node(tmp_path, cluster, tables, "n2")
     for node in (n1, n2):
         wait_until(serving(node.node), what=f"{node.node.node_id} serving")
-        for p in range(PARTITIONS):
-            wait_until(lambda: node.node.replica("t", p) is not None, what="every replica")
+        held = node.node.replica
+        wait_until(lambda: all(held("t", p) for p in range(PARTITIONS)), what="every replica")  # noqa: B023
     for node in (n1, n2):  # the same data in every replica, active or standby
         for key, value in KEYS.items():
             node.put("t", key, orjson.dumps(value), OFFSET[key])
@@ -78,7 +78,7 @@ def run(coroutine: Any) -> Any:
 
 
 def test_the_top_is_exact_from_either_node(pair):
-    cluster, n1, n2 = pair
+    _, n1, n2 = pair
     assert {n1.node.replica("t", p).state for p in (0, 1)} == {ReplicaState.ACTIVE}
     assert {n2.node.replica("t", p).state for p in (2, 3)} == {ReplicaState.ACTIVE}
     for node in (n1, n2):
@@ -86,7 +86,7 @@ def test_the_top_is_exact_from_either_node(pair):
             top = run(tables(node).top("t", n))
             assert isinstance(top, Page) and top.next_cursor is None
             assert top.keys() == reference(n), n
-            assert top.parsed() == [KEYS[k] for k in top.keys()]
+            assert top.parsed() == [KEYS[k] for k in reference(n)]
         assert sorted(s.partition for s in top.served) == list(range(PARTITIONS))
         assert {(s.partition >= 2, s.served_by) for s in top.served} == {
             (False, "n1"),
@@ -106,7 +106,7 @@ def test_each_remote_partition_is_asked_once(pair):
 
 
 def test_prefix(pair):
-    _, n1, n2 = pair
+    _, _, n2 = pair
     for prefix in ("w1", "w", "h", "zz"):
         assert run(tables(n2).top("t", 5, prefix)).keys() == reference(5, prefix), prefix
 
@@ -140,7 +140,7 @@ def test_a_standby_answers_when_an_active_is_down(pair):
 
 
 def test_no_replica_of_a_partition_is_unavailable(pair, monkeypatch: pytest.MonkeyPatch):
-    cluster, n1, n2 = pair
+    cluster, n1, _ = pair
     cluster.down.add("http://n2.test")
     # n1's own copy of partition 2 cannot rank either: every replica asked, none answered
     replica = n1.node.replica("t", 2)

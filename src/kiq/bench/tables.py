@@ -1,0 +1,234 @@
+"""Tables that age and order: what a rank index, a TTL and a window cost, and how fast
+``top`` and ``windows`` answer beside a point lookup.
+
+Four figures, all from one stack:
+
+1. Ingest: one fresh node restores the same ``keys`` quotes as a plain table, as a table
+   ranked by ``bid``, and as a table with a TTL (none expire: the TTL's cost on the write
+   path alone); ``materialize_records_per_s`` of each and its ratio to the plain one.
+2. Reads on 3 nodes, entering through n1 (forwards included): point lookups of random
+   keys (the baseline), ``GET /v1/tables/ranked/top?n=10`` over the ``keys`` ranked keys
+   (every partition asked once, merged), and ``GET .../keys/{k}/windows?limit=100`` of a
+   random entity of a windowed table; requests/s, p50 and p99 of each, their ratios to
+   the lookups. The top-10 is checked against a reference computed from the data.
+3. Expiry: the quotes declared again with a TTL they have all outlived; how long the
+   nodes take to tombstone every key (the sweep, the producer and the materializers),
+   and keys per second.
+
+The tables are declared straight into the table catalog, as a pipeline would declare
+them, so no Spark runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+from kiq.bench.cluster import restored_records, start_nodes, wait_applied, wait_settled
+from kiq.bench.dataset import PARTITIONS, key_of, load_quotes, quote
+from kiq.bench.restore import until_serving
+from kiq.bench.stack import Stack, local_stack
+from kiq.bench.stats import percentile
+from kiq.catalog import CATALOG_TOPIC
+from kiq.errors import ConfigError, KiqError
+from kiq.kafka import compacted, create_topics, end_offsets
+from kiq.kafka.records import JsonProducer
+from kiq.partitioning import partition_for
+from kiq.pipelines.runner import COMPACTED
+from kiq.runtime import LocalNode
+from kiq.tables.declared import Declared
+
+WINDOW_MINUTES = 60_000
+T0 = 1_795_600_800_000  # 2026-11-25T10:00:00Z
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    keys: int = 100_000
+    entities: int = 1_000
+    windows: int = 100
+    requests: int = 2_000
+    concurrency: int = 16
+    ttl_s: float = 5.0
+
+
+def run_tables(cfg: TablesConfig) -> dict[str, object]:
+    if min(cfg.keys, cfg.entities, cfg.windows, cfg.requests, cfg.concurrency) < 1:
+        raise ConfigError("--keys, --entities, --windows, --requests must be positive")
+    out: dict[str, object] = {"scenario": "tables", "keys": cfg.keys}
+    with local_stack() as stack:
+        keys = [key_of(i) for i in range(cfg.keys)]
+        last = {}
+        for topic in ("bench-plain", "bench-ranked", "bench-ttl"):
+            last[topic] = load_quotes(stack.bootstrap, topic, keys)
+        _declare(
+            stack.bootstrap,
+            Declared(table="plain", topic="bench-plain", key=("symbol",)),
+            Declared(table="ranked", topic="bench-ranked", key=("symbol",), rank_by="bid"),
+            Declared(table="aged", topic="bench-ttl", key=("symbol",), ttl_ms=86_400_000),
+        )
+        rates = {table: _ingest(stack, table) for table in ("plain", "ranked", "aged")}
+        out |= {
+            "ingest_plain_records_per_s": rates["plain"],
+            "ingest_ranked_records_per_s": rates["ranked"],
+            "ingest_ttl_records_per_s": rates["aged"],
+            "ingest_ranked_ratio": round(rates["ranked"] / rates["plain"], 3),
+            "ingest_ttl_ratio": round(rates["aged"] / rates["plain"], 3),
+        }
+
+        out |= _expiry(stack, cfg)
+        windowed_last = _load_windows(stack.bootstrap, cfg.entities, cfg.windows)
+        nodes = start_nodes(stack, 3, ["plain", "ranked", "minutes"])
+        wait_settled(nodes)
+        wait_applied(nodes, "plain", last["bench-plain"])
+        wait_applied(nodes, "ranked", last["bench-ranked"])
+        wait_applied(nodes, "minutes", windowed_last)
+        front = nodes[0].url
+        reference = sorted(keys, key=lambda k: (-_bid(k), k))[:10]
+        got = orjson.loads(_get(f"{front}/v1/tables/ranked/top?n=10"))
+        if [item["key"] for item in got["items"]] != reference:
+            raise KiqError(f"top-10 differs from the reference: {got['items']} vs {reference}")
+        rng = random.Random(29)
+        paths = {
+            "lookup": [f"/v1/tables/plain/keys/{rng.choice(keys)}" for _ in range(cfg.requests)],
+            "top10": ["/v1/tables/ranked/top?n=10"] * cfg.requests,
+            "windows": [
+                f"/v1/tables/minutes/keys/E{rng.randrange(cfg.entities):05d}/windows?limit=100"
+                for _ in range(cfg.requests)
+            ],
+        }
+        reads = {name: asyncio.run(_load(front, p, cfg.concurrency)) for name, p in paths.items()}
+        base = reads["lookup"]
+        for name, figures in reads.items():
+            out |= {f"{name}_{k}": v for k, v in figures.items()}
+            if name != "lookup":
+                out[f"{name}_p50_vs_lookup"] = round(figures["p50_ms"] / base["p50_ms"], 2)
+                out[f"{name}_throughput_vs_lookup"] = round(figures["per_s"] / base["per_s"], 3)
+    return out
+
+
+def _declare(bootstrap: str, *tables: Declared) -> None:
+    compacted.ensure(bootstrap, CATALOG_TOPIC)
+    compacted.put(bootstrap, CATALOG_TOPIC, {t.catalog_key: t.encode() for t in tables})
+
+
+def _bid(key: str) -> float:
+    bid = quote(key)["bid"]
+    assert isinstance(bid, float)
+    return bid
+
+
+def _ingest(stack: Stack, table: str) -> float:
+    """A fresh node serving ``table`` alone: its restore's records per second."""
+    started = time.monotonic()
+    (node,) = start_nodes(stack, 1, [table], prefix=f"{table}-")
+    until_serving(node, started, 180, table)
+    restored, took = restored_records(node, table)
+    _retire(stack, node)
+    if took <= 0:
+        raise KiqError(f"the node restored {table} in no time: nothing to measure")
+    return round(restored / took, 1)
+
+
+def _retire(stack: Stack, node: LocalNode) -> None:
+    node.stop()
+    stack.nodes.remove(node)
+
+
+def _load_windows(bootstrap: str, entities: int, windows: int) -> dict[int, int]:
+    """``entities`` x ``windows`` one-minute windows, each in its entity's partition."""
+    topic = "bench-minutes"
+    create_topics(bootstrap, {topic: PARTITIONS}, config=COMPACTED)
+    _declare(
+        bootstrap,
+        Declared(table="minutes", topic=topic, key=("entity",), sep="|", window="window"),
+    )
+    producer = JsonProducer(bootstrap, topic, key_field="key", linger_ms=20)
+    for e in range(entities):
+        entity = f"E{e:05d}"
+        partition = partition_for(entity, PARTITIONS)
+        for w in range(windows):
+            start, end = _iso(T0 + w * WINDOW_MINUTES), _iso(T0 + (w + 1) * WINDOW_MINUTES)
+            key = f"{entity}|{start}|{end}"
+            window = {"start": start, "end": end}
+            producer.produce(
+                {"key": key, "entity": entity, "window": window, "views": w}, partition
+            )
+    if producer.flush(60) or producer.failed:
+        raise KiqError(f"loading {topic}: records unacknowledged; see the broker log")
+    return {p: end - 1 for p, end in end_offsets(bootstrap, topic).items() if end}
+
+
+def _expiry(stack: Stack, cfg: TablesConfig) -> dict[str, object]:
+    """Quotes declared with a TTL they have all outlived by the time one node serves them:
+    how long, from the moment it serves them, until every key's tombstone is in the topic."""
+    topic = "bench-aging"
+    last = load_quotes(stack.bootstrap, topic, (key_of(i) for i in range(cfg.keys)))
+    written = sum(offset + 1 for offset in last.values())
+    ttl_ms = int(cfg.ttl_s * 1000)
+    _declare(stack.bootstrap, Declared(table="aging", topic=topic, key=("symbol",), ttl_ms=ttl_ms))
+    time.sleep(cfg.ttl_s)  # every key has outlived the TTL now
+    started = time.monotonic()
+    (node,) = start_nodes(stack, 1, ["aging"], prefix="aging-")
+    until_serving(node, started, 180, "aging")
+    serving = time.monotonic()
+    deadline = serving + 600
+    while (ends := sum(end_offsets(stack.bootstrap, topic).values())) < 2 * written:
+        if time.monotonic() > deadline:
+            raise KiqError(f"{ends - written} of {written} tombstones after 600 s")
+        time.sleep(0.2)
+    took = max(time.monotonic() - serving, 1e-3)
+    _retire(stack, node)
+    return {
+        "expiry_keys": written,
+        "expiry_s": round(took, 2),
+        "expiry_keys_per_s": round(written / took),
+    }
+
+
+def _iso(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _get(url: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        body: bytes = resp.read()
+        return body
+
+
+async def _load(base: str, paths: list[str], concurrency: int) -> dict[str, float]:
+    """GET every path, ``concurrency`` at a time: requests/s, p50 and p99 (ms), errors."""
+    latencies: list[float] = []
+    errors = 0
+    queue = iter(paths)
+    async with aiohttp.ClientSession(base) as session:
+
+        async def worker() -> None:
+            nonlocal errors
+            for path in queue:
+                started = time.perf_counter()
+                async with session.get(path) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        errors += 1
+                latencies.append((time.perf_counter() - started) * 1000)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - began
+    return {
+        "per_s": round(len(latencies) / wall, 1),
+        "p50_ms": round(percentile(latencies, 50), 2),
+        "p99_ms": round(percentile(latencies, 99), 2),
+        "errors": errors,
+    }
