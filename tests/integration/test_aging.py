@@ -67,6 +67,22 @@ def store_keys(url: str, table: str) -> float:
     )
 
 
+def tombstones(
+    bootstrap: str, topic: str, enough: Callable[[set[str]], bool], timeout_s: float = 20
+) -> tuple[list, set[str]]:
+    """The topic's records and the keys tombstoned in it, once ``enough`` holds of them (or
+    the timeout passes): readers hide an aged key at once, its tombstone follows within a
+    sweep of its partition."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        produced = sum(o + 1 for o in end_offsets(bootstrap, topic, PARTITIONS).values())
+        records = drain(bootstrap, topic, produced)
+        tombstoned = {r.key.decode() for r in records if r.value is None and r.key is not None}
+        if enough(tombstoned) or time.monotonic() > deadline:
+            return records, tombstoned
+        time.sleep(1)
+
+
 def test_keys_not_written_for_the_ttl_disappear_everywhere_and_stay_gone(
     bootstrap, make_topic, cluster_of
 ):
@@ -100,9 +116,7 @@ def test_keys_not_written_for_the_ttl_disappear_everywhere_and_stay_gone(
         assert len(ranged(url, "t", "F")) == len(fresh)
 
     # The topic holds a guarded tombstone for every stale key, none for a fresh one.
-    produced = sum(o + 1 for o in end_offsets(bootstrap, topic, PARTITIONS).values())
-    records = drain(bootstrap, topic, produced)
-    tombstoned = {r.key.decode() for r in records if r.value is None and r.key is not None}
+    records, tombstoned = tombstones(bootstrap, topic, lambda t: t >= set(stale))
     assert tombstoned >= set(stale) and not tombstoned & set(fresh)
     assert all(EXPIRE_BELOW in r.headers for r in records if r.value is None)
 
@@ -149,9 +163,9 @@ def test_windows_past_retention_are_dropped_on_every_node_and_in_the_topic(
             break
         time.sleep(0.5)
     assert all(s == kept for s in seen), [len(s) for s in seen]
-    produced = sum(o + 1 for o in end_offsets(bootstrap, topic, PARTITIONS).values())
-    records = drain(bootstrap, topic, produced)
-    tombstoned = {r.key.decode() for r in records if r.value is None and r.key is not None}
+    # Readers hide a window as soon as the clock passes it; its tombstone follows within
+    # a sweep of the partition.
+    _, tombstoned = tombstones(bootstrap, topic, lambda t: t == set(keys) - kept)
     assert tombstoned == set(keys) - kept
     for url in cluster.live_urls():  # each node holds every partition (one standby each)
         assert store_keys(url, "w") == len(kept)  # deleted from the stores, not only hidden

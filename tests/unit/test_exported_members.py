@@ -22,6 +22,7 @@ ENDPOINTS = {
     "Routes",
     "Served",
     "Tables",
+    "Windows",
     "json_reply",
 }
 ERRORS = {
