@@ -13,8 +13,9 @@ STOCK_QUOTES = "stock-quotes"
 STOCK_DAY_STATS = "stock-day-stats"
 STOCK_BARS = "stock-bars-1m"
 STOCK_TABLE_TOPICS = (STOCK_QUOTES, STOCK_DAY_STATS, STOCK_BARS)
-# Day statistics and bars have composite keys (SYMBOL|2026-11-20, SYMBOL|2026-11-20T14:31):
-# the symbol before the separator picks the partition, so a symbol's rows share one.
+# Day statistics and bars are windowed tables, keys SYMBOL|START|END (the day's or the
+# minute's start and end, ISO 8601 UTC to the ms): the symbol before the separator picks
+# the partition, so a symbol's rows share one.
 STOCK_KEY_SEP = "|"
 # The exchanges the pipeline accepts ticks from, and those the feeds simulate by default.
 STOCK_EXCHANGES = ("NYSE", "NASDAQ", "ARCA", "BATS", "IEX")

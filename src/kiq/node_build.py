@@ -195,7 +195,7 @@ def catalog_tables(
         found = compacted.read_latest(serve.bootstrap, CATALOG_TOPIC, security=kafka)
         tables = resolve_tables(
             served,
-            decode_catalog(found),
+            decode_catalog(found, app),
             app=app,
             default_standby=serve.standby_replicas,
             every_declared=parse_serve_tables(serve.tables)[1],

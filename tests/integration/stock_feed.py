@@ -1,9 +1,10 @@
 """The stock pipeline's test feed and its check against the reference, shared by the
 tests that run that pipeline (on a local master, a standalone cluster, three brokers).
 
-Ticks are seeded, out of order and cross a UTC date; ``TickLog`` remembers every valid
-tick with its offset, and ``wait_for_reference`` polls every node until quotes and
-bars equal ``stock_reference`` computed over exactly those ticks.
+Ticks are seeded, out of order and cross a UTC date, into today; ``TickLog`` remembers
+every valid tick with its offset, and ``wait_for_reference`` polls every node until quotes,
+bars and today's top 5 by volume equal ``stock_reference`` computed over exactly those
+ticks.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ PARTITIONS = 6
 SYMBOLS = ["AAPL", "MSFT", "NVDA", "AMZN", "GOOGL", "META", "BRK.B", "TSLA", "JPM", "V",
            "XOM", "UNH", "LLY", "AVGO", "COST"]  # fmt: skip
 EXCHANGES = ["NYSE", "NASDAQ", "ARCA", "BATS", "IEX"]
-MIDNIGHT = 1795305600000  # 2026-11-21T00:00:00Z: the stream crosses a UTC date
+# Today's UTC midnight: the stream crosses into today, whose most traded symbols
+# /v1/stocks/top answers (a day's bars stay within the bars' 2-day retention).
+MIDNIGHT = int(time.time() // 86_400 * 86_400_000)
+TOP_N = 5
 
 
 def make_ticks(rng: random.Random, n: int, start_ms: int) -> list[dict]:
@@ -95,6 +99,13 @@ class TickLog:
         assert self.producer.flush(30) == 0
 
 
+def served_top(url: str) -> tuple[str, list[dict]]:
+    """Today's date and its top ``TOP_N`` symbols by volume, as ``url`` answers."""
+    resp = httpx.get(f"{url}/v1/stocks/top", params={"by": "volume", "n": TOP_N}, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["date"], resp.json()["stocks"]
+
+
 def served_state(url: str, symbols: list[str]) -> tuple[dict, dict]:
     """Quotes as a batch and one by one (every node owns some symbols and forwards the rest),
     and bars: a symbol whose single quote differs from its batch quote shows as missing."""
@@ -138,6 +149,12 @@ def wait_for_reference(cluster: Cluster, log: TickLog, timeout_s: float = 420) -
                     break
             if not all_equal:
                 break
+            date, top = served_top(node.url)
+            expected_top = ref.top_by_volume(log.valid, date, TOP_N)
+            if len(expected_top) < TOP_N or not ref.same(expected_top, top):
+                last_diff = f"{node.node_id} top of {date}: {expected_top} != {top}"
+                all_equal = False
+                break
         if all_equal:
             return
         time.sleep(2)
@@ -154,14 +171,32 @@ def served_tables(topics: StockTopics) -> list[str]:
 
 
 def wait_topics(bootstrap: str, topics: StockTopics, timeout_s: float = 300) -> None:
-    """Until the pipeline has created its table topics."""
+    """Until the pipeline has created its table topics and declared its windowed, ranked
+    tables in the table catalog (nodes started before would serve them as plain keys)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if all(topic_partitions(bootstrap, t) == PARTITIONS
-               for t in (topics.quotes, topics.bars, topics.day_stats)):  # fmt: skip
+               for t in (topics.quotes, topics.bars, topics.day_stats)) and _declared(
+            bootstrap, topics):  # fmt: skip
             return
         time.sleep(0.5)
-    raise AssertionError("the pipeline did not create its topics")
+    raise AssertionError("the pipeline did not create its topics and declare its tables")
+
+
+def _declared(bootstrap: str, topics: StockTopics) -> bool:
+    from kiq.catalog import CATALOG_TOPIC
+    from kiq.kafka import compacted
+    from kiq.tables.declared import decode_catalog
+
+    found = decode_catalog(compacted.read_latest(bootstrap, CATALOG_TOPIC))
+    bars, days = found.get(topics.bars), found.get(topics.day_stats)
+    return (
+        bars is not None
+        and bars.window == "window"
+        and days is not None
+        and days.rank_by == "volume"
+        and days.topic == topics.day_stats
+    )
 
 
 def assert_dead_letters(bootstrap: str, topics: StockTopics, replays: bool = False) -> None:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -19,34 +18,15 @@ import pytest
 from kiq.bench.cluster import wait_applied as applied_everywhere
 from kiq.partitioning import partition_for
 from kiq.replicas.aging import EXPIRE_BELOW, shift
+from tests.integration import test_serving
 from tests.integration.kafka_io import drain, produce
-from tests.integration.test_serving import Cluster, end_offsets
+from tests.integration.test_serving import end_offsets, multiget
+
+pytestmark = pytest.mark.integration
+make_cluster = test_serving.make_cluster  # the fixture: clusters of `kiq serve` processes
 
 PARTITIONS = 4
 COMPACTED = {"cleanup.policy": "compact"}
-
-
-@pytest.fixture
-def cluster_of(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    made: list[Cluster] = []
-
-    def make(tables: list[str], nodes: int = 2, env: dict[str, str] | None = None) -> Cluster:
-        cluster = Cluster(bootstrap, tmp_path, tables, env)
-        made.append(cluster)
-        for i in range(1, nodes + 1):
-            cluster.add(f"n{i}")
-        cluster.wait_ready()
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.shutdown()
-
-
-def multiget(url: str, table: str, keys: list[str]) -> dict:
-    resp = httpx.post(f"{url}/v1/tables/{table}/multiget", json={"keys": keys}, timeout=30)
-    assert resp.status_code == 200, resp.text
-    return resp.json()
 
 
 def ranged(url: str, table: str, prefix: str = "") -> list[str]:
@@ -84,14 +64,14 @@ def tombstones(
 
 
 def test_keys_not_written_for_the_ttl_disappear_everywhere_and_stay_gone(
-    bootstrap, make_topic, cluster_of
+    bootstrap, make_topic, make_cluster
 ):
     topic = make_topic("ttl", partitions=PARTITIONS, **COMPACTED)
     stale = [f"S{i}" for i in range(200)]
     fresh = [f"F{i}" for i in range(200)]
     produce(bootstrap, topic, [(k, json.dumps({"k": k})) for k in stale + fresh])
     written = time.monotonic()
-    cluster = cluster_of([f"t={topic},ttl=10s,store=memory"])
+    cluster = make_cluster([f"t={topic},ttl=10s,store=memory"], nodes=2)
     urls = cluster.live_urls()
     assert multiget(urls[0], "t", stale[:5])["missing"] == []  # not aged yet
     # Fresh keys are written again every second or so; stale ones never.
@@ -138,7 +118,7 @@ def window_key(entity: str, minute: int) -> str:
 
 
 def test_windows_past_retention_are_dropped_on_every_node_and_in_the_topic(
-    bootstrap, make_topic, cluster_of
+    bootstrap, make_topic, make_cluster
 ):
     topic = make_topic("windows", partitions=PARTITIONS, **COMPACTED)
     entities = [f"u-{i}" for i in range(8)]
@@ -149,8 +129,10 @@ def test_windows_past_retention_are_dropped_on_every_node_and_in_the_topic(
         [(k, json.dumps({"n": 1})) for k in keys],
         partition_of=lambda k: partition_for(k.split("|", 1)[0], PARTITIONS),
     )
-    cluster = cluster_of(
-        [f"w={topic},sep=|,retention=10m,store=memory"], env={"KIQ_SERVE_EXPIRY_SWEEP_S": "1"}
+    cluster = make_cluster(
+        [f"w={topic},sep=|,retention=10m,store=memory"],
+        nodes=2,
+        extra_env={"KIQ_SERVE_EXPIRY_SWEEP_S": "1"},
     )
     # Every partition's newest end is 10:30: windows that ended before 10:20 go.
     kept = {k for k in keys if k.rsplit("|", 1)[1] >= "2026-11-25T10:20:00.000Z"}

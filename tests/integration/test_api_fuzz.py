@@ -90,10 +90,16 @@ def _fill(bootstrap: str, suffix: str) -> list[str]:
     produce(bootstrap, topics["prices"], prices)
     produce(bootstrap, topics["blobs"], [("blob", "\u00ff\u0000bytes")])
     produce(bootstrap, topics["quotes"], [("AAPL", json.dumps(QUOTE))])
-    day = {"date": "2026-11-18", "open": 1.0, "high": 2.0, "low": 0.5, "volume": 9}
-    produce(bootstrap, topics["days"], [("AAPL|2026-11-18", json.dumps(day))], by_prefix)
+    # Windowed keys, SYMBOL|START|END, as the stock pipeline writes them.
+    day = {"symbol": "AAPL", "date": "2026-11-18", "open": 1.0, "high": 2.0, "low": 0.5,
+           "volume": 9}  # fmt: skip
+    day_key = "AAPL|2026-11-18T00:00:00.000Z|2026-11-19T00:00:00.000Z"
+    produce(bootstrap, topics["days"], [(day_key, json.dumps(day))], by_prefix)
     bars = [
-        (f"AAPL|2026-11-18T14:{m:02d}", json.dumps({"open": 1.0, "high": 2.0, "low": 0.5}))
+        (
+            f"AAPL|2026-11-18T14:{m:02d}:00.000Z|2026-11-18T14:{m + 1:02d}:00.000Z",
+            json.dumps({"open": 1.0, "high": 2.0, "low": 0.5}),
+        )
         for m in range(5)
     ]
     produce(bootstrap, topics["bars"], bars, by_prefix)
@@ -102,8 +108,10 @@ def _fill(bootstrap: str, suffix: str) -> list[str]:
         f"prices={topics['prices']}",
         f"blobs={topics['blobs']},format=raw",
         f"stock-quotes={topics['quotes']}",
-        f"stock-day-stats={topics['days']},sep=|",
-        f"stock-bars-1m={topics['bars']},sep=|",
+        # retention= makes a table windowed where no pipeline declares it (not ranked: a
+        # /v1/stocks/top here is the documented 400)
+        f"stock-day-stats={topics['days']},sep=|,retention=7 days",
+        f"stock-bars-1m={topics['bars']},sep=|,retention=2 days",
         f"word-counts={topics['counts']}",
     ]
 
@@ -114,7 +122,13 @@ def live(broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> Itera
     root = Path(tmp_path_factory.mktemp("fuzz"))
     suffix = uuid.uuid4().hex[:6]
     tables = _fill(broker.bootstrap, suffix)
-    env = {"KIQ_SERVE_SESSION_TIMEOUT_MS": "3000", "KIQ_SERVE_VIEW_REFRESH_MS": "200"}
+    env = {
+        "KIQ_SERVE_SESSION_TIMEOUT_MS": "3000",
+        "KIQ_SERVE_VIEW_REFRESH_MS": "200",
+        # An application of its own: the shipped table names on topics of its own, whatever
+        # the shipped pipelines of other tests declared in the table catalog.
+        "KIQ_APP_NAME": f"fuzz-{suffix}",
+    }
     nodes = [
         LocalNode(
             node_id=f"f{i}",

@@ -155,3 +155,25 @@ def test_freshness_measures_probes_in_real_time_mode():
     assert result["trigger"] == "realtime" and result["rate_achieved"] > 0
     assert result["samples"] > 0, "a probe became visible through the stock API"
     assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
+
+
+def test_tables_measures_rank_ttl_top_and_windows():
+    from kiq.bench.tables import TablesConfig, run_tables
+
+    cfg = TablesConfig(keys=3_000, entities=30, windows=20, requests=60, concurrency=4, ttl_s=2)
+    result = run_tables(cfg)  # raises when top-10 differs from its reference
+    assert_figures(
+        result,
+        [
+            "ingest_plain_records_per_s",
+            "ingest_ranked_ratio",
+            "ingest_ttl_ratio",
+            "expiry_keys_per_s",
+            "lookup_p99_ms",
+            "top10_p50_ms",
+            "windows_p50_ms",
+            "top10_p50_vs_lookup",
+        ],
+    )
+    assert result["expiry_keys"] == cfg.keys
+    assert result["lookup_errors"] == result["top10_errors"] == result["windows_errors"] == 0

@@ -1,9 +1,10 @@
 """The stock pipeline end to end: seeded ticks → real Spark → Kafka → three kiq nodes.
 
-Quotes, day statistics and one-minute bars must equal an independent reference
-computed in plain Python over the same ticks, for every symbol, through every
-node — before and after the Spark driver is killed with SIGKILL mid-stream, five times, and
-restarted. Malformed ticks reach the dead-letter topic and change nothing else.
+Quotes, day statistics, one-minute bars and today's top 5 symbols by volume
+(``/v1/stocks/top``) must equal an independent reference computed in plain Python over
+the same ticks, for every symbol, through every node — before and after the Spark
+driver is killed with SIGKILL mid-stream, five times, and restarted. Malformed ticks
+reach the dead-letter topic and change nothing else.
 """
 
 from __future__ import annotations

@@ -13,22 +13,35 @@ import pytest
 from kiq.apps.stocks.pipeline import KEY_SEP, StockTopics, stock_rows
 from kiq.apps.stocks.ticks import TICK_SCHEMA, tick_rules
 from kiq.pipelines.records import dead_letters, good_records, parse_records
-from kiq.pipelines.tables import TableOutput, letters_records, table_records
+from kiq.pipelines.tables import (
+    WINDOW_PARTS,
+    TableOutput,
+    letters_records,
+    table_records,
+    with_window_parts,
+)
 
 pytestmark = pytest.mark.spark
 
 T = StockTopics()
 MIDNIGHT = 1795305600000  # 2026-11-22T00:00:00Z
+# Windowed keys: SYMBOL|START|END, ISO 8601 UTC to the millisecond.
+DAY_21 = "2026-11-21T00:00:00.000Z|2026-11-22T00:00:00.000Z"
+DAY_22 = "2026-11-22T00:00:00.000Z|2026-11-23T00:00:00.000Z"
+MIN_2359 = "2026-11-21T23:59:00.000Z|2026-11-22T00:00:00.000Z"
+MIN_0000 = "2026-11-22T00:00:00.000Z|2026-11-22T00:01:00.000Z"
 
 
 def _tables(parsed, topics: StockTopics):
-    composite = ("symbol", "bucket")
+    """As the pipeline's ``ctx.write_tables`` writes them: days and bars windowed by the
+    rows' ``window`` column, each table its own value column."""
+    windowed = ("symbol", *WINDOW_PARTS)
     outputs = [
-        TableOutput(topics.quotes, topics.quotes, ("symbol",), KEY_SEP, "value"),
-        TableOutput(topics.day_stats, topics.day_stats, composite, KEY_SEP, "value"),
-        TableOutput(topics.bars, topics.bars, composite, KEY_SEP, "value"),
+        TableOutput(topics.quotes, topics.quotes, ("symbol",), KEY_SEP, "quote"),
+        TableOutput(topics.day_stats, topics.day_stats, windowed, KEY_SEP, "day", None),
+        TableOutput(topics.bars, topics.bars, windowed, KEY_SEP, "bar"),
     ]
-    rows = stock_rows(good_records(parsed), topics)
+    rows = with_window_parts(stock_rows(good_records(parsed), topics), "stock-bars-1m", "window")
     return table_records(rows, outputs, "stock-tables-dlq", "table", "partition")
 
 
@@ -72,8 +85,8 @@ def test_three_tables_from_one_scan(spark):
     assert all(partition == 3 for partition, _ in out.values())
     assert sorted(out) == sorted([
         (T.quotes, "AAPL"),
-        (T.day_stats, "AAPL|2026-11-21"), (T.day_stats, "AAPL|2026-11-22"),
-        (T.bars, "AAPL|2026-11-21T23:59"), (T.bars, "AAPL|2026-11-22T00:00"),
+        (T.day_stats, f"AAPL|{DAY_21}"), (T.day_stats, f"AAPL|{DAY_22}"),
+        (T.bars, f"AAPL|{MIN_2359}"), (T.bars, f"AAPL|{MIN_0000}"),
     ])  # fmt: skip
     quote = out[(T.quotes, "AAPL")][1]
     # Equal bids: the larger size wins, then the exchange name; asks likewise.
@@ -83,9 +96,16 @@ def test_three_tables_from_one_scan(spark):
     assert quote["last"] == {"price": 10.1, "size": 5, "exchange": "NYSE", "ts": MIDNIGHT + 1000}
     assert quote["updated_at"] == MIDNIGHT + 2000
     assert "day" not in quote, "the API adds the day's statistics at lookup"
-    today = out[(T.day_stats, "AAPL|2026-11-22")][1]
+    today = out[(T.day_stats, f"AAPL|{DAY_22}")][1]
     assert (today["open"], today["trades"], today["vwap"]) == (10.1, 1, 10.1)
-    assert out[(T.bars, "AAPL|2026-11-21T23:59")][1]["start"] == "2026-11-21T23:59:00Z"
+    assert today == {
+        "symbol": "AAPL", "date": "2026-11-22", "open": 10.1, "high": 10.1, "low": 10.1,
+        "volume": 5, "vwap": 10.1, "trades": 1,
+    }, "the day's value as before the table was windowed"  # fmt: skip
+    assert out[(T.bars, f"AAPL|{MIN_2359}")][1] == {
+        "symbol": "AAPL", "start": "2026-11-21T23:59:00Z", "open": 9.2, "high": 9.2,
+        "low": 9.2, "close": 9.2, "volume": 5, "vwap": 9.2, "trades": 1,
+    }  # fmt: skip
 
 
 def test_dead_letters_leave_with_the_tables(spark):
@@ -108,6 +128,6 @@ def test_dead_letters_leave_with_the_tables(spark):
     assert all(r.partition is None for r in letters), "the producer picks the partition"
     tables = [r for r in out if r.topic != T.dead_letters]
     assert sorted((r.topic, bytes(r.key).decode()) for r in tables) == sorted([
-        (T.quotes, "AAPL"), (T.day_stats, "AAPL|2026-11-22"), (T.bars, "AAPL|2026-11-22T00:00"),
+        (T.quotes, "AAPL"), (T.day_stats, f"AAPL|{DAY_22}"), (T.bars, f"AAPL|{MIN_0000}"),
     ])  # fmt: skip
     assert all(r.headers is None and r.partition == 3 for r in tables)

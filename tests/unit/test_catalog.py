@@ -18,8 +18,10 @@ def test_every_shipped_table_is_served_from_its_topic_with_the_pipelines_key_lay
         catalog.WORD_COUNTS: "word-counts",
     }
     assert specs[catalog.STOCK_QUOTES].key_separator is None
-    assert specs[catalog.STOCK_BARS].partition_key("AAPL|2026-11-20T14:31") == "AAPL"
-    assert specs[catalog.STOCK_DAY_STATS].partition_key("AAPL|2026-11-20") == "AAPL"
+    bar = "AAPL|2026-11-20T14:31:00.000Z|2026-11-20T14:32:00.000Z"
+    assert specs[catalog.STOCK_BARS].partition_key(bar) == "AAPL"
+    day = "AAPL|2026-11-20T00:00:00.000Z|2026-11-21T00:00:00.000Z"
+    assert specs[catalog.STOCK_DAY_STATS].partition_key(day) == "AAPL"
     assert set(catalog.STOCK_TABLE_TOPICS) == {
         specs[name].topic
         for name in (catalog.STOCK_QUOTES, catalog.STOCK_BARS, catalog.STOCK_DAY_STATS)

@@ -338,7 +338,10 @@ class Batches:
         runtime = self._table(table)
         field = rank_field(runtime)
         n = int_param(params, "n", 1, MAX_TOP) or 10
-        items, _ = await self.top(runtime, n, params.get("prefix", "").encode(), auth)
+        window = top_window(runtime, params.get("window"))
+        items, _ = await self.top(
+            runtime, n, params.get("prefix", "").encode(), auth, window=window
+        )
         out = [{"key": k.decode(), "value": value_json(runtime, v)} for k, v in items]
         return orjson.dumps({"items": out, "rank_by": field})
 
@@ -349,9 +352,11 @@ class Batches:
         prefix: bytes,
         auth: str | None,
         max_lag: int | None = None,
+        window: bytes = b"",
     ) -> tuple[list[Item], list[Source]]:
         """The table's first ``n`` (key, stored value) in its rank order (only keys starting
-        with ``prefix``), and the replica that answered for each partition: every partition
+        with ``prefix``, of windows starting at ``window`` when given: ``top_window``), and
+        the replica that answered for each partition: every partition
         asked once for its own first ``n``, concurrently, each from its best replica, and the
         heads merged (``kiq.stores.rank.merge_heads``). ``Unavailable`` when a partition has
         no replica that answers; a 400 for a table that is not ranked."""
@@ -362,7 +367,7 @@ class Batches:
         if fixed is not None and fixed != prefix.decode():  # the prefix names its partition
             partitions = [self.node.partition_of(runtime, prefix.decode())]
         heads = await asyncio.gather(
-            *(self._top(table, p, n, prefix, auth, max_lag) for p in partitions)
+            *(self._top(table, p, n, prefix, auth, max_lag, window) for p in partitions)
         )
         merged = merge_heads((head.items for head in heads), n, field)
         return merged, [head.source for head in heads if head.source is not None]
@@ -375,8 +380,9 @@ class Batches:
         prefix: bytes,
         auth: str | None,
         max_lag: int | None,
+        window: bytes,
     ) -> ScanResult:
-        head = await self.reader.top(table, partition, n, prefix, auth, max_lag)
+        head = await self.reader.top(table, partition, n, prefix, auth, max_lag, window)
         if head is None:
             raise Unavailable(
                 f"no replica of {table}[{partition}] could rank its keys", partition=partition
@@ -395,7 +401,7 @@ class Batches:
             raise BadRequest(f"n must be between 1 and {MAX_TOP}")
         table, partition = request.table, request.partition
         head = await self.reader.here.top(
-            table, partition, request.n, request.prefix, request.max_lag
+            table, partition, request.n, request.prefix, request.max_lag, request.window
         )
         if head is None:
             raise NotHere(
@@ -415,6 +421,24 @@ def rank_field(runtime: TableRuntime) -> str:
             table=name,
         )
     return field
+
+
+def top_window(runtime: TableRuntime, start: str | None) -> bytes:
+    """A top's ``window=``: the window start as keys write it (``window_time``), ``b""`` for
+    none; a 400 when ``runtime``'s table is not windowed or ``start`` is no time."""
+    if not start:
+        return b""
+    if not runtime.spec.windowed:
+        name = runtime.spec.name
+        raise BadRequest(
+            f"table {name} is not windowed, so it has no window to rank within: its pipeline "
+            "writes it with ctx.write_table(..., window=COLUMN)",
+            table=name,
+        )
+    try:
+        return window_time(start, "window").encode()
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def window_sep(runtime: TableRuntime) -> str:

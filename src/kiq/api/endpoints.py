@@ -34,7 +34,15 @@ from starlette.responses import Response
 
 from kiq.api.asgi import Receive, Scope, Send, header, query
 from kiq.api.auth import AUTH_ON, caller, forwarded_caller, require_read, require_write
-from kiq.api.batches import MAX_RANGE_LIMIT, MAX_TOP, Batches, is_descending, window_sep
+from kiq.api.batches import (
+    MAX_RANGE_LIMIT,
+    MAX_TOP,
+    Batches,
+    is_descending,
+    rank_field,
+    top_window,
+    window_sep,
+)
 from kiq.api.errors import (
     BadRequest,
     InsufficientScope,
@@ -303,22 +311,35 @@ class Tables:
         )
 
     async def top(
-        self, table: str, n: int = 10, prefix: str | None = None, *, max_lag: int | None = None
+        self,
+        table: str,
+        n: int = 10,
+        prefix: str | None = None,
+        window: str | None = None,
+        *,
+        max_lag: int | None = None,
     ) -> Page:
         """The table's ``n`` (1 to ``MAX_TOP``) highest-ranked keys, as
         ``GET /v1/tables/{table}/top`` answers: by its ``rank_by`` field (``ctx.write_table(...,
         rank_by=FIELD)``), highest first, ties by key; only keys starting with ``prefix`` when
-        given. Every partition is asked once, from its best replica (within ``max_lag``).
+        given; in a windowed table, only windows starting at ``window`` when given (a time as
+        ``windows`` takes them: "top pages this hour"). Every partition is asked once, from
+        its best replica (within ``max_lag``).
 
-        A ``Page`` (``next_cursor`` None); ``BadRequest`` for a table that is not ranked,
-        ``Unavailable`` when a partition has no replica that answers.
+        A ``Page`` (``next_cursor`` None); ``BadRequest`` for a table that is not ranked, a
+        ``window`` of a table that is not windowed or that is no time; ``Unavailable`` when a
+        partition has no replica that answers.
         """
         if not 1 <= n <= MAX_TOP:
             raise BadRequest(f"n must be between 1 and {MAX_TOP}, got {n}")
         runtime = self._runtime(table)
         _within("max_lag", max_lag)
         raw_prefix = (prefix or "").encode()
-        items, sources = await self._batches.top(runtime, n, raw_prefix, self._auth, max_lag)
+        rank_field(runtime)  # not ranked: that 400 first
+        start = top_window(runtime, window)
+        items, sources = await self._batches.top(
+            runtime, n, raw_prefix, self._auth, max_lag, window=start
+        )
         return Page(
             runtime, [(k.decode(), v) for k, v in items], None, tuple(Served.of(s) for s in sources)
         )

@@ -159,6 +159,12 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
                     "how many keys [10]: the exact top N at that moment",
                 ),
                 Param("prefix", str, "only keys starting with it"),
+                Param(
+                    "window",
+                    str,
+                    "a windowed table's window start (ISO 8601, a date or epoch ms; naive "
+                    "is UTC): only windows starting then, e.g. the top pages of one hour",
+                ),
             ),
             answers={
                 "200": Answer.json(
@@ -171,7 +177,8 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
                 "description": "For a table its pipeline ranks by a numeric value field "
                 "(ctx.write_table(..., rank_by=FIELD)): each partition's replicas keep its keys "
                 "in that order, every partition is asked once for its own first N, from its "
-                "best replica, and the heads are merged. A table that is not ranked is a 400."
+                "best replica, and the heads are merged. A table that is not ranked, or "
+                "window= for a table that is not windowed, is a 400."
             },
         ),
     ),

@@ -4,7 +4,7 @@ every ``restart_every_s``; what every process holds over time, errors and freshn
 The stack is the demo's: a broker, the stock pipeline in one Spark driver, three
 nodes and a tick feed at ``feed_rate``. Readers go through the nodes in the
 rotation at ``rate`` requests a second, mixing quotes (``GET /v1/stocks/{symbol}``),
-multigets of 20 quotes and bar ranges. A node being restarted leaves the rotation
+multigets of 20 quotes and bar windows. A node being restarted leaves the rotation
 first (drained for two seconds) and comes back once ready, as behind a load
 balancer; n2 and n3 take turns, and n1, never restarted, carries the freshness
 probes (a tick produced, then polled until its quote shows it) and is the
@@ -158,7 +158,9 @@ async def _read(
                 url = f"{base}/v1/tables/{catalog.STOCK_QUOTES}/multiget"
                 body = {"keys": rng.sample(symbols, 20)}
             else:
-                url = f"{base}/v1/tables/{catalog.STOCK_BARS}/range?prefix={symbol}|&limit=50"
+                # A symbol's latest bars: one key's windows, newest first
+                bars = f"/v1/tables/{catalog.STOCK_BARS}/keys/{symbol}/windows"
+                url = f"{base}{bars}?order=desc&limit=50"
             await sem.acquire()
             task = asyncio.create_task(_one(session, url, body, reads, sem))
             tasks.add(task)

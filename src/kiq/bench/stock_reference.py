@@ -101,6 +101,28 @@ def bars(ticks: list[Tick]) -> dict[str, list[dict[str, Any]]]:
     return dict(out)
 
 
+def day_stats(ticks: list[Tick]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each (symbol, UTC date)'s statistics as ``stock-day-stats`` holds them."""
+    groups: dict[tuple[str, str], list[Tick]] = defaultdict(list)
+    for t in ticks:
+        if t["last"] is not None:
+            groups[(t["symbol"], _date(t["ts"]))].append(t)
+    out = {}
+    for (symbol, date), trades in groups.items():
+        stats = _trade_stats(trades)
+        stats.pop("close")
+        out[(symbol, date)] = {"symbol": symbol, "date": date, **stats}
+    return out
+
+
+def top_by_volume(ticks: list[Tick], date: str, n: int) -> list[dict[str, Any]]:
+    """The day statistics of the ``n`` symbols with the most volume on ``date``, highest
+    first, ties by key (``SYMBOL|START|END``: by ``SYMBOL|``), as ``/v1/stocks/top``
+    answers them."""
+    days = [stats for (_, d), stats in day_stats(ticks).items() if d == date]
+    return sorted(days, key=lambda s: (-s["volume"], f"{s['symbol']}|"))[:n]
+
+
 def same(expected: Any, actual: Any, rel: float = 1e-9) -> bool:
     """Equal, with floats compared to a relative tolerance (sums in another order)."""
     if isinstance(expected, float) or isinstance(actual, float):

@@ -5,7 +5,8 @@ Four figures, all from one stack:
 
 1. Ingest: one fresh node restores the same ``keys`` quotes as a plain table, as a table
    ranked by ``bid``, and as a table with a TTL (none expire: the TTL's cost on the write
-   path alone); ``materialize_records_per_s`` of each and its ratio to the plain one.
+   path alone), each twice, interleaved; the best records/s of each and its ratio to the
+   plain one's.
 2. Reads on 3 nodes, entering through n1 (forwards included): point lookups of random
    keys (the baseline), ``GET /v1/tables/ranked/top?n=10`` over the ``keys`` ranked keys
    (every partition asked once, merged), and ``GET .../keys/{k}/windows?limit=100`` of a
@@ -72,7 +73,12 @@ def run_tables(cfg: TablesConfig) -> dict[str, object]:
             Declared(table="ranked", topic="bench-ranked", key=("symbol",), rank_by="bid"),
             Declared(table="aged", topic="bench-ttl", key=("symbol",), ttl_ms=86_400_000),
         )
-        rates = {table: _ingest(stack, table) for table in ("plain", "ranked", "aged")}
+        # Each twice, interleaved, the best of two: the first restore of a run also warms
+        # the broker's page cache and the JVM, which would count against whichever is first.
+        rates: dict[str, float] = {}
+        for round_ in (1, 2):
+            for table in ("plain", "ranked", "aged"):
+                rates[table] = max(rates.get(table, 0.0), _ingest(stack, table, round_))
         out |= {
             "ingest_plain_records_per_s": rates["plain"],
             "ingest_ranked_records_per_s": rates["ranked"],
@@ -123,10 +129,10 @@ def _bid(key: str) -> float:
     return bid
 
 
-def _ingest(stack: Stack, table: str) -> float:
+def _ingest(stack: Stack, table: str, round_: int) -> float:
     """A fresh node serving ``table`` alone: its restore's records per second."""
     started = time.monotonic()
-    (node,) = start_nodes(stack, 1, [table], prefix=f"{table}-")
+    (node,) = start_nodes(stack, 1, [table], prefix=f"{table}-{round_}-")
     until_serving(node, started, 180, table)
     restored, took = restored_records(node, table)
     _retire(stack, node)

@@ -335,7 +335,7 @@ class Running:
         from kiq.pipelines.targets import target_name
         from kiq.tables.declared import decode_started
 
-        started = decode_started(self._catalog())
+        started = decode_started(self._catalog(), self.plan.app.name)
         return all(
             (s := started.get(target_name(p))) is not None and s.started_at_ms >= since_ms
             for p in self.plan.app.pipelines
@@ -349,7 +349,7 @@ class Running:
         serve = self.plan.node.serve
         tables = resolve_tables(
             self.plan.served,
-            decode_catalog(self._catalog()),
+            decode_catalog(self._catalog(), self.plan.app.name),
             app=self.plan.app.name,
             default_standby=serve.standby_replicas,
             every_declared=parse_serve_tables(serve.tables)[1],

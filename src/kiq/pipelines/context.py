@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kiq.errors import ConfigError
 from kiq.pipelines import records
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     Key = str | Sequence[str]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 COMPACTED = {
     "cleanup.policy": "compact",
@@ -162,28 +163,18 @@ class Context:
         if window is not None:
             df = with_window_parts(df, name, window)
             parts = (*parts, *WINDOW_PARTS)
-        elif retention is not None:
-            raise ConfigError(
-                f"table {name}: retention applies to windowed tables (window=COLUMN); "
-                "for a table of plain keys use ttl"
-            )
-        if rank_by is not None:
-            _check_rank_by(df, name, rank_by, value)
-        table = TableOutput(
+        table = self._output(
             name,
+            df,
             topic or self.table_topics.get(name, name),
             parts,
             sep,
             value,
             delete,
-            ttl_ms=parse_duration(ttl, f"table {name}: ttl") if ttl is not None else None,
-            window=window,
-            retention_ms=(
-                parse_duration(retention, f"table {name}: retention")
-                if retention is not None
-                else None
-            ),
-            rank_by=rank_by,
+            ttl,
+            window,
+            retention,
+            rank_by,
         )
         letters = dead_letters or f"{table.topic}-dlq"
         return self._write_tables(name, df, [table], letters, None, partitions, partition)
@@ -202,11 +193,18 @@ class Context:
         partition: str | None = None,
         dead_letters: str | None = None,
         delete: str | None = None,
+        ttl: Duration | Mapping[str, Duration | None] | None = None,
+        window: str | Mapping[str, str | None] | None = None,
+        retention: Duration | Mapping[str, Duration | None] | None = None,
+        rank_by: str | Mapping[str, str | None] | None = None,
     ) -> StreamingQuery:
         """One query, several tables: each row goes to the table its ``table`` column names
-        (one aggregation can hold several kinds of groups). ``key``, ``sep`` and ``value``
-        are one for all tables or a mapping by table name; the mapping's names are the
-        tables, and a row naming another table is a dead letter."""
+        (one aggregation can hold several kinds of groups). ``key``, ``sep``, ``value``,
+        ``ttl``, ``window``, ``retention`` and ``rank_by`` are one for all tables or a
+        mapping by table name (a table a mapping leaves out has none), as ``write_table``
+        takes them; the names of ``key``'s or ``value``'s mapping are the tables, and a row
+        naming another table is a dead letter. Only a row's own table's key parts count: a
+        window column null on the rows of another table makes none of them a dead letter."""
         if isinstance(key, Mapping):
             names = list(key)
         elif isinstance(value, Mapping):
@@ -216,17 +214,41 @@ class Context:
                 f"query {query}: name the tables in a mapping (key={{TABLE: COLUMNS}} or "
                 "value={TABLE: COLUMN})"
             )
-        outputs = [
-            TableOutput(
-                n,
-                (topics or {}).get(n) or self.table_topics.get(n, n),
-                _key(key[n] if isinstance(key, Mapping) else key),
-                sep[n] if isinstance(sep, Mapping) else sep,
-                value.get(n) if isinstance(value, Mapping) else value,
-                delete,
+        options = {"ttl": ttl, "window": window, "retention": retention, "rank_by": rank_by}
+        for option, given in options.items():
+            if isinstance(given, Mapping) and not set(given) <= set(names):
+                others = ", ".join(sorted(set(given) - set(names)))
+                raise ConfigError(
+                    f"query {query}: {option}= names {others}, which key= does not: the "
+                    f"query writes {', '.join(names)}"
+                )
+        parts_of: dict[str, tuple[str, ...]] = {}  # a window column → its key parts' columns
+        outputs = []
+        for n in names:
+            table_window = _one(window, n)
+            parts = _key(key[n] if isinstance(key, Mapping) else key)
+            if table_window is not None:
+                if table_window not in parts_of:
+                    i = len(parts_of)
+                    columns = WINDOW_PARTS if i == 0 else tuple(f"{c}_{i}" for c in WINDOW_PARTS)
+                    df = with_window_parts(df, n, table_window, columns)
+                    parts_of[table_window] = columns
+                parts = (*parts, *parts_of[table_window])
+            outputs.append(
+                self._output(
+                    n,
+                    df,
+                    (topics or {}).get(n) or self.table_topics.get(n, n),
+                    parts,
+                    sep[n] if isinstance(sep, Mapping) else sep,
+                    value.get(n) if isinstance(value, Mapping) else value,
+                    delete,
+                    ttl.get(n) if isinstance(ttl, Mapping) else ttl,
+                    table_window,
+                    retention.get(n) if isinstance(retention, Mapping) else retention,
+                    _one(rank_by, n),
+                )
             )
-            for n in names
-        ]
         letters = dead_letters or f"{query}-dlq"
         return self._write_tables(query, df, outputs, letters, table, partitions, partition)
 
@@ -304,6 +326,46 @@ class Context:
         frame = table_records(df, outputs, letters, table_column, partition)
         realtime = self._realtime(name, df, reads)
         return self._start(self._carry(frame, df, reads, realtime), df, name, options, realtime)
+
+    @staticmethod
+    def _output(
+        name: str,
+        df: DataFrame,
+        topic: str,
+        parts: tuple[str, ...],
+        sep: str,
+        value: str | None,
+        delete: str | None,
+        ttl: Duration | None,
+        window: str | None,
+        retention: Duration | None,
+        rank_by: str | None,
+    ) -> TableOutput:
+        """One table's output, its aging and order checked (``parts`` already hold the
+        window's start and end when ``window`` is given)."""
+        if retention is not None and window is None:
+            raise ConfigError(
+                f"table {name}: retention applies to windowed tables (window=COLUMN); "
+                "for a table of plain keys use ttl"
+            )
+        if rank_by is not None:
+            _check_rank_by(df, name, rank_by, value)
+        return TableOutput(
+            name,
+            topic,
+            parts,
+            sep,
+            value,
+            delete,
+            ttl_ms=parse_duration(ttl, f"table {name}: ttl") if ttl is not None else None,
+            window=window,
+            retention_ms=(
+                parse_duration(retention, f"table {name}: retention")
+                if retention is not None
+                else None
+            ),
+            rank_by=rank_by,
+        )
 
     def _claim(self, name: str) -> str:
         if name in self._names:
@@ -422,15 +484,28 @@ def _key(key: Key) -> tuple[str, ...]:
     return parts
 
 
+def _one(option: _T | Mapping[str, _T | None] | None, table: str) -> _T | None:
+    """``write_tables``' option for ``table``: the one for all, or the mapping's entry."""
+    if isinstance(option, Mapping):
+        return option.get(table)
+    return option
+
+
 def _check_rank_by(df: DataFrame, table: str, rank_by: str, value: str | None) -> None:
-    """``rank_by`` is a numeric column of the value (the JSON object of the row's columns)."""
-    from pyspark.sql.types import NumericType
+    """``rank_by`` is a numeric column of the value (the JSON object of the row's columns),
+    or a numeric field of ``value`` when that is a struct column (written as its JSON)."""
+    from pyspark.sql.types import NumericType, StructType
 
     if value is not None:
-        raise ConfigError(
-            f"table {table}: rank_by ranks by a field of the row's JSON object; with "
-            f"value={value!r} there is none: leave value out"
-        )
+        kind = df.schema[value].dataType if value in df.columns else None
+        fields = {f.name: f.dataType for f in kind.fields} if isinstance(kind, StructType) else {}
+        if not isinstance(fields.get(rank_by), NumericType):
+            raise ConfigError(
+                f"table {table}: rank_by ranks by a numeric field of the JSON value; "
+                f"value={value!r} is not a struct column with a numeric field {rank_by!r}: "
+                "leave value out (the row's columns) or name such a struct"
+            )
+        return
     if rank_by not in df.columns:
         raise ConfigError(
             f"table {table}: rank_by={rank_by!r} is not a column (its columns: "

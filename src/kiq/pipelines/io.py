@@ -109,10 +109,10 @@ class KafkaIO:
     def declare(self, tables: Sequence[Declared]) -> None:
         bootstrap, security = self._opts.bootstrap, self._opts.security
         compacted.ensure(bootstrap, CATALOG_TOPIC, security=security)
-        before = decode_catalog(compacted.read_latest(bootstrap, CATALOG_TOPIC, security=security))
+        found = compacted.read_latest(bootstrap, CATALOG_TOPIC, security=security)
         changed: dict[str, bytes | None] = {}
         for table in tables:
-            old = before.get(table.table)
+            old = decode_catalog(found, app=table.app).get(table.table)
             if old == table:
                 continue
             if old is not None:

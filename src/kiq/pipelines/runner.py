@@ -136,7 +136,7 @@ def run_targets(
         raise
     for q in queries:
         log.info("query started pipeline=%s query=%s id=%s", name, q.name, q.id)
-    announce_started(opts, started)
+    announce_started(opts, started, app)
     failed: StreamingQuery | None = None
     progress = ProgressLog(queries)
     try:
@@ -207,13 +207,15 @@ def _stop(
     return error
 
 
-def announce_started(opts: StreamOptions, started: Mapping[str, list[str]]) -> None:
+def announce_started(
+    opts: StreamOptions, started: Mapping[str, list[str]], app: str = "kiq"
+) -> None:
     """Record in the table catalog that each pipeline started and which tables it declared,
     which `kiq up` waits for before it starts the nodes."""
     now = int(time.time() * 1000)
     records: dict[str, bytes | None] = {}
     for name, tables in started.items():
-        record = Started(pipeline=name, tables=tuple(tables), started_at_ms=now)
+        record = Started(pipeline=name, tables=tuple(tables), started_at_ms=now, app=app)
         records[record.catalog_key] = record.encode()
     compacted.ensure(opts.bootstrap, CATALOG_TOPIC, security=opts.security)
     compacted.put(opts.bootstrap, CATALOG_TOPIC, records, security=opts.security)

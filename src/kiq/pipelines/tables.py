@@ -78,9 +78,13 @@ class TableOutput:
             )
 
 
-def with_window_parts(df: DataFrame, table: str, window: str) -> DataFrame:
-    """``df`` with its ``window`` column's start and end as text key parts
-    (``WINDOW_PARTS``); a ``ConfigError`` unless ``window`` is Spark's window struct."""
+def with_window_parts(
+    df: DataFrame, table: str, window: str, parts: tuple[str, ...] = WINDOW_PARTS
+) -> DataFrame:
+    """``df`` with its ``window`` column's start and end as text key parts (columns
+    ``parts``, by default ``WINDOW_PARTS``; ``write_tables`` names others for a second
+    window column); a ``ConfigError`` unless ``window`` is Spark's window struct. A row
+    whose window is null (a row of another table) gets null parts."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
 
@@ -103,7 +107,7 @@ def with_window_parts(df: DataFrame, table: str, window: str) -> DataFrame:
             "in append mode only, and a table is written in update mode: use F.window "
             "(tumbling or sliding)"
         )
-    start, end = WINDOW_PARTS
+    start, end = parts
     return df.withColumn(
         start, F.date_format(F.col(f"`{window}`.start"), WINDOW_TIME_FORMAT)
     ).withColumn(end, F.date_format(F.col(f"`{window}`.end"), WINDOW_TIME_FORMAT))

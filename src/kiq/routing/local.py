@@ -181,17 +181,19 @@ class LocalReplicas:
         n: int,
         prefix: bytes = b"",
         max_lag: int | None = None,
+        window: bytes = b"",
     ) -> ScanResult | None:
         """The first ``n`` (key, value) of the partition in its rank order (``rank_by``), only
-        keys starting with ``prefix``, and how fresh the replica was; None as for ``get``,
-        and when this node's replica keeps no rank order (its store is not ranked)."""
+        keys starting with ``prefix`` (and of windows starting at ``window``, when given), and
+        how fresh the replica was; None as for ``get``, and when this node's replica keeps no
+        rank order (its store is not ranked)."""
         replica = self._usable(table, partition, max_lag)
         if replica is None or replica.store.rank_by is None:
             return None
 
         async def read() -> ScanResult:
-            items = _top_unexpired(replica.store, replica.aging, n, prefix or None)
-            return ScanResult(items, self._source(replica))
+            items = _top_unexpired(replica.store, replica.aging, n, prefix or None, window or None)
+            return ScanResult(items, self._source(replica), window=window)
 
         return await self._through_reopen(replica, read)
 
@@ -315,13 +317,17 @@ def _scan_unexpired(
 
 
 def _top_unexpired(
-    store: ReadOnlyStore, aging: Aging | None, n: int, prefix: bytes | None
+    store: ReadOnlyStore,
+    aging: Aging | None,
+    n: int,
+    prefix: bytes | None,
+    window: bytes | None = None,
 ) -> list[Item]:
     """The first ``n`` ranked rows that have not aged out: asked again for more while keys
     a sweep has not removed yet take places."""
     asked = n
     while True:
-        rows = store.top(asked, prefix)
+        rows = store.top(asked, prefix, window)
         if aging is None:
             return [(k, v) for k, v, _ in rows]
         items = [(k, v) for k, v, offset in rows if not aging.expired(k, offset)]

@@ -201,13 +201,18 @@ class Peers:
         prefix: bytes,
         caller: str | None,
         max_lag: int | None = None,
+        window: bytes = b"",
     ) -> ScanResult:
         """The first ``n`` (key, value) of the target's replica in its rank order (only keys
-        starting with ``prefix``), and which replica it was; ``PeerError`` (421) when the
-        target holds no usable replica of it, ranked, within ``max_lag``."""
-        request = encode(Top(table, partition, n, prefix, max_lag))
+        starting with ``prefix``, of windows starting at ``window`` when given), and which
+        replica it was; ``PeerError`` (421) when the target holds no usable replica of it,
+        ranked, within ``max_lag``, or ranked every window when asked for one."""
+        request = encode(Top(table, partition, n, prefix, max_lag, window))
         body = await self._call(target, "POST", INTERNAL_TOP, request, caller)
-        return _decoded(target, decode_scan_result, body)
+        head = _decoded(target, decode_scan_result, body)
+        if head.window != window:
+            raise PeerError(target, f"{INTERNAL_TOP}: ranked every window; an older kiq?")
+        return head
 
     async def metadata(self, target: str, caller: str | None = None) -> NodeStatus:
         """The target's own replicas: role, state, offsets, lag."""

@@ -238,18 +238,22 @@ class ReplicaReader:
         prefix: bytes,
         caller: str | None,
         max_lag: int | None = None,
+        window: bytes = b"",
     ) -> ScanResult | None:
         """The first ``n`` (key, value) of the partition in its rank order (only keys starting
-        with ``prefix``), from the best replica that answers (within ``max_lag``), and which
-        one it was; None when none could. Replicas asked in ``scan``'s order."""
+        with ``prefix``, of windows starting at ``window`` when given), from the best replica
+        that answers (within ``max_lag``), and which one it was; None when none could.
+        Replicas asked in ``scan``'s order."""
         for target in self._targets(table, partition, max_lag):
             if target == LOCAL:
-                head = await self.here.top(table, partition, n, prefix, max_lag)
+                head = await self.here.top(table, partition, n, prefix, max_lag, window)
                 if head is not None:
                     return head
                 continue
             try:
-                return await self._peers.top(target, table, partition, n, prefix, caller, max_lag)
+                return await self._peers.top(
+                    target, table, partition, n, prefix, caller, max_lag, window
+                )
             except PeerError as exc:
                 log.warning("top failed table=%s partition=%d error=%s", table, partition, exc)
         log.warning(

@@ -20,15 +20,16 @@ few bytes beyond its key and value:
     Multiget        [table, [key(bin)...], max_lag|nil]
     MultigetResult  [[item...], [refused partition...], [Source...]]
     Scan            [table, partition, start|nil, end|nil, limit, reverse, max_lag|nil]
-    ScanResult      [[item...], Source|nil, reverse]
-    Top             [table, partition, n, prefix(bin), max_lag|nil]
+    ScanResult      [[item...], Source|nil, reverse, window(bin)]
+    Top             [table, partition, n, prefix(bin), max_lag|nil, window(bin)]
     Source          [partition, lag, stale, applied_offset, served_by(bin)]
 
 Fields were added at the end of a record only, with defaults: a record from an older
 node decodes with them (``reverse`` false: an ascending scan), and an older node
 ignores trailing fields it does not know. So the asker checks what it depends on: a
 scan asked in reverse whose answer does not say ``reverse`` came from a node that
-scanned forwards, and is not taken.
+scanned forwards, and is not taken; a top asked within a window whose answer does not
+echo that ``window`` came from a node that ranked every window, and is not taken either.
 
 A lookup's ``Outcome`` travels as a small int (one byte); HTTP statuses are the API's own
 business (``api/errors.py`` maps outcomes to them). What the receiver answers per item:
@@ -172,18 +173,22 @@ class ScanResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     items: list[Item] = []
     source: Source | None = None
     reverse: bool = False
+    window: bytes = b""  # a top's: the window start it kept (``Top.window``), echoed
 
 
 class Top(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """The first ``n`` keys of one partition in its table's rank order (``rank_by``: highest
-    first, ties by key), only keys starting with ``prefix`` when not empty; from a replica
-    at most ``max_lag`` records behind, when given. Answered with a ``ScanResult``."""
+    first, ties by key), only keys starting with ``prefix`` when not empty, only windows
+    starting at ``window`` (a windowed table's START, as keys write it) when not empty;
+    from a replica at most ``max_lag`` records behind, when given. Answered with a
+    ``ScanResult`` that echoes ``window``."""
 
     table: str
     partition: int
     n: int = 10
     prefix: bytes = b""
     max_lag: int | None = None
+    window: bytes = b""
 
 
 class ReplicaStatus(msgspec.Struct, frozen=True):

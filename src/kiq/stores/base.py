@@ -47,9 +47,12 @@ class ReadOnlyStore(Protocol):
         ``reverse``: the last ``limit`` keys below ``end``, highest first), at most ``limit``."""
         ...
 
-    def top(self, n: int, prefix: bytes | None = None) -> list[tuple[bytes, bytes, int]]:
+    def top(
+        self, n: int, prefix: bytes | None = None, window: bytes | None = None
+    ) -> list[tuple[bytes, bytes, int]]:
         """(key, value, offset) of the first ``n`` ranked keys (starting with ``prefix``
-        when given), highest score first, ties by key; ``[]`` from an unranked store."""
+        when given; of windows starting at ``window`` when given), highest score first,
+        ties by key; ``[]`` from an unranked store."""
         ...
 
     @property
@@ -93,10 +96,14 @@ class PartitionStore(abc.ABC):
         ``reverse``), at most ``limit``."""
 
     @abc.abstractmethod
-    def top(self, n: int, prefix: bytes | None = None) -> list[tuple[bytes, bytes, int]]:
+    def top(
+        self, n: int, prefix: bytes | None = None, window: bytes | None = None
+    ) -> list[tuple[bytes, bytes, int]]:
         """(key, value, offset) of the first ``n`` ranked keys (only those starting with
-        ``prefix`` when given), highest score first, ties by key ascending; ``[]`` from a
-        store opened without a rank field."""
+        ``prefix`` when given, and only windows starting at ``window`` when given: a windowed
+        table's key ``ENTITY|START|END``, see ``kiq.stores.rank.starts_window``), highest
+        score first, ties by key ascending; ``[]`` from a store opened without a rank field.
+        The rank order is read on until ``n`` keys match or it ends."""
 
     @property
     def rank_by(self) -> str | None:

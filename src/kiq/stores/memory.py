@@ -17,7 +17,7 @@ from sortedcontainers import SortedDict, SortedList
 
 from kiq.errors import StoreClosedError
 from kiq.stores.base import Change, PartitionStore
-from kiq.stores.rank import SCORE_SIZE, score_of
+from kiq.stores.rank import SCORE_SIZE, score_of, starts_window
 
 
 class MemoryPartitionStore(PartitionStore):
@@ -93,7 +93,9 @@ class MemoryPartitionStore(PartitionStore):
             keys = islice(data.irange(start, end, (True, False), reverse), limit)
             return [(key, *data[key]) for key in keys]
 
-    def top(self, n: int, prefix: bytes | None = None) -> list[tuple[bytes, bytes, int]]:
+    def top(
+        self, n: int, prefix: bytes | None = None, window: bytes | None = None
+    ) -> list[tuple[bytes, bytes, int]]:
         if n <= 0 or self._rank_by is None:
             return []
         out: list[tuple[bytes, bytes, int]] = []
@@ -103,6 +105,8 @@ class MemoryPartitionStore(PartitionStore):
             for entry in self._ranked:
                 key = entry[SCORE_SIZE:]
                 if prefix and not key.startswith(prefix):
+                    continue
+                if window and not starts_window(key, window):
                     continue
                 out.append((key, *data[key]))
                 if len(out) >= n:

@@ -9,6 +9,9 @@ with the same key (``merge_heads``), so the two orders never differ.
 
 A value whose field is missing, not a number (``true`` is not one), not finite, or that
 is not a JSON object is not ranked: it is stored and served, never in a top.
+
+A top within one window of a windowed table (``starts_window``) reads the same order and
+keeps the keys of windows starting at that time, reading on until it has ``n`` of them.
 """
 
 from __future__ import annotations
@@ -57,6 +60,14 @@ def score_of(field: str, value: bytes) -> bytes | None:
     except OverflowError:  # an integer beyond a double's range
         return None
     return encode_score(score) if math.isfinite(score) else None
+
+
+def starts_window(key: bytes, start: bytes) -> bool:
+    """Whether a windowed table's ``key`` (``ENTITY|START|END``, START and END of one fixed
+    width, ``kiq.tables.windows``) is of a window starting at ``start``: a top within one
+    window ("top pages this hour") keeps only those."""
+    width = len(start)
+    return len(key) > 2 * width + 1 and key[-2 * width - 1 : -width - 1] == start
 
 
 def merge_heads(

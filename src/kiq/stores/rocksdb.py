@@ -38,7 +38,7 @@ from rocksdict import (
 from kiq.errors import StoreClosedError
 from kiq.stores.base import Change, PartitionStore
 from kiq.stores.budget import MemoryBudget
-from kiq.stores.rank import SCORE_SIZE, score_of
+from kiq.stores.rank import SCORE_SIZE, score_of, starts_window
 
 log = logging.getLogger(__name__)
 
@@ -351,7 +351,9 @@ class RocksDBPartitionStore(PartitionStore):
     def rank_by(self) -> str | None:
         return self._rank_by
 
-    def top(self, n: int, prefix: bytes | None = None) -> list[tuple[bytes, bytes, int]]:
+    def top(
+        self, n: int, prefix: bytes | None = None, window: bytes | None = None
+    ) -> list[tuple[bytes, bytes, int]]:
         """The index read, and each key's value, without the writer's lock when no write
         ran meanwhile (``_rank_seq`` unchanged and even); after ``_TOP_TRIES`` raced reads,
         under the lock, so the answer is always one moment's."""
@@ -360,14 +362,16 @@ class RocksDBPartitionStore(PartitionStore):
         for _ in range(_TOP_TRIES):
             seq = self._rank_seq
             if seq % 2 == 0:
-                out = self._top(n, prefix)
+                out = self._top(n, prefix, window)
                 if self._rank_seq == seq:
                     return out
         with self._lock:
             self._check_open()
-            return self._top(n, prefix)
+            return self._top(n, prefix, window)
 
-    def _top(self, n: int, prefix: bytes | None) -> list[tuple[bytes, bytes, int]]:
+    def _top(
+        self, n: int, prefix: bytes | None, window: bytes | None
+    ) -> list[tuple[bytes, bytes, int]]:
         out: list[tuple[bytes, bytes, int]] = []
         try:
             rank = self._db.get_column_family(_RANK_CF)
@@ -377,7 +381,9 @@ class RocksDBPartitionStore(PartitionStore):
             get = self._db.get
             while it.valid() and len(out) < n:
                 key = it.key()[SCORE_SIZE:]
-                if not prefix or key.startswith(prefix):
+                if (not prefix or key.startswith(prefix)) and (
+                    not window or starts_window(key, window)
+                ):
                     raw = get(key)
                     if raw is not None:  # None only in a read a write raced: not kept
                         out.append((key, raw[_OFFSET_SIZE:], _OFFSET.unpack_from(raw)[0]))

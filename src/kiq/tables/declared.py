@@ -2,7 +2,7 @@
 
 A pipeline's ``ctx.write_table`` is the source of truth for a table's topic, key
 parts, separator, value format and partitioning. It records them as a ``Declared``
-in the catalog topic (``kiq.catalog.CATALOG_TOPIC``, key ``table:NAME``); a node
+in the catalog topic (``kiq.catalog.CATALOG_TOPIC``, key ``table:APP/NAME``); a node
 reads the catalog at start and serves what it finds there. ``[serve] tables`` is
 then optional: a filter (serve only these) and serving overrides (``store``,
 ``standby``, ``global``). What the pipeline decides (topic, ``sep``, ``format``) may
@@ -56,7 +56,7 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def catalog_key(self) -> str:
-        return catalog_key(self.table)
+        return catalog_key(self.table, self.app)
 
     def encode(self) -> bytes:
         return msgspec.json.encode(self)
@@ -68,28 +68,32 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
         return f"pipeline {self.pipeline or '?'}: topic {self.topic!r}, key {key}{sep}"
 
 
-def catalog_key(table: str) -> str:
-    return f"{_PREFIX}{table}"
+def catalog_key(table: str, app: str) -> str:
+    """One record per application and table: two applications on one Kafka cluster may
+    each have a table of the same name."""
+    return f"{_PREFIX}{app}/{table}"
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
     """A pipeline's start, recorded once every table it writes is declared (key
-    ``pipeline:NAME``): what `kiq up` waits for before it starts the nodes."""
+    ``pipeline:APP/NAME``): what `kiq up` waits for before it starts the nodes."""
 
     pipeline: str
     tables: tuple[str, ...] = ()
     started_at_ms: int = 0
+    app: str = "kiq"
 
     @property
     def catalog_key(self) -> str:
-        return f"{_STARTED}{self.pipeline}"
+        return f"{_STARTED}{self.app}/{self.pipeline}"
 
     def encode(self) -> bytes:
         return msgspec.json.encode(self)
 
 
-def decode_started(records: Mapping[str, bytes]) -> dict[str, Started]:
-    """The pipelines' start records in a catalog read, by pipeline name."""
+def decode_started(records: Mapping[str, bytes], app: str | None = None) -> dict[str, Started]:
+    """The pipelines' start records in a catalog read (``app``'s only, when given), by
+    pipeline name."""
     found: dict[str, Started] = {}
     for key, value in records.items():
         if key.startswith(_STARTED):
@@ -97,12 +101,14 @@ def decode_started(records: Mapping[str, bytes]) -> dict[str, Started]:
                 started = msgspec.json.decode(value, type=Started)
             except msgspec.DecodeError:
                 continue
-            found[started.pipeline] = started
+            if app is None or started.app == app:
+                found[started.pipeline] = started
     return found
 
 
-def decode_catalog(records: Mapping[str, bytes]) -> dict[str, Declared]:
-    """The tables in a catalog read (``kiq.kafka.compacted.read_latest``), by name.
+def decode_catalog(records: Mapping[str, bytes], app: str | None = None) -> dict[str, Declared]:
+    """The tables in a catalog read (``kiq.kafka.compacted.read_latest``) of ``app`` (every
+    application's, when None), by name.
 
     A record kiq cannot read (written by a newer kiq, say) is skipped, not fatal.
     """
@@ -114,7 +120,8 @@ def decode_catalog(records: Mapping[str, bytes]) -> dict[str, Declared]:
             declared = msgspec.json.decode(value, type=Declared)
         except msgspec.DecodeError:
             continue
-        found[declared.table] = declared
+        if app is None or declared.app == app:
+            found[declared.table] = declared
     return found
 
 

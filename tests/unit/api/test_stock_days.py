@@ -11,6 +11,9 @@ from kiq.apps.stocks.api import DAY_STATS, add_days
 from kiq.tables import TableRuntime, codec_for, parse_table
 
 MIDNIGHT = 1795305600000  # 2026-11-22T00:00:00Z
+# The windowed day statistics' keys: SYMBOL|START|END
+AAPL_21 = "AAPL|2026-11-21T00:00:00.000Z|2026-11-22T00:00:00.000Z"
+MSFT_22 = "MSFT|2026-11-22T00:00:00.000Z|2026-11-23T00:00:00.000Z"
 DAY = {"symbol": "AAPL", "date": "2026-11-21", "open": 1.0, "high": 2.0, "low": 0.5,
        "volume": 10, "vwap": 1.5, "trades": 3}  # fmt: skip
 
@@ -41,17 +44,17 @@ def quote(symbol: str, last_ts: int | None) -> dict:
 
 
 def test_each_quote_gets_its_last_trades_date_in_one_batch():
-    tables = FakeTables({"AAPL|2026-11-21": DAY})
+    tables = FakeTables({AAPL_21: DAY})
     quotes = [quote("AAPL", MIDNIGHT - 1), quote("MSFT", MIDNIGHT + 5), quote("NVDA", None)]
     asyncio.run(add_days(quotes, tables))  # type: ignore[arg-type]
-    assert tables.asked == [["AAPL|2026-11-21", "MSFT|2026-11-22"]]
+    assert tables.asked == [[AAPL_21, MSFT_22]]
     assert quotes[0]["day"] == {k: v for k, v in DAY.items() if k != "symbol"}
     assert quotes[1]["day"] is None, "no statistics for that date yet"
     assert quotes[2]["day"] is None, "no trade yet"
 
 
 def test_without_day_statistics_served_the_day_is_null():
-    tables = FakeTables({"AAPL|2026-11-21": DAY}, serves_days=False)
+    tables = FakeTables({AAPL_21: DAY}, serves_days=False)
     quotes = [quote("AAPL", MIDNIGHT - 1)]
     asyncio.run(add_days(quotes, tables))  # type: ignore[arg-type]
     assert quotes[0]["day"] is None and tables.asked == []

@@ -192,8 +192,11 @@ def test_the_route_is_in_the_openapi_document(pair):
 def test_the_top_record_travels_as_an_array():
     top = Top("word-counts", 3, 25, b"ab|", 40)
     body = encode(top)
-    assert msgspec.msgpack.decode(body) == ["word-counts", 3, 25, b"ab|", 40]
+    assert msgspec.msgpack.decode(body) == ["word-counts", 3, 25, b"ab|", 40, b""]
     assert decode_top(body) == top
     assert decode_top(msgspec.msgpack.encode(["t", 1])) == Top("t", 1, 10, b"", None)
+    # A record from an older node, without the trailing window: every window ranked.
+    older = msgspec.msgpack.encode(["t", 1, 5, b"", None])
+    assert decode_top(older) == Top("t", 1, 5, b"", None, b"") == Top("t", 1, 5)
     with pytest.raises(msgspec.ValidationError):
         decode_top(msgspec.msgpack.encode(["t", 1, "ten"]))

@@ -269,3 +269,52 @@ def test_merge_heads_is_the_exact_top():
     ]  # fmt: skip
     # An item its node ranked by something else is left out, not guessed at.
     assert merge_heads([[(b"x", b'{"other": 1}')], [item("y", 0)]], 5, "count") == [item("y", 0)]
+
+
+H10, H11 = "2026-11-25T10:00:00.000Z", "2026-11-25T11:00:00.000Z"
+
+
+def _window(entity: str, start: str, end: str) -> bytes:
+    return f"{entity}|{start}|{end}".encode()
+
+
+def test_top_within_one_window_reads_on_until_n_match(store: PartitionStore):
+    """Keys of other windows rank above and between: a top of one window skips them and
+    reads the order on, so it still answers ``n`` keys when the window holds that many."""
+    rows = [
+        (_window("p1", H11, "2026-11-25T12:00:00.000Z"), _value(100)),
+        (_window("p2", H11, "2026-11-25T12:00:00.000Z"), _value(90)),
+        (_window("p1", H10, H11), _value(8)),
+        (_window("p3", H11, "2026-11-25T12:00:00.000Z"), _value(7)),
+        (_window("p2", H10, H11), _value(8)),
+        (_window("p3", H10, H11), _value(1)),
+        (_window("p|x", H10, H11), _value(3)),  # the entity holds the separator
+        (b"short", _value(50)),  # not a windowed key: never in a window's top
+    ]
+    store.apply([(k, v, i) for i, (k, v) in enumerate(rows, 1)], len(rows))
+    window = H10.encode()
+    assert _keys_in(store, 2, window) == [_window("p1", H10, H11), _window("p2", H10, H11)]
+    assert _keys_in(store, 10, window) == [
+        _window("p1", H10, H11),
+        _window("p2", H10, H11),
+        _window("p|x", H10, H11),
+        _window("p3", H10, H11),
+    ]
+    assert _keys_in(store, 10, window, b"p2|") == [_window("p2", H10, H11)]
+    assert _keys_in(store, 10, b"2026-11-25T09:00:00.000Z") == []
+    assert [k for k, _, _ in store.top(3, None, None)] == [rows[0][0], rows[1][0], b"short"]
+
+
+def _keys_in(
+    store: PartitionStore, n: int, window: bytes, prefix: bytes | None = None
+) -> list[bytes]:
+    return [key for key, _, _ in store.top(n, prefix, window)]
+
+
+def test_starts_window_is_the_start_part_of_a_windowed_key():
+    from kiq.stores.rank import starts_window
+
+    assert starts_window(_window("a", H10, H11), H10.encode())
+    assert not starts_window(_window("a", H10, H11), H11.encode())
+    assert not starts_window(H10.encode(), H10.encode())
+    assert not starts_window(b"", H10.encode())

@@ -97,3 +97,21 @@ def test_a_table_nobody_declared_needs_its_topic():
         resolve_tables([parse_served("t")], {}, app="shop")
     (plain,) = resolve_tables([parse_served("t=topic-t,sep=:")], {}, app="shop")
     assert (plain.topic, plain.key_separator, plain.declared) == ("topic-t", ":", None)
+
+
+def test_two_applications_may_each_declare_a_table_of_the_same_name():
+    mine = Declared(table="totals", topic="shop-totals", key=("c",), app="shop")
+    theirs = Declared(table="totals", topic="bank-totals", key=("acct",), sep="/", app="bank")
+    assert mine.catalog_key != theirs.catalog_key  # both records survive compaction
+    records = {d.catalog_key: d.encode() for d in (mine, theirs)}
+    for app, topic in (("shop", "shop-totals"), ("bank", "bank-totals")):
+        catalog = decode_catalog(records, app)
+        (spec,) = resolve_tables([parse_served("totals")], catalog, app=app)
+        assert spec.topic == topic
+    started = [
+        Started(pipeline="pipeline.build", started_at_ms=n, app=a)
+        for n, a in ((1, "shop"), (2, "bank"))
+    ]
+    records = {s.catalog_key: s.encode() for s in started}
+    assert decode_started(records, "shop")["pipeline.build"].started_at_ms == 1
+    assert decode_started(records, "bank")["pipeline.build"].started_at_ms == 2

@@ -3,11 +3,15 @@
 GET /v1/stocks/{symbol}            the quote: per-exchange quotes, best bid/ask, last, day
 GET /v1/stocks?symbols=A,B,...     many quotes at once (up to 500)
 GET /v1/stocks/{symbol}/bars       one-minute bars in time order (?from=&to=, ISO 8601)
+GET /v1/stocks/top?by=volume&n=10  the most traded symbols today (UTC)
 
 Answers where the cluster serves the tables ``stock-quotes``, ``stock-day-stats`` and
-``stock-bars-1m`` (the last two with ``sep=|``). A quote is a table lookup, with the
-same routing, fallbacks and headers; the quote's ``day`` is added then, from
-``stock-day-stats``: the statistics of the UTC date of its last trade. The pipeline
+``stock-bars-1m`` (the last two windowed tables, keys ``SYMBOL|START|END``, the day
+statistics ranked by ``volume``). A quote is a table lookup, with the same routing,
+fallbacks and headers; the quote's ``day`` is added then, from ``stock-day-stats``: the
+statistics of the UTC date of its last trade. Bars are one symbol's windows
+(``Tables.windows``); the top is the ranked day statistics within today's window
+(``Tables.top(..., window=)``). The pipeline
 could write them into the quote only by reading its own day statistics back, which
 doubled the partitions each batch reads and the time a tick takes to be seen; here
 they are one more lookup, in the quote's own partition.
@@ -18,7 +22,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kiq import (
@@ -36,12 +40,15 @@ QUOTES = "stock-quotes"
 DAY_STATS = "stock-day-stats"
 BARS = "stock-bars-1m"
 MAX_SYMBOLS = 500
+MAX_TOP = 1000
+TOP_BY = ("volume",)  # what the day statistics are ranked by (the pipeline's rank_by)
 _SYMBOL = re.compile(r"[A-Z0-9.-]{1,12}")
 
 
 def routes(app: Routes) -> None:
     app.get("/v1/stocks", quotes, QUOTES_DOC)
     app.get("/v1/stocks/", quote, NO_SYMBOL_DOC)  # the quote's 400 says what a symbol is
+    app.get("/v1/stocks/top", top, TOP_DOC)  # before {symbol}, which would take "top"
     app.get("/v1/stocks/{symbol}", quote, QUOTE_DOC)
     app.get("/v1/stocks/{symbol}/bars", bars, BARS_DOC)
 
@@ -173,6 +180,55 @@ BARS_DOC = {
 }
 
 
+_DAY = {
+    "type": "object",
+    "required": ["symbol", "date", "volume"],
+    "properties": {
+        "symbol": _TEXT,
+        "date": {"type": "string", "format": "date"},
+        "open": _NUMBER,
+        "high": _NUMBER,
+        "low": _NUMBER,
+        "volume": _NUMBER,
+        "vwap": _NUMBER,
+        "trades": {"type": "integer"},
+    },
+}
+TOP_DOC = {
+    "summary": "The most traded symbols today (UTC), across every partition",
+    "tags": ["stocks"],
+    "parameters": [
+        {
+            "name": "by",
+            "in": "query",
+            "description": "what to rank by [volume]; only volume",
+            "schema": {"type": "string", "enum": list(TOP_BY), "default": TOP_BY[0]},
+        },
+        {
+            "name": "n",
+            "in": "query",
+            "description": "how many symbols [10]",
+            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TOP, "default": 10},
+        },
+    ],
+    "responses": {
+        "200": _ok(
+            "today's statistics of the n most traded symbols, highest volume first, ties by symbol",
+            {
+                "type": "object",
+                "required": ["date", "by", "stocks"],
+                "properties": {
+                    "date": {"type": "string", "format": "date"},
+                    "by": _TEXT,
+                    "stocks": {"type": "array", "items": _DAY},
+                },
+            },
+        )
+    }
+    | _errors(400, 404, 503),
+}
+
+
 def symbol_of(raw: str) -> str:
     """The normalised symbol (upper case), or a 400 that says what is allowed."""
     symbol = raw.strip().upper()
@@ -243,7 +299,7 @@ async def add_days(quotes: Iterable[dict[str, Any]], tables: Tables) -> None:
         last = q.get("last")
         if last:
             date = time.strftime("%Y-%m-%d", time.gmtime(last["ts"] // 1000))
-            wanted.setdefault(f"{q['symbol']}|{date}", []).append(q)
+            wanted.setdefault(day_key(q["symbol"], date), []).append(q)
     if not wanted or not tables.serves(DAY_STATS):
         return
     many = await tables.get_many(DAY_STATS, list(wanted))
@@ -253,16 +309,41 @@ async def add_days(quotes: Iterable[dict[str, Any]], tables: Tables) -> None:
             q["day"] = stats
 
 
+def day_key(symbol: str, date: str) -> str:
+    """The key of ``symbol``'s statistics for the UTC ``date`` (``YYYY-MM-DD``) in the
+    windowed ``stock-day-stats``: ``SYMBOL|START|END``, the day's start and end."""
+    start = datetime.fromisoformat(date).replace(tzinfo=UTC)
+    return f"{symbol}|{_window_time(start)}|{_window_time(start + timedelta(days=1))}"
+
+
+def _window_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
 async def bars(request: Request) -> Reply:
     tables = request.tables
     _served(tables, BARS)
     symbol = symbol_of(request.path_params["symbol"])
     params = request.query
-    prefix = f"{symbol}|"
-    start = prefix + minute_key(params["from"], "from") if params.get("from") else None
-    end = prefix + minute_key(params["to"], "to") if params.get("to") else None
+    # Whole minutes, as before: a bar starting in the minute of ``from`` is in.
+    start = minute_key(params["from"], "from") if params.get("from") else None
+    end = minute_key(params["to"], "to") if params.get("to") else None
     limit = request.int_param("limit", 1, MAX_RANGE_LIMIT) or MAX_RANGE_LIMIT
-    page = await tables.range(
-        BARS, prefix=prefix, start=start, end=end, cursor=params.get("cursor"), limit=limit
+    page = await tables.windows(
+        BARS, symbol, start=start, end=end, cursor=params.get("cursor"), limit=limit
     )
     return json_reply({"symbol": symbol, "bars": page.fragments(), "next_cursor": page.next_cursor})
+
+
+async def top(request: Request) -> Reply:
+    """Today's (UTC) most traded symbols: the day statistics ranked by volume, within the
+    window of today."""
+    tables = request.tables
+    _served(tables, DAY_STATS)
+    by = request.query.get("by") or TOP_BY[0]
+    if by not in TOP_BY:
+        raise BadRequest(f"by must be one of {', '.join(TOP_BY)}, got {by!r}", by=by)
+    n = request.int_param("n", 1, MAX_TOP) or 10
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    page = await tables.top(DAY_STATS, n, window=today)
+    return json_reply({"date": today, "by": by, "stocks": page.fragments()})

@@ -7,8 +7,10 @@ each row names its table), and invalid ticks go to the dead-letter topic in the
 same batches (``ctx.read`` with the tick contract), as they came, with the reason
 in a header:
 
-- ``stock-day-stats``: trades grouped by (symbol, UTC date), key ``SYMBOL|YYYY-MM-DD``;
-- ``stock-bars-1m``: trades grouped by (symbol, minute), key ``SYMBOL|YYYY-MM-DDTHH:MM``;
+- ``stock-day-stats``: trades grouped by (symbol, UTC date), a windowed table (key
+  ``SYMBOL|START|END``, the day's start and end) kept 7 days and ranked by ``volume``;
+- ``stock-bars-1m``: trades grouped by (symbol, minute), a windowed table (key
+  ``SYMBOL|START|END``, the minute's) kept 2 days;
 - ``stock-quotes``: ticks grouped by symbol, key ``SYMBOL``;
 - ``stock-ticks-dlq``: invalid ticks, key as they came.
 
@@ -27,6 +29,10 @@ store commit per batch whatever its size; on a small driver those fixed costs,
 not the rows, were the batch time. The served quote's day statistics are added
 when it is looked up (by the stock API): reading them back from the day-stats
 topic here doubled the partitions every batch reads, and the batch time.
+
+Day and bar rows carry their bucket as a window struct (start and end timestamps) for
+``ctx.write_tables(..., window=)``: the windows come from the one aggregation's bucket, not
+from a second, ``F.window``, aggregation.
 
 Every "latest" is the greatest (ts, offset), packed in one long (see
 ORDER_BASE_MS): the tick with the greatest timestamp wins whatever order ticks
@@ -73,6 +79,8 @@ QUOTE, DAY, BAR = 0, 1, 2
 ORDER_BASE_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
 OFFSET_BITS = 23
 MS_PER_MINUTE, MS_PER_DAY = 60_000, 86_400_000
+# How long the windowed tables keep a window after the newest one of its partition ended.
+DAY_RETENTION, BAR_RETENTION = "7 days", "2 days"
 
 
 @dataclass(frozen=True)
@@ -93,13 +101,16 @@ def build(ctx: Context, topics: StockTopics = StockTopics()) -> None:
         reject=tick_rules(topics.exchanges),
         dead_letters=topics.dead_letters,
     )
-    composite = ("symbol", "bucket")
+    days, bars = topics.day_stats, topics.bars
     ctx.write_tables(
         stock_rows(ticks, topics),
         table="table",
-        key={topics.quotes: "symbol", topics.day_stats: composite, topics.bars: composite},
+        key=dict.fromkeys((topics.quotes, days, bars), "symbol"),
         sep=KEY_SEP,
-        value="value",
+        value={topics.quotes: "quote", days: "day", bars: "bar"},
+        window={days: "window", bars: "window"},
+        retention={days: DAY_RETENTION, bars: BAR_RETENTION},
+        rank_by={days: "volume"},
         partition="partition",
         query=TABLES_QUERY,
     )
@@ -107,8 +118,10 @@ def build(ctx: Context, topics: StockTopics = StockTopics()) -> None:
 
 def stock_rows(ticks: DataFrame, topics: StockTopics) -> DataFrame:
     """Valid ticks (``ctx.read``'s columns) → rows of all three tables, in one aggregation
-    grouped by (symbol, partition, kind, bucket): ``table``, ``symbol``, ``bucket``, the
-    value as JSON text and the input ``partition``."""
+    grouped by (symbol, partition, kind, bucket): ``table``, ``symbol``, the day or bar's
+    ``window`` (start and end; null for a quote), each table's value (``quote`` and ``bar``
+    as JSON text, ``day`` a struct, whose ``volume`` ranks it), null on the other tables'
+    rows, and the input ``partition``."""
     from pyspark.sql import functions as F
 
     # One scan of the input: each Kafka row becomes the rows it counts in, by kind. A
@@ -144,11 +157,12 @@ def stock_rows(ticks: DataFrame, topics: StockTopics) -> DataFrame:
         .otherwise(topics.bars)
         .alias("table"),
         "symbol",
-        "bucket",
-        F.when(kind == QUOTE, F.to_json(F.expr(_quote_sql(topics.exchanges)), _KEEP_NULLS))
-        .when(kind == DAY, F.to_json(_day_value()))
-        .otherwise(F.to_json(_bar_value()))
-        .alias("value"),
+        "window",
+        F.when(kind == QUOTE, F.to_json(F.expr(_quote_sql(topics.exchanges)), _KEEP_NULLS)).alias(
+            "quote"
+        ),
+        F.when(kind == DAY, _day_value()).alias("day"),  # written as JSON, nulls kept (none)
+        F.when(kind == BAR, F.to_json(_bar_value())).alias("bar"),
         "partition",
     )
 
@@ -213,7 +227,8 @@ def _trade_aggregates() -> list[Column]:
 
 def _unpack(agg: DataFrame, exchanges: Sequence[str]) -> DataFrame:
     """The aggregates back into the shapes the values are written from: per-exchange quotes
-    ``q_E``, the ``trade``, and ``bucket`` as a date or minute string."""
+    ``q_E``, the ``trade``, ``bucket`` as a date or minute string and the day or minute as
+    a ``window`` struct (start and end timestamps)."""
     from pyspark.sql import functions as F
 
     def latest_quote(e: str) -> Column:
@@ -238,11 +253,20 @@ def _unpack(agg: DataFrame, exchanges: Sequence[str]) -> DataFrame:
         .when(kind == BAR, F.date_format(minute, "yyyy-MM-dd'T'HH:mm"))
         .otherwise(F.lit(""))
     )
+
+    def window(ms: int) -> Column:
+        start = F.timestamp_millis(F.col("bucket") * ms)
+        end = F.timestamp_millis((F.col("bucket") + 1) * ms)
+        return F.struct(start.alias("start"), end.alias("end"))
+
     return agg.select(
         "symbol",
         "partition",
         "kind",
         bucket.alias("bucket"),
+        F.when(kind == DAY, window(MS_PER_DAY))
+        .when(kind == BAR, window(MS_PER_MINUTE))
+        .alias("window"),
         *(latest_quote(e) for e in exchanges),
         F.when(F.col("o_trade").isNotNull(), trade).alias("trade"),
         "updated_at",
