@@ -1,6 +1,7 @@
-"""A user pipeline's windowed tables, tumbling and sliding, through `kiq pipeline run` and
-`kiq serve`: one key's windows, oldest or newest first and within a time range, through
-every node, equal a reference computed here from the same views."""
+"""A user pipeline's windowed tables, tumbling (with retention) and sliding, through `kiq
+pipeline run` and `kiq serve`: one key's windows, oldest or newest first and within a time
+range, through every node, equal a reference computed here from the same views, and the
+tumbling windows past retention are gone from every node and from the topic."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kiq.kafka import create_topics, topic_partitions
+from kiq.kafka import create_topics, end_offsets, topic_partitions
+from kiq.partitioning import partition_for
 from kiq.runtime import LocalPipeline
-from tests.integration.kafka_io import produce
+from tests.integration.kafka_io import drain, produce
 from tests.integration.test_serving import Cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -26,6 +28,7 @@ PARTITIONS = 4
 USERS = [f"u-{i}" for i in range(8)]
 T0 = 1795600800000  # 2026-11-25T10:00:00Z
 MINUTE = 60_000
+RETENTION = 5 * MINUTE
 
 PIPELINE = """
 from pyspark.sql import functions as F
@@ -38,7 +41,7 @@ VIEW = "user STRING NOT NULL, page STRING NOT NULL, ts BIGINT NOT NULL"
 def build(ctx: Context) -> None:
     views = ctx.read("{topic}", schema=VIEW).withColumn("at", F.timestamp_millis("ts"))
     minutes = views.groupBy("user", F.window("at", "1 minute")).agg(F.count("*").alias("views"))
-    ctx.write_table("{tumbling}", minutes, key="user", window="window")
+    ctx.write_table("{tumbling}", minutes, key="user", window="window", retention="5 minutes")
     sliding = views.groupBy("user", F.window("at", "2 minutes", "1 minute")).agg(
         F.count("*").alias("views")
     )
@@ -64,6 +67,30 @@ def reference(views: list[dict], size: int, slide: int) -> dict[str, list[tuple[
     return out
 
 
+def retained(
+    by_user: dict[str, list[tuple[str, str, int]]],
+) -> dict[str, list[tuple[str, str, int]]]:
+    """What retention keeps: in each partition, the windows that ended at most RETENTION
+    before the newest window end the partition holds (kiq's clock for it)."""
+    newest: dict[int, str] = {}
+    for user, windows in by_user.items():
+        for _, end, _ in windows:
+            p = partition_for(user, PARTITIONS)
+            newest[p] = max(newest.get(p, end), end)
+    return {
+        user: [
+            w
+            for w in windows
+            if _ms(newest[partition_for(user, PARTITIONS)]) - _ms(w[1]) <= RETENTION
+        ]
+        for user, windows in by_user.items()
+    }
+
+
+def _ms(iso_time: str) -> int:
+    return int(datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp() * 1000)
+
+
 def windows(url: str, table: str, user: str, **params: str) -> list[tuple[str, str, int]]:
     resp = httpx.get(f"{url}/v1/tables/{table}/keys/{user}/windows", params=params, timeout=10)
     assert resp.status_code == 200, resp.text
@@ -85,10 +112,15 @@ def test_windowed_tables_answer_a_keys_windows_in_time_order(bootstrap: str, tmp
         for _ in range(400)
     ]
     produce(bootstrap, topic, [(v["user"], json.dumps(v)) for v in views])
-    expected = {
-        tumbling: reference(views, MINUTE, MINUTE),
-        sliding: reference(views, 2 * MINUTE, MINUTE),
+    every_minute = reference(views, MINUTE, MINUTE)
+    expected = {tumbling: retained(every_minute), sliding: reference(views, 2 * MINUTE, MINUTE)}
+    dropped = {
+        f"{user}|{start}|{end}"
+        for user, windows in every_minute.items()
+        for start, end, n in windows
+        if (start, end, n) not in expected[tumbling][user]
     }
+    assert dropped, "retention would drop nothing: the test would prove nothing"
 
     pipeline = LocalPipeline(
         (f"{tmp_path / 'views_pipeline.py'}:build",),
@@ -97,7 +129,9 @@ def test_windowed_tables_answer_a_keys_windows_in_time_order(bootstrap: str, tmp
         tmp_path / "pipeline.log",
         partitions=PARTITIONS,
     )
-    cluster = Cluster(bootstrap, tmp_path, [tumbling, sliding])
+    cluster = Cluster(
+        bootstrap, tmp_path, [tumbling, sliding], env={"KIQ_SERVE_EXPIRY_SWEEP_S": "1"}
+    )
     try:
         pipeline.start()
         deadline = time.monotonic() + 120
@@ -150,6 +184,18 @@ def test_windowed_tables_answer_a_keys_windows_in_time_order(bootstrap: str, tmp
                 ]
                 == "bad_request"
             )
+        # Windows past retention are tombstoned in the table's topic, not only hidden.
+        deadline = time.monotonic() + 60
+        while True:
+            ends = end_offsets(bootstrap, tumbling)
+            records = drain(bootstrap, tumbling, sum(ends.values()))
+            gone = {r.key.decode() for r in records if r.value is None}
+            if gone >= dropped or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert gone >= dropped, sorted(dropped - gone)[:5]
+        kept = {f"{u}|{s}|{e}" for u, ws in expected[tumbling].items() for s, e, _ in ws}
+        assert not gone & kept
     finally:
         pipeline.stop()
         cluster.shutdown()

@@ -300,8 +300,8 @@ class Context:
                 f"so the tables need the input's partition count, not {count}"
             )
         options = {} if partition is not None else self._partitioner(outputs)
-        self._create({o.topic: count for o in outputs}, COMPACTED)
-        self._letters_topic(letters)
+        # Declared before their topics are made: whoever sees a table's topic finds its
+        # declaration too (a node started once the topic exists serves it as declared).
         self.declared.extend(o.name for o in outputs)
         self._io.declare(
             [
@@ -323,6 +323,8 @@ class Context:
                 for o in outputs
             ]
         )
+        self._create({o.topic: count for o in outputs}, COMPACTED)
+        self._letters_topic(letters)
         frame = table_records(df, outputs, letters, table_column, partition)
         realtime = self._realtime(name, df, reads)
         return self._start(self._carry(frame, df, reads, realtime), df, name, options, realtime)
