@@ -6,17 +6,20 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiq import catalog
 from kiq.bench.probes import FEED_LINGER_MS
+from kiq.catalog import CATALOG_TOPIC
+from kiq.errors import KiqError
 from kiq.feeds import TickProducer, TickSimulator, pace
-from kiq.kafka import create_topics
+from kiq.kafka import compacted, create_topics
 from kiq.pipelines.runner import COMPACTED
 from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+from kiq.tables.declared import decode_catalog
 
 CLUSTER = "kiq-bench"  # the benchmark nodes' consumer group
 
@@ -65,6 +68,8 @@ class Stack:
         return node
 
     def add_stock_pipeline(self, trigger: str, partitions: int) -> LocalPipeline:
+        """The stock pipeline, started and past declaring its tables: nodes started after
+        it serve them as it declares them (windowed, ranked), as `kiq up` has them."""
         pipeline = LocalPipeline(
             (catalog.STOCKS_PIPELINE,),
             self.bootstrap,
@@ -74,6 +79,7 @@ class Stack:
             partitions=partitions,
         )
         self.pipelines.append(pipeline.start())
+        wait_declared(self.bootstrap, catalog.STOCK_TABLE_TOPICS, pipeline)
         return pipeline
 
     def stock_tables(self) -> list[str]:
@@ -84,6 +90,22 @@ class Stack:
         create_topics(self.bootstrap, {catalog.STOCK_TICKS: partitions})
         create_topics(self.bootstrap, tables, config=COMPACTED)
         create_topics(self.bootstrap, {catalog.STOCK_TICKS_DLQ: 1})
+
+
+def wait_declared(
+    bootstrap: str, tables: Iterable[str], pipeline: LocalPipeline, timeout_s: float = 180
+) -> None:
+    """Until the table catalog holds every one of ``tables`` (application ``kiq``)."""
+    wanted = set(tables)
+    deadline = time.monotonic() + timeout_s
+    while not wanted <= set(decode_catalog(compacted.read_latest(bootstrap, CATALOG_TOPIC), "kiq")):
+        if not pipeline.running:
+            raise KiqError(
+                f"the pipeline exited before declaring its tables; see {pipeline.log_file}"
+            )
+        if time.monotonic() > deadline:
+            raise KiqError(f"the pipeline declared no {sorted(wanted)} in {timeout_s:.0f}s")
+        time.sleep(0.5)
 
 
 @contextmanager
