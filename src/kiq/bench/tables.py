@@ -43,6 +43,7 @@ from kiq.partitioning import partition_for
 from kiq.pipelines.runner import COMPACTED
 from kiq.runtime import LocalNode
 from kiq.tables.declared import Declared
+from kiq.tables.windows import window_time
 
 WINDOW_MINUTES = 60_000
 T0 = 1_795_600_800_000  # 2026-11-25T10:00:00Z
@@ -198,10 +199,8 @@ def _expiry(stack: Stack, cfg: TablesConfig) -> dict[str, object]:
 
 
 def _iso(ms: int) -> str:
-    from datetime import UTC, datetime
-
-    moment = datetime.fromtimestamp(ms / 1000, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    """``ms`` as a windowed key writes times."""
+    return window_time(str(ms))
 
 
 def _get(url: str) -> bytes:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from kiq.cluster import ClusterView
@@ -210,25 +210,16 @@ class ReplicaReader:
         """Up to ``limit`` (key, value) of the partition in [start, end) in key order
         (descending when ``reverse``), from the best replica that answers (within
         ``max_lag``), and which one it was; None when none could."""
-        for target in self._targets(table, partition, max_lag):
-            if target == LOCAL:
-                page = await self.here.scan(table, partition, start, end, limit, reverse, max_lag)
-                if page is not None:
-                    return page
-                continue
-            try:
-                return await self._peers.scan(
-                    target, table, partition, start, end, limit, caller, reverse, max_lag
-                )
-            except PeerError as exc:
-                log.warning("scan failed table=%s partition=%d error=%s", table, partition, exc)
-        log.warning(
-            "scan unavailable table=%s partition=%d replicas=%s",
+        return await self._first_answer(
+            "scan",
             table,
             partition,
-            self._node.view.of(table, partition),
+            max_lag,
+            lambda: self.here.scan(table, partition, start, end, limit, reverse, max_lag),
+            lambda url: self._peers.scan(
+                url, table, partition, start, end, limit, caller, reverse, max_lag
+            ),
         )
-        return None
 
     async def top(
         self,
@@ -244,20 +235,39 @@ class ReplicaReader:
         with ``prefix``, of windows starting at ``window`` when given), from the best replica
         that answers (within ``max_lag``), and which one it was; None when none could.
         Replicas asked in ``scan``'s order."""
+        return await self._first_answer(
+            "top",
+            table,
+            partition,
+            max_lag,
+            lambda: self.here.top(table, partition, n, prefix, max_lag, window),
+            lambda url: self._peers.top(url, table, partition, n, prefix, caller, max_lag, window),
+        )
+
+    async def _first_answer(
+        self,
+        what: str,
+        table: str,
+        partition: int,
+        max_lag: int | None,
+        here: Callable[[], Awaitable[ScanResult | None]],
+        there: Callable[[str], Awaitable[ScanResult]],
+    ) -> ScanResult | None:
+        """A partition read (``what``: scan, top) from the best replica that answers: this
+        node's own (``here``; None when it cannot), else each member in turn (``there``)."""
         for target in self._targets(table, partition, max_lag):
             if target == LOCAL:
-                head = await self.here.top(table, partition, n, prefix, max_lag, window)
-                if head is not None:
-                    return head
+                page = await here()
+                if page is not None:
+                    return page
                 continue
             try:
-                return await self._peers.top(
-                    target, table, partition, n, prefix, caller, max_lag, window
-                )
+                return await there(target)
             except PeerError as exc:
-                log.warning("top failed table=%s partition=%d error=%s", table, partition, exc)
+                log.warning("%s failed table=%s partition=%d error=%s", what, table, partition, exc)
         log.warning(
-            "top unavailable table=%s partition=%d replicas=%s",
+            "%s unavailable table=%s partition=%d replicas=%s",
+            what,
             table,
             partition,
             self._node.view.of(table, partition),
