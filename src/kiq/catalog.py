@@ -32,6 +32,11 @@ DEAD_LETTERS = "kiq-dead-letters"
 # which the nodes learn what to serve, so a table is declared once, in its pipeline.
 CATALOG_TOPIC = "kiq-catalog"
 
+# Each streaming query's latest progress, as its Spark driver publishes it every few seconds:
+# compacted, key APP/PIPELINE/QUERY, a JSON record (kiq.pipelines.progress). The nodes'
+# GET /v1/pipelines and `kiq up`'s console read it.
+PROGRESS_TOPIC = "kiq-progress"
+
 # The pipelines `kiq pipeline run` knows; each name is also its checkpoint directory.
 STOCKS_PIPELINE = "stocks"
 WORDCOUNT_PIPELINE = "wordcount"

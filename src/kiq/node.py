@@ -86,6 +86,7 @@ class Node:
             for t in tables.values()
         ]
         self._materializer = materializer
+        self.taps = materializer.taps
         metrics.watch_replicas(lambda: materializer.replicas.values())
         self._group = group
         self._poke_event = threading.Event() if group_changed is None else group_changed
@@ -240,6 +241,7 @@ class NodeView:
         "node_id",
         "replicas",
         "tables",
+        "taps",
         "url",
     )
 
@@ -250,6 +252,7 @@ class NodeView:
         self.tables: Mapping[str, TableRuntime] = node.tables
         self.replicas: Mapping[tuple[str, int], ReadOnlyReplica] = node.replicas
         self.metrics = node.metrics
+        self.taps = node.taps  # where watches hear what a local replica applied (kiq.live)
         self.forward_timeout_ms = node.settings.forward_timeout_ms
         self._partitions: dict[str, dict[str, int]] = {name: {} for name in node.tables}
 

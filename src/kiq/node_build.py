@@ -36,6 +36,7 @@ from kiq.kafka.times import LogTimes
 from kiq.kafka.writer import AsyncProducer, ProduceFailed
 from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
+from kiq.pipelines.progress import ProgressReader
 from kiq.replicas import Materializer
 from kiq.replicas.expiry import ExpirySweeper, Outgoing
 from kiq.security import Security, security_for
@@ -89,6 +90,8 @@ def build_node(settings: NodeSettings) -> BuiltNode:
         limits=settings.limits,
         security=security,
         peer_ssl=peer_ssl,
+        # GET /v1/pipelines: the application's queries, as their drivers publish them
+        progress=ProgressReader(serve.bootstrap, settings.app.name, security=kafka),
     )
     return BuiltNode(
         dataclasses.replace(settings, serve=serve),

@@ -417,6 +417,14 @@ class LimitsSettings(_Section):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="request body")
     max_multiget_keys: int = Field(10_000, ge=1, description="keys per multiget")
     max_connections: int = Field(2048, ge=1, description="open connections per node")
+    max_watches: int = Field(
+        20_000, ge=1, description="watch streams (Server-Sent Events) at once per node, then 503"
+    )
+    max_watch_pending: int = Field(
+        10_000,
+        ge=1,
+        description="keys changed and not yet taken by one watch stream before it is dropped",
+    )
     max_parked_waits: int = Field(
         1024, ge=1, description="lookups waiting for min_offset at once per node, then 429"
     )

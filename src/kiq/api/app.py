@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from kiq.api import openapi
 from kiq.api.auth import Access, guard_lookup
 from kiq.api.batches import Batches
+from kiq.api.dashboard import PipelineProgress
 from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
 from kiq.api.handlers import Handlers
@@ -33,6 +34,8 @@ from kiq.api.lookups import Lookups
 from kiq.api.routers import app_router, core_router
 from kiq.api.routes import CORE, LOOKUP, is_core
 from kiq.api.spec import RouteSpec
+from kiq.api.watch import WatchApi
+from kiq.live import Watches
 from kiq.node import Node, NodeView
 from kiq.routing import HedgePolicy, Peers, ReplicaReader, Router
 from kiq.security import Security
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 
 # The raw lookup path's prefix, from its declaration (/v1/tables/{table}/keys/{key}).
 _TABLES = LOOKUP.path.partition("{table}")[0]
+_KEY_ROUTES = (b"/windows", b"/watch")  # a key's own routes, under its lookup path
 
 
 class RecordWriter(Protocol):
@@ -70,6 +74,7 @@ class KiqApp:
         limits: LimitsSettings | None = None,
         security: Security | None = None,
         peer_ssl: ssl.SSLContext | None = None,
+        progress: PipelineProgress | None = None,
     ) -> None:
         limits = limits if limits is not None else LimitsSettings()
         view = NodeView(node)
@@ -104,8 +109,22 @@ class KiqApp:
         self._writer = writer
         declared = list(declared_routes(endpoints, base))
         custom = endpoints_for(declared, self.lookups, self.batches, writer, limits.max_body_bytes)
+        self.watches = Watches(
+            view.node_id,
+            view.replicas,
+            view.taps,
+            reader,
+            limits.max_watches,
+            limits.max_watch_pending,
+        )
         handlers = Handlers(
-            view, self.lookups, self.batches, peers, limits.max_body_bytes, self.access
+            view,
+            self.lookups,
+            self.batches,
+            peers,
+            limits.max_body_bytes,
+            self.access,
+            WatchApi(view, self.watches),
         )
         core_routes = core_router(handlers, self.access, self.limiter)
         own_routes = app_router(custom, self.access, self.limiter)
@@ -114,6 +133,7 @@ class KiqApp:
         self.specs: tuple[RouteSpec[Any], ...] = (*CORE, *declared)
         secured = security is not None and security.tokens is not None
         handlers.document = openapi.render(self.specs, _version(), secured=secured)
+        handlers.progress = progress
 
         async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
             router = core_routes if is_core(scope["path"]) else own_routes
@@ -136,8 +156,8 @@ class KiqApp:
                 if path.startswith(_TABLES):
                     raw = scope.get("raw_path") or path.encode()
                     table, sep, key = raw[len(_TABLES) :].partition(b"/keys/")
-                    # .../keys/{key}/windows is a route of its own (a windowed table's)
-                    if sep and b"/" not in table and not key.endswith(b"/windows"):
+                    # .../keys/{key}/windows and .../watch are routes of their own
+                    if sep and b"/" not in table and not key.endswith(_KEY_ROUTES):
                         await self._lookup(scope, send, table.decode("latin-1"), key)
                         return
             try:
@@ -160,6 +180,7 @@ class KiqApp:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                self.watches.close()
                 self.peers.close()
                 self._writer.close()
                 if self._start_node:
@@ -185,6 +206,7 @@ def create_app(
     limits: LimitsSettings | None = None,
     security: Security | None = None,
     peer_ssl: ssl.SSLContext | None = None,
+    progress: PipelineProgress | None = None,
 ) -> KiqApp:
     """The app serving ``node``; ``writer`` takes the application's writes.
 
@@ -196,5 +218,8 @@ def create_app(
     the ``[limits]`` the API enforces itself (body size, multiget keys, the rate). With
     ``security`` (``kiq.security.security_for``), callers and peers are checked;
     ``peer_ssl`` verifies ``https://`` peers (``kiq.security.tls.client_context``).
+    ``progress``: where GET /v1/pipelines reads the pipelines' progress (none: it has none).
     """
-    return KiqApp(node, writer, peers, start_node, endpoints, base, limits, security, peer_ssl)
+    return KiqApp(
+        node, writer, peers, start_node, endpoints, base, limits, security, peer_ssl, progress
+    )

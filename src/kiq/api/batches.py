@@ -33,7 +33,7 @@ from kiq.api.errors import (
     Unavailable,
     UnknownTable,
 )
-from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param, prefix_end
+from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param
 from kiq.node import NodeView
 from kiq.routing import Item, ReplicaReader, Source
 from kiq.routing.wire import (
@@ -46,6 +46,7 @@ from kiq.routing.wire import (
     encode,
 )
 from kiq.security import Principal, read_scope
+from kiq.stores.base import prefix_end
 from kiq.stores.rank import merge_heads
 from kiq.tables import TableRuntime
 from kiq.tables.windows import split_window_key, window_time

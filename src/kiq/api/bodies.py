@@ -26,6 +26,11 @@ class Keys(Struct):
     keys: list[str]
 
 
+class WatchKeys(Struct):
+    keys: list[str] = []
+    prefix: str | None = None
+
+
 class Multiget(Struct):
     found: Annotated[dict[str, Any], Meta(description="values by key")]
     missing: list[str]

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
-from kiq.api import admin
+from kiq.api import admin, dashboard, sse
 from kiq.api.asgi import query
 from kiq.api.auth import Access, caller, forwarded_caller
 from kiq.api.batches import Batches
-from kiq.api.errors import BadRequest
+from kiq.api.errors import BadRequest, NotHere, Unavailable
 from kiq.api.lookups import Lookups
 from kiq.api.request_body import read_body
+from kiq.api.watch import SubscriptionFrames, WatchApi, keys_of, keys_of_body
 from kiq.node import NodeView
 from kiq.routing import Peers
-from kiq.routing.wire import MSGPACK
+from kiq.routing.wire import MSGPACK, decode_changes, encode
+from kiq.tables import TableRuntime
 
 JSON = "application/json"
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
@@ -46,14 +50,18 @@ class Handlers:
         peers: Peers,
         max_body: int,
         access: Access | None = None,
+        watches: WatchApi | None = None,
     ) -> None:
         self._node = node
+        self._watches = watches
         self._lookups = lookups
         self._batches = batches
         self._peers = peers
         self._max_body = max_body
         self.document = b"{}"  # /openapi.json, set once the routes are known (openapi.py)
         self._access = access  # None: a node without authentication
+        # Where GET /v1/pipelines reads the queries' progress (dashboard.py); None: nowhere.
+        self.progress: dashboard.PipelineProgress | None = None
 
     async def _from_member(
         self, request: Request, admin: bool = False, for_caller: bool = True
@@ -92,6 +100,52 @@ class Handlers:
         table = request.path_params["table"]
         return _json(await self._batches.top_json(table, query(request.scope), _auth(request)))
 
+    # -- watches (api/watch.py) ------------------------------------------------------------
+
+    @property
+    def watches(self) -> WatchApi:
+        if self._watches is None:
+            raise Unavailable("this node serves no watches")
+        return self._watches
+
+    async def watch_key(self, request: Request) -> Response:
+        runtime = self.watches.runtime(request.path_params["table"])
+        key = request.path_params["key"].encode()
+        return await self._watch(request, runtime, [key], [])
+
+    async def watch(self, request: Request) -> Response:
+        runtime = self.watches.runtime(request.path_params["table"])
+        if request.method == "POST":
+            body = await read_body(request.receive, self._max_body)
+            try:
+                parsed = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest("the body must be JSON") from exc
+            keys, prefixes = keys_of_body(parsed)
+        else:
+            keys, prefixes = keys_of(query(request.scope))
+        return await self._watch(request, runtime, keys, prefixes)
+
+    async def _watch(
+        self, request: Request, runtime: TableRuntime, keys: list[bytes], prefixes: list[bytes]
+    ) -> Response:
+        last = request.headers.get("last-event-id") or query(request.scope).get("last_event_id")
+        sub = await self.watches.open(runtime, keys, prefixes, last)
+        return _Stream(SubscriptionFrames(self.watches.watches, sub, runtime))
+
+    async def internal_changes(self, request: Request) -> Response:
+        body = await self._from_member(request, for_caller=False)
+        try:
+            asked = decode_changes(body)
+        except ValueError as exc:
+            raise BadRequest(f"malformed changes request: {exc}") from exc
+        answer = await self._batches.reader.here.changes(asked)
+        if answer is None:
+            raise NotHere(
+                f"{self._node.node_id} holds no usable replica of {asked.table}[{asked.partition}]"
+            )
+        return self._sealed(request, encode(answer))
+
     async def metadata(self, request: Request) -> Response:
         cluster = query(request.scope).get("cluster", "") in ("1", "true")
         return _json(await admin.metadata(self._node, self._peers, cluster, _auth(request)))
@@ -109,6 +163,18 @@ class Handlers:
 
     async def openapi(self, request: Request) -> Response:
         return _json(self.document)
+
+    # -- the dashboard (dashboard.py) ---------------------------------------------------------
+
+    async def ui(self, request: Request) -> Response:
+        body, media = dashboard.asset(request.path_params.get("asset", ""))
+        return Response(body, media_type=media, headers=dashboard.HEADERS)
+
+    async def status(self, request: Request) -> Response:
+        return _json(dashboard.status_json(self._node))
+
+    async def pipelines(self, request: Request) -> Response:
+        return _json(await asyncio.to_thread(dashboard.pipelines_json, self.progress))
 
     async def internal_lookups(self, request: Request) -> Response:
         body = await self._from_member(request)
@@ -140,3 +206,15 @@ class Handlers:
         if len(challenge) > 64:
             raise BadRequest("a challenge is at most 64 bytes")
         return self._sealed(request, challenge)
+
+
+class _Stream(Response):
+    """A Server-Sent Events answer (api/sse.py), sent as the stream goes."""
+
+    def __init__(self, frames: sse.Frames) -> None:
+        self._frames = frames
+        self.status_code = 200
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await sse.send_stream(send, receive, self._frames)

@@ -59,10 +59,3 @@ def decode_cursor(cursor: str) -> bytes:
     except (ValueError, TypeError) as exc:
         raise BadRequest("cursor is malformed: pass next_cursor exactly as returned") from exc
 
-
-def prefix_end(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key that starts with ``prefix`` (None: no bound)."""
-    trimmed = prefix.rstrip(b"\xff")
-    if not trimmed:
-        return None
-    return trimmed[:-1] + bytes([trimmed[-1] + 1])

@@ -24,8 +24,10 @@ from kiq.api.batches import MAX_RANGE_LIMIT, MAX_TOP
 from kiq.api.handlers import Handlers
 from kiq.api.lookups import MAX_WAIT_MS
 from kiq.api.spec import Answer, Doc, Header, Param, RouteSpec, Rule, reserved
+from kiq.api.watch import MAX_WATCH_KEYS
 from kiq.routing import wire
 from kiq.routing.wire import (
+    INTERNAL_CHANGES,
     INTERNAL_HELLO,
     INTERNAL_LOOKUPS,
     INTERNAL_METADATA,
@@ -50,12 +52,31 @@ _LOOKUP_HEADERS = (
     Header("X-Kiq-Stale", "true: from a standby"),
 )
 _BYTES = ((MSGPACK, bytes),)
+_PAGE = {"200": Answer("the file", (("text/html", str),))}  # the dashboard's
 
 
 def _internal(summary: str, body: Any, answer: Any) -> Doc:
     """A node-to-node route: msgpack both ways (routing/wire.py); not in the document."""
     content = ((MSGPACK, answer),) if answer is not None else _BYTES
     return Doc(summary, body=body, media=MSGPACK, answers={"200": Answer("sealed", content)})
+
+
+_EVENTS = {
+    "200": Answer(
+        "text/event-stream: events value, absent, delete, expire (data: JSON with table, key, "
+        "partition, offset, value, served_by, stale, lag, snapshot), dropped; id: to resume",
+        (("text/event-stream", str),),
+    )
+}
+_WATCH_PARAMS = (Param("last_event_id", str, "resume after this id (as the Last-Event-ID header)"),)
+_WATCH_OPERATION = {
+    "description": "The snapshot first (each key's value, or absent), then one event per "
+    "change, as the replica applies it; any node serves any watch (from its own replica, or "
+    "relayed from the best one). Reconnect with Last-Event-ID to resume with no gap and no "
+    "repeat. A slow subscriber gets each key's latest value; one with more keys waiting "
+    "than the node allows, or that takes nothing for 30 s, is dropped. A comment every 15 s "
+    "keeps the connection alive."
+}
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -212,6 +233,58 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
             errors=(400, 404, 503),
         ),
     ),
+    # -- watches (api/watch.py): Server-Sent Events
+    RouteSpec(
+        "GET",
+        "/v1/tables/{table}/keys/{key}/watch",
+        Handlers.watch_key,
+        Rule.READ,
+        limited=True,
+        doc=Doc(
+            "One key's value, then each change, as Server-Sent Events",
+            ("watch",),
+            (TABLE, Param("key", _NAME, "the key to watch (no /)", "path"), *_WATCH_PARAMS),
+            answers=_EVENTS,
+            errors=(400, 404, 503),
+            operation=_WATCH_OPERATION,
+        ),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/tables/{table}/watch",
+        Handlers.watch,
+        Rule.READ,
+        limited=True,
+        doc=Doc(
+            "Several keys' (or a prefix's) values, then each change, as Server-Sent Events",
+            ("watch",),
+            (
+                TABLE,
+                Param("keys", str, f"comma-separated, at most {MAX_WATCH_KEYS}"),
+                Param("prefix", str, "every key starting with it"),
+                *_WATCH_PARAMS,
+            ),
+            answers=_EVENTS,
+            errors=(400, 404, 503),
+            operation=_WATCH_OPERATION,
+        ),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/tables/{table}/watch",
+        Handlers.watch,
+        Rule.READ,
+        limited=True,
+        doc=Doc(
+            "Keys given in the body, watched as GET /v1/tables/{table}/watch",
+            ("watch",),
+            (TABLE, *_WATCH_PARAMS),
+            body=bodies.WatchKeys,
+            answers=_EVENTS,
+            errors=(400, 404, 413, 503),
+            operation=_WATCH_OPERATION,
+        ),
+    ),
     RouteSpec(
         "GET",
         "/v1/tables",
@@ -284,6 +357,57 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
         limited=True,
         doc=Doc("This document", ("cluster",), answers={"200": Answer.json("OpenAPI 3.1", dict)}),
     ),
+    # -- the dashboard (api/dashboard.py): the page is open, what it reads asks the admin scope
+    RouteSpec(
+        "GET",
+        "/ui",
+        Handlers.ui,
+        Rule.OPEN,
+        limited=True,
+        doc=Doc(
+            "The dashboard: cluster map, pipelines, rates (a page)", ("dashboard",), answers=_PAGE
+        ),
+    ),
+    RouteSpec(
+        "GET",
+        "/ui/{asset:path}",
+        Handlers.ui,
+        Rule.OPEN,
+        limited=True,
+        doc=Doc(
+            "The dashboard's files (index.html, dashboard.js, dashboard.css)",
+            ("dashboard",),
+            (Param("asset", str, "a file name; empty: the page", "path"),),
+            answers=_PAGE,
+            errors=(404,),
+        ),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/status",
+        Handlers.status,
+        Rule.ADMIN,
+        limited=True,
+        doc=Doc(
+            "This node's request counts and latency buckets by route, and its tables' "
+            "replicas, lag, records applied and dead letters (counters: rates are differences)",
+            ("dashboard",),
+            answers={"200": Answer.json("this node's figures", dict)},
+        ),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/pipelines",
+        Handlers.pipelines,
+        Rule.ADMIN,
+        limited=True,
+        doc=Doc(
+            "Each streaming query's latest progress, as its Spark driver published it",
+            ("dashboard",),
+            answers={"200": Answer.json("rows/s, batch time, offsets behind, by query", dict)},
+        ),
+    ),
+    # -- end of the dashboard's routes
     RouteSpec(
         "POST",
         INTERNAL_LOOKUPS,
@@ -315,6 +439,14 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
         Rule.CLUSTER,
         limited=False,
         doc=_internal("A partition's head in rank order", wire.Top, wire.ScanResult),
+    ),
+    RouteSpec(
+        "POST",
+        INTERNAL_CHANGES,
+        Handlers.internal_changes,
+        Rule.CLUSTER,
+        limited=False,
+        doc=_internal("A watch relayed: what changed", wire.Changes, wire.ChangesResult),
     ),
     RouteSpec(
         "GET",

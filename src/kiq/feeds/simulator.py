@@ -1,11 +1,17 @@
 """A deterministic stock-tick simulator: pure logic, no Kafka.
 
-Per symbol, the mid price takes a random walk in small relative steps (a
-geometric walk, so it never reaches zero, with a faint pull back to where it
-started so that long runs stay plausible). Per exchange, a spread (a few cents,
-or a few basis points of the price, whichever is wider) and round-lot sizes.
-A fraction of the ticks also carry a trade, at a price between bid and ask.
-Which symbol ticks next is Zipf-skewed by popularity (the order of
+One reference price per symbol, which every exchange quotes around. It takes a
+random walk in small relative steps, one per tick of the symbol (a geometric
+walk, so it never reaches zero, with a faint pull back to where it started so
+that long runs stay plausible). Each exchange sees it a little late (a lag of 0
+to 3 of the symbol's ticks, fixed per exchange) and quotes its own half-spread
+around what it sees (a floor of half a cent to 1.5 cents, or some basis points
+of the price, whichever is wider: bid rounded down, ask up), with its own depth
+of round-lot sizes. The steps are small next to the spreads, so exchanges quote
+slightly different prices yet the best bid across them stays below the best ask:
+a crossed or locked book is rare (well under 1% of samples), as in a real
+market. A fraction of the ticks also carry a trade, at or inside the exchange's
+quotes. Which symbol ticks next is Zipf-skewed by popularity (the order of
 :data:`kiq.feeds.symbols.SYMBOLS`); exchanges are skewed too, more gently.
 
 Prices are whole cents throughout (integers), so bid <= last <= ask holds
@@ -25,7 +31,11 @@ from kiq.feeds.ticks import EXCHANGE_RE, Tick
 _BATCH = 1024  # symbol and exchange picks are drawn this many at a time
 _MAX_LOTS = 50  # quote sizes are 100 .. 5000 shares
 _MAX_TRADE_LOTS = 10
-_REVERSION = 1e-4  # pull of log(mid / start) back to zero, per tick of the symbol
+_LAGS = 4  # an exchange sees the reference 0 .. _LAGS - 1 of the symbol's ticks late
+_RING = _LAGS - 1  # a mask: _LAGS is a power of two
+_SIGMA_BP = (0.03, 0.08)  # step of the reference per tick of the symbol, basis points
+_HALF_SPREAD_BP = (0.5, 1.5)  # per exchange
+_REVERSION = 1e-8  # pull of log(reference / start) back to zero, per tick of the symbol
 
 
 class TickSimulator:
@@ -63,13 +73,19 @@ class TickSimulator:
         rng = self._rng
         listings = SYMBOLS[:symbols]
         self.symbols = tuple(listing.symbol for listing in listings)
-        # Per symbol: start and current mid in cents, and a volatility per tick (2..8 bp).
+        # Per symbol: start and reference price in cents, a volatility per tick, and the
+        # reference's last _LAGS values (a ring, by the symbol's tick count) for late views.
         self._start = [listing.price * 100.0 for listing in listings]
-        self._mid = [p * rng.uniform(0.97, 1.03) for p in self._start]
-        self._sigma = [rng.uniform(2e-4, 8e-4) for _ in listings]
-        # Per exchange: the narrowest spread in cents (1..3) and in basis points (0.3..2).
-        self._min_spread = [rng.randint(1, 3) for _ in exchanges]
-        self._spread_bp = [rng.uniform(0.3, 2.0) for _ in exchanges]
+        self._ref = [p * rng.uniform(0.97, 1.03) for p in self._start]
+        self._sigma = [rng.uniform(*_SIGMA_BP) * 1e-4 for _ in listings]
+        self._seen = [[ref] * _LAGS for ref in self._ref]
+        self._steps = [0] * len(listings)
+        # Per exchange: its lag, its narrowest half-spread in cents (0.5..1.5) and in
+        # basis points, and its depth (the most lots it shows).
+        self._lag = [rng.randrange(_LAGS) for _ in exchanges]
+        self._min_half = [rng.randint(1, 3) / 2 for _ in exchanges]
+        self._half_bp = [rng.uniform(*_HALF_SPREAD_BP) * 1e-4 for _ in exchanges]
+        self._lots = [rng.randint(_MAX_LOTS // 2, _MAX_LOTS) for _ in exchanges]
         self._symbol_weights = _cumulative(len(listings), zipf_exponent)
         self._exchange_weights = _cumulative(len(exchanges), 0.5)
         self._picks: list[tuple[int, int]] = []
@@ -84,19 +100,29 @@ class TickSimulator:
             self._refill()
         s, e = self._picks.pop()
 
-        mid = self._mid[s]
-        mid *= math.exp(self._sigma[s] * rng.gauss() - _REVERSION * math.log(mid / self._start[s]))
-        mid = max(mid, 1.0)
-        self._mid[s] = mid
+        ref = self._ref[s]
+        ref *= math.exp(self._sigma[s] * rng.gauss() - _REVERSION * math.log(ref / self._start[s]))
+        if ref < 1.0:
+            ref = 1.0
+        self._ref[s] = ref
+        step = self._steps[s] + 1
+        self._steps[s] = step
+        seen = self._seen[s]
+        seen[step & _RING] = ref
+        view = seen[(step - self._lag[e]) & _RING]
 
-        spread = max(
-            self._min_spread[e],
-            round(mid * self._spread_bp[e] * 1e-4 * (0.6 + 0.8 * rng.random())),
-        )
-        bid = max(1, round(mid - spread / 2))
-        ask = bid + spread
-        bid_size = 100 * (1 + int(_MAX_LOTS * rng.random() ** 2))
-        ask_size = 100 * (1 + int(_MAX_LOTS * rng.random() ** 2))
+        # Comparisons rather than max(): this is the hot path. half > 0, so ask > bid.
+        half = view * self._half_bp[e] * (0.8 + 0.4 * rng.random())
+        if half < self._min_half[e]:
+            half = self._min_half[e]
+        bid = math.floor(view - half)
+        if bid < 1:
+            bid = 1
+        ask = math.ceil(view + half)
+        spread = ask - bid
+        lots = self._lots[e]
+        bid_size = 100 * (1 + int(lots * rng.random() ** 2))
+        ask_size = 100 * (1 + int(lots * rng.random() ** 2))
         last: float | None = None
         last_size: int | None = None
         if rng.random() < self.trade_ratio:

@@ -22,10 +22,16 @@ from kiq.kafka.security import PLAINTEXT, KafkaSecurity
 COMPACTED_ONE = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
 
 
-def ensure(bootstrap: str, topic: str, *, security: KafkaSecurity = PLAINTEXT) -> None:
+def ensure(
+    bootstrap: str,
+    topic: str,
+    *,
+    security: KafkaSecurity = PLAINTEXT,
+    config: Mapping[str, str] = COMPACTED_ONE,
+) -> None:
     """Create ``topic`` compacted with one partition unless it exists (order kept per key)."""
     if topic_partitions(bootstrap, topic, security=security) is None:
-        create_topics(bootstrap, {topic: 1}, config=COMPACTED_ONE, security=security)
+        create_topics(bootstrap, {topic: 1}, config=dict(config), security=security)
 
 
 def read_latest(
@@ -110,3 +116,31 @@ def put(
     if left or failures:
         reason = failures[0] if failures else f"{left} records unacknowledged after {timeout_s}s"
         raise KiqError(f"could not write to topic {topic!r}: {reason}")
+
+
+class Publisher:
+    """Puts records without waiting for them, on one producer kept open: for state written
+    every few seconds (a query's progress), where the next put supersedes one that was lost.
+    ``failures`` counts records the broker did not take."""
+
+    def __init__(self, bootstrap: str, topic: str, *, security: KafkaSecurity = PLAINTEXT) -> None:
+        self._topic = topic
+        self._producer = Producer(producer_config(bootstrap, security=security))
+        self.failures = 0
+        self.last_error = ""
+
+    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            self.failures += 1
+            self.last_error = err.str()
+
+    def put(self, records: Mapping[str, bytes | None]) -> None:
+        for key, value in records.items():
+            self._producer.produce(
+                self._topic, key=key.encode(), value=value, on_delivery=self._delivered
+            )
+        self._producer.poll(0)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Send what is queued (a stopped query's last record), for ``timeout_s`` at most."""
+        self._producer.flush(timeout_s)

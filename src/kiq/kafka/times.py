@@ -58,5 +58,18 @@ class LogTimes:
             offsets[tp.partition] = (tp.offset if tp.offset >= 0 else end, end)
         return offsets
 
+    def log_ends(
+        self, topic: str, partitions: Sequence[int], timeout_s: float = 5.0
+    ) -> dict[int, int]:
+        """Per partition, the log end (the next offset to be written), asked of the brokers
+        now: how far a streaming query's input reaches (``kiq.pipelines.progress``).
+        Raises ``KafkaException`` when they do not answer in ``timeout_s``."""
+        return {
+            p: self._consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=timeout_s, cached=False
+            )[1]
+            for p in partitions
+        }
+
     def close(self) -> None:
         self._consumer.close()

@@ -83,6 +83,8 @@ class Context:
     io: PipelineIO | None = None
     app: str = "kiq"  # [app] name: whose nodes serve the tables it declares
     declared: list[str] = field(default_factory=list)  # the tables it declared, in order
+    # How each query it started runs, by name: "realtime" or "microbatch" (its progress says).
+    triggers: dict[str, str] = field(default_factory=dict)
     _reads: list[_Read] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
     _slots_taken: int = 0  # held by this context's queries beside real-time ones
@@ -457,6 +459,7 @@ class Context:
         letters = letters_records(records.dead_letters(parsed), r.dead_letters)
         name = self._claim(r.dead_letters)
         self.queries.append(self._io.start(letters, name, realtime=True))
+        self.triggers[name] = "realtime"
 
     def _start(
         self,
@@ -474,6 +477,7 @@ class Context:
             options=options,
         )
         self.queries.append(query)
+        self.triggers[name] = "realtime" if realtime else "microbatch"
         return query
 
 

@@ -19,6 +19,7 @@ from kiq.errors import ConfigError, KiqError
 from kiq.kafka import compacted
 from kiq.pipelines.context import COMPACTED, Context
 from kiq.pipelines.kafka_io import StreamOptions
+from kiq.pipelines.progress import ProgressPublisher, State
 from kiq.pipelines.realtime import realtime_local_master
 from kiq.pipelines.session import build_session
 from kiq.pipelines.targets import Target
@@ -102,6 +103,7 @@ def run_targets(
     queries: list[StreamingQuery] = []
     started: dict[str, list[str]] = {}  # pipeline name -> the tables it declared
     checkpoints: dict[str, str] = {}  # query name -> its pipeline's checkpoint root
+    owned: list[tuple[str, str, StreamingQuery]] = []  # (pipeline, trigger, query)
     jar = partitioner_jar(spark_settings.jars_dir)
     try:
         for t in targets:
@@ -122,6 +124,9 @@ def run_targets(
                 t.function(ctx)
             finally:
                 queries.extend(ctx.queries)
+                owned.extend(
+                    (t.name, ctx.triggers.get(q.name, "microbatch"), q) for q in ctx.queries
+                )
                 checkpoints.update(
                     dict.fromkeys((q.name for q in ctx.queries), mine.checkpoint_root)
                 )
@@ -139,6 +144,8 @@ def run_targets(
     announce_started(opts, started, app)
     failed: StreamingQuery | None = None
     progress = ProgressLog(queries)
+    # Where the nodes and `kiq up` see each query's progress (kiq.pipelines.progress).
+    published = ProgressPublisher(opts.bootstrap, owned, app=app, security=opts.security)
     try:
         while not stop.wait(1.0):
             for q in queries:
@@ -148,7 +155,12 @@ def run_targets(
             if failed is not None:
                 break
             progress.maybe_log()
+            published.maybe_publish()
     finally:
+        try:
+            published.close(_final_states(queries, failed))
+        except Exception as exc:  # py4j errors from a JVM already shutting down (see _stop)
+            log.info("last progress not published: %s", exc)
         error = _stop(queries, spark, failed)
         log.info("pipeline stopped name=%s", name)
     if failed is not None:
@@ -183,6 +195,20 @@ def stale_state_hint(error: str, checkpoint_root: str) -> str:
         "directory and start again, and the tables are derived again from the input topic, "
         "read from its start; or run it with the trigger it was written with)"
     )
+
+
+def _final_states(
+    queries: list[StreamingQuery], failed: StreamingQuery | None
+) -> dict[str, tuple[State, str]]:
+    """What each query's last progress record says: stopped, or failed and why."""
+    states: dict[str, tuple[State, str]] = {q.name: ("stopped", "") for q in queries}
+    if failed is not None:
+        try:
+            reason = str(failed.exception() or "")
+        except Exception:  # a JVM already going away
+            reason = ""
+        states[failed.name] = ("failed", reason.strip().splitlines()[0] if reason.strip() else "")
+    return states
 
 
 def _stop(

@@ -33,6 +33,7 @@ from kiq.metrics import NodeMetrics
 from kiq.replicas.aging import EXPIRE_BELOW, Aging, guard
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
+from kiq.replicas.taps import Taps
 from kiq.stores import PartitionStore
 from kiq.stores.base import Change
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
@@ -63,6 +64,7 @@ class Materializer:
         self._retry_s = retry_s
         self._faulted: dict[tuple[str, int], float] = {}  # replica -> when to read it again
         self._replicas: dict[tuple[str, int], Replica] = {}
+        self.taps = Taps()  # who watches what a partition applies (kiq.live)
         self._progress_logged: dict[tuple[str, int], float] = {}
         self._wanted: queue.Queue[dict[tuple[str, int], Role]] = queue.Queue()
         self._stop = threading.Event()
@@ -213,6 +215,9 @@ class Materializer:
             replica.restored += len(batch)
             replica.end_offset = max(replica.end_offset, replica.position)
             self._metrics.records_applied.labels(runtime.spec.name).inc(len(batch))
+            tap = self.taps.get(replica.table, partition)
+            if tap is not None:
+                tap(last, batch, _expiries(messages) if _deletes(batch) else frozenset())
         for (topic, partition), end in fetched.ends.items():
             _, replica = self._replica_of(topic, partition)
             if replica is None:
@@ -225,6 +230,9 @@ class Materializer:
                 replica.position = end
                 if end > replica.waits.lowest:
                     replica.waits.reached(end - 1)
+                tap = self.taps.get(replica.table, partition)
+                if tap is not None:
+                    tap(end - 1, [], frozenset())
             replica.end_offset = max(end, replica.position)
             self._caught_up(replica)
 
@@ -467,3 +475,17 @@ class Materializer:
                 replica.restored,
                 took,
             )
+
+
+def _deletes(batch: list[Change]) -> bool:
+    return any(change[1] is None for change in batch)
+
+
+def _expiries(messages: list[Record]) -> frozenset[int]:
+    """The offsets of the expiry sweep's tombstones (``kiq.expire-below``): a watcher is told
+    the key expired rather than that it was deleted."""
+    return frozenset(
+        m.offset()
+        for m in messages
+        if m.value() is None and any(name == EXPIRE_BELOW for name, _ in m.headers() or ())
+    )

@@ -28,9 +28,17 @@ from kiq.replicas.aging import Aging
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.replicas.waits import Parking, wait_applied
 from kiq.routing.router import servable
-from kiq.routing.wire import Item, LookupResult, Outcome, ScanResult, Source
+from kiq.routing.wire import (
+    Changes,
+    ChangesResult,
+    Item,
+    LookupResult,
+    Outcome,
+    ScanResult,
+    Source,
+)
 from kiq.settings import LimitsSettings
-from kiq.stores.base import ReadOnlyStore
+from kiq.stores.base import ReadOnlyStore, prefix_end
 
 T = TypeVar("T")
 
@@ -197,6 +205,30 @@ class LocalReplicas:
 
         return await self._through_reopen(replica, read)
 
+    async def changes(self, asked: Changes) -> ChangesResult | None:
+        """Which of ``asked``'s keys this node's replica holds otherwise than the asker knew:
+        at once when any, else once it applied anything past ``asked.through`` (waited for
+        up to ``asked.wait_ms``); None when no usable replica is here. The answer's
+        ``applied_offset`` is read before the keys: the answer holds everything up to it."""
+        replica = self._usable(asked.table, asked.partition)
+        if replica is None:
+            return None
+
+        async def read() -> ChangesResult:
+            source = self._source(replica)
+            changed = _changed(replica.store, replica.aging, asked, source.applied_offset)
+            return ChangesResult(changed, source)
+
+        answer = await self._through_reopen(replica, read)
+        if answer is None or answer.changed or asked.wait_ms <= 0:
+            return answer
+        if replica.applied_offset > asked.through:
+            return answer
+        await wait_applied(replica, asked.through + 1, asked.wait_ms / 1000)
+        if self._usable(asked.table, asked.partition) is not replica:
+            return None
+        return await self._through_reopen(replica, read)
+
     def _source(self, replica: ReadOnlyReplica) -> Source:
         stale = replica.state is not _ACTIVE
         return Source(
@@ -334,3 +366,30 @@ def _top_unexpired(
         if len(rows) < asked or len(items) >= n:
             return items[:n]
         asked *= 2
+
+
+# A relayed prefix watch reads at most this many keys of each prefix per answer.
+MAX_PREFIX_KEYS = 10_000
+
+
+def _changed(
+    store: ReadOnlyStore, aging: Aging | None, asked: Changes, applied: int
+) -> list[tuple[bytes, bytes | None, int]]:
+    """The keys whose state differs from ``asked.known`` (a value with its offset; ``None``
+    with ``applied`` for a key now absent), then the keys under ``asked.prefixes`` it lacks."""
+    out: list[tuple[bytes, bytes | None, int]] = []
+    known = dict(asked.known)
+    for key, offset in asked.known:
+        got = store.get(key)
+        if got is not None and aging is not None and aging.expired(key, got[1]):
+            got = None
+        if got is None:
+            if offset != -1:  # -1: known absent; below it: not known yet
+                out.append((key, None, applied))
+        elif got[1] != offset:
+            out.append((key, got[0], got[1]))
+    for prefix in asked.prefixes:
+        for key, value, offset in store.scan(prefix, prefix_end(prefix), MAX_PREFIX_KEYS):
+            if key not in known and (aging is None or not aging.expired(key, offset)):
+                out.append((key, value, offset))
+    return out

@@ -43,6 +43,7 @@ from kiq.routing.router import Router
 from kiq.routing.wire import (
     FORWARDED,
     HEALTH_LIVE,
+    INTERNAL_CHANGES,
     INTERNAL_HELLO,
     INTERNAL_LOOKUPS,
     INTERNAL_METADATA,
@@ -51,6 +52,8 @@ from kiq.routing.wire import (
     INTERNAL_TOP,
     MSGPACK,
     PRINCIPAL,
+    Changes,
+    ChangesResult,
     DecodeError,
     Lookup,
     LookupResult,
@@ -60,6 +63,7 @@ from kiq.routing.wire import (
     Scan,
     ScanResult,
     Top,
+    decode_changes_result,
     decode_multiget_result,
     decode_node_status,
     decode_results,
@@ -213,6 +217,15 @@ class Peers:
         if head.window != window:
             raise PeerError(target, f"{INTERNAL_TOP}: ranked every window; an older kiq?")
         return head
+
+    async def changes(self, target: str, asked: Changes, caller: str | None) -> ChangesResult:
+        """What changed of the watched keys in the target's replica (``Changes``), waiting up
+        to ``asked.wait_ms`` for anything past ``asked.through``; ``PeerError`` (421) when
+        the target holds no usable replica of the partition."""
+        body = await self._call(
+            target, "POST", INTERNAL_CHANGES, encode(asked), caller, asked.wait_ms / 1000
+        )
+        return _decoded(target, decode_changes_result, body)
 
     async def metadata(self, target: str, caller: str | None = None) -> NodeStatus:
         """The target's own replicas: role, state, offsets, lag."""

@@ -31,7 +31,7 @@ from kiq.routing.errors import PeerError
 from kiq.routing.local import LocalReplicas
 from kiq.routing.peers import Peers
 from kiq.routing.router import LOCAL, Router, servable
-from kiq.routing.wire import LookupResult, Outcome, ScanResult, Source
+from kiq.routing.wire import Changes, ChangesResult, LookupResult, Outcome, ScanResult, Source
 from kiq.settings import LimitsSettings
 
 log = logging.getLogger(__name__)
@@ -243,6 +243,26 @@ class ReplicaReader:
             lambda: self.here.top(table, partition, n, prefix, max_lag, window),
             lambda url: self._peers.top(url, table, partition, n, prefix, caller, max_lag, window),
         )
+
+    async def changes(self, asked: Changes, caller: str | None) -> ChangesResult | None:
+        """A relayed watch's next answer (``Changes``), from the best replica that answers,
+        asked in ``scan``'s order; None when none could."""
+        for target in self._targets(asked.table, asked.partition):
+            if target == LOCAL:
+                answer = await self.here.changes(asked)
+                if answer is not None:
+                    return answer
+                continue
+            try:
+                return await self._peers.changes(target, asked, caller)
+            except PeerError as exc:
+                log.info(
+                    "watch relay failed table=%s partition=%d error=%s",
+                    asked.table,
+                    asked.partition,
+                    exc,
+                )
+        return None
 
     async def _first_answer(
         self,

@@ -7,6 +7,7 @@ decoded into the records below (``routing/peers.py`` sends them, ``api/`` answer
     POST /v1/internal/multiget  Multiget             → MultigetResult
     POST /v1/internal/scan      Scan                 → ScanResult
     POST /v1/internal/top       Top                  → ScanResult (the partition's head)
+    POST /v1/internal/changes   Changes              → ChangesResult (a watch relayed)
     GET  /v1/internal/metadata  (no body)            → NodeStatus
     POST /v1/internal/hello     16 random bytes      → the same bytes (sealed: a member's proof)
 
@@ -23,6 +24,8 @@ few bytes beyond its key and value:
     ScanResult      [[item...], Source|nil, reverse, window(bin)]
     Top             [table, partition, n, prefix(bin), max_lag|nil, window(bin)]
     Source          [partition, lag, stale, applied_offset, served_by(bin)]
+    Changes         [table, partition, [[key(bin), offset]...], [prefix(bin)...], through, wait_ms]
+    ChangesResult   [[[key(bin), value(bin)|nil, offset]...], Source|nil]
 
 Fields were added at the end of a record only, with defaults: a record from an older
 node decodes with them (``reverse`` false: an ascending scan), and an older node
@@ -62,6 +65,7 @@ INTERNAL_MULTIGET: Final = "/v1/internal/multiget"
 INTERNAL_SCAN: Final = "/v1/internal/scan"
 INTERNAL_TOP: Final = "/v1/internal/top"
 INTERNAL_METADATA: Final = "/v1/internal/metadata"
+INTERNAL_CHANGES: Final = "/v1/internal/changes"
 # A challenge (16 random bytes) answered sealed: a peer proves it holds the cluster secret
 # before it is sent anything else (routing/peers.py).
 INTERNAL_HELLO: Final = "/v1/internal/hello"
@@ -191,6 +195,30 @@ class Top(msgspec.Struct, array_like=True, frozen=True, gc=False):
     window: bytes = b""
 
 
+class Changes(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A watch relayed from a node without a replica of the partition (``kiq.live``): what
+    the asker knows of some keys (``known``: each key's offset, -1 for absent) and of the
+    keys under ``prefixes``; the receiver waits up to ``wait_ms`` for its replica to apply
+    anything past ``through``, then answers every key whose state differs from ``known``.
+    A key under a prefix that ``known`` lacks counts as known absent."""
+
+    table: str
+    partition: int
+    known: list[tuple[bytes, int]] = []
+    prefixes: list[bytes] = []
+    through: int = -1
+    wait_ms: int = 0
+
+
+class ChangesResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The keys whose state differs from what the asker knew (a value with its offset, or
+    ``None`` for a key now absent), and the replica that answered: its ``applied_offset``
+    is the offset the answer holds everything up to."""
+
+    changed: list[tuple[bytes, bytes | None, int]] = []
+    source: Source | None = None
+
+
 class ReplicaStatus(msgspec.Struct, frozen=True):
     """One local replica as its node describes it (``Replica.describe``), field for field."""
 
@@ -238,6 +266,8 @@ _scan = msgspec.msgpack.Decoder(Scan)
 _scan_result = msgspec.msgpack.Decoder(ScanResult)
 _top = msgspec.msgpack.Decoder(Top)
 _node_status = msgspec.msgpack.Decoder(NodeStatus)
+_changes = msgspec.msgpack.Decoder(Changes)
+_changes_result = msgspec.msgpack.Decoder(ChangesResult)
 
 
 def encode(record: object) -> bytes:
@@ -278,3 +308,11 @@ def decode_top(body: bytes) -> Top:
 
 def decode_node_status(body: bytes) -> NodeStatus:
     return _node_status.decode(body)
+
+
+def decode_changes(body: bytes) -> Changes:
+    return _changes.decode(body)
+
+
+def decode_changes_result(body: bytes) -> ChangesResult:
+    return _changes_result.decode(body)

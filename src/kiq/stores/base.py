@@ -26,6 +26,14 @@ from typing import Protocol
 Change = tuple[bytes, bytes | None, int]
 
 
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key that starts with ``prefix`` (None: no bound)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
 class ReadOnlyStore(Protocol):
     """What a reader may do with a partition store; every ``PartitionStore`` is one.
 

@@ -12,8 +12,8 @@ from kiq.api.params import (
     encode_cursor,
     int_param,
     key_from_path,
-    prefix_end,
 )
+from kiq.stores.base import prefix_end
 from kiq.tables import MAX_KEY_BYTES
 
 

@@ -209,12 +209,17 @@ def test_reserved_prefixes_open_routes_and_members_paths_come_from_the_table():
         "/v1/health",
         "/metrics",
         "/openapi.json",
+        "/ui",  # the dashboard (api/dashboard.py)
+        "/v1/status",
+        "/v1/pipelines",
         "/v1/internal",
     )
     assert {
         ("GET", "/v1/health/live"),
         ("GET", "/v1/health/ready"),
         ("GET", "/openapi.json"),
+        ("GET", "/ui"),  # the dashboard's page and files; what they read asks for admin
+        ("GET", "/ui/{asset:path}"),
     } == OPEN
     members = {s.path for s in CORE if s.access is Rule.CLUSTER}
     assert members == {s.path for s in CORE if s.path.startswith("/v1/internal/")}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import collections
+import random
 import statistics
 
 import pytest
@@ -119,3 +120,71 @@ def test_cheap_stocks_never_quote_zero():
 def test_bad_arguments_are_refused(symbols, exchanges, message):
     with pytest.raises(ValueError, match=message):
         TickSimulator(symbols, exchanges, 1)
+
+
+# A market across exchanges: the book a consumer keeps (the latest quote per symbol and
+# exchange, as the stock pipeline does), sampled after every tick.
+
+
+def crossed_or_locked(quotes: dict[str, tuple[float, float]]) -> bool:
+    """Whether the best bid across exchanges reaches the best ask across them."""
+    return max(bid for bid, _ in quotes.values()) >= min(ask for _, ask in quotes.values())
+
+
+def crossed_or_locked_share(ticks) -> tuple[float, int]:
+    """The share of samples (the ticked symbol's book, once 2+ exchanges quote it) that
+    are crossed or locked, and how many samples there were."""
+    books: dict[str, dict[str, tuple[float, float]]] = collections.defaultdict(dict)
+    bad = samples = 0
+    for tick in ticks:
+        quotes = books[tick["symbol"]]
+        quotes[tick["exchange"]] = (tick["bid"], tick["ask"])
+        if len(quotes) > 1:
+            samples += 1
+            bad += crossed_or_locked(quotes)
+    return bad / samples, samples
+
+
+def test_the_checker_sees_crossed_and_locked_books():
+    # 2026-11-25: AAPL bid 188.43 on NYSE, ask 188.20 on IEX.
+    assert crossed_or_locked({"NYSE": (188.43, 188.45), "IEX": (188.18, 188.20)})
+    assert crossed_or_locked({"NYSE": (188.20, 188.22), "IEX": (188.18, 188.20)})
+    assert not crossed_or_locked({"NYSE": (188.19, 188.22), "IEX": (188.18, 188.20)})
+    # Exchanges quoting each their own walk, the old model's failure, are caught too.
+    rng = random.Random(5)
+    mids = {(s, e): 100.0 for s in "ABC" for e in EXCHANGES}
+    walks = []
+    for _ in range(5000):
+        key = (rng.choice("ABC"), rng.choice(EXCHANGES))
+        mids[key] *= 1 + rng.gauss(0, 5e-4)
+        bid = round(mids[key] - 0.01, 2)
+        walks.append({"symbol": key[0], "exchange": key[1], "bid": bid, "ask": bid + 0.02})
+    assert crossed_or_locked_share(walks)[0] > 0.5
+
+
+@pytest.mark.parametrize(
+    ("symbols", "exchanges"),
+    [(20, EXCHANGES), (100, EXCHANGES), (500, [*EXCHANGES, "EDGX", "MEMX", "PHLX"])],
+)
+def test_exchanges_rarely_cross_or_lock(symbols, exchanges):
+    for seed in (1, 2):
+        sim = TickSimulator(symbols, exchanges, seed, start_ms=1_795_300_000_000)
+        share, samples = crossed_or_locked_share(sim.ticks(20_000))
+        assert samples > 19_000
+        assert share < 0.01, (seed, share)
+
+
+def test_exchanges_quote_one_price_each_a_little_differently(ticks):
+    books: dict[str, dict[str, float]] = collections.defaultdict(dict)
+    full = differ = 0
+    for tick in ticks:
+        bids = books[tick["symbol"]]
+        bids[tick["exchange"]] = tick["bid"]
+        if len(bids) == len(EXCHANGES):
+            full += 1
+            differ += len(set(bids.values())) > 1
+            # Around one price: the exchanges' bids lie within a few spreads of each other.
+            assert max(bids.values()) - min(bids.values()) < 0.002 * max(bids.values())
+    assert full > 5000 and differ > 0.5 * full
+    aapl = [t["bid"] for t in ticks if t["symbol"] == "AAPL"]
+    assert len(set(aapl)) > 5  # and the price moves (about as fast as a real one)

@@ -1,0 +1,95 @@
+"""Server-Sent Events: one writer for every stream a node sends (watches, an app's streams).
+
+A stream is a ``Frames`` source: each call gives the frames ready now, ``[]`` when none
+came within the heartbeat interval (a comment goes out then, so proxies and clients see
+the connection alive), or None at its end. The writer stops when the client goes (its
+``http.disconnect``), and drops a client that has not taken a write for ``SEND_TIMEOUT_S``
+(its socket full: the source keeps only the latest state meanwhile, never a queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 15.0
+SEND_TIMEOUT_S = 30.0
+HEARTBEAT = b": hb\n\n"
+_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # a buffering reverse proxy would hold events back
+]
+
+
+class Frames(Protocol):
+    async def next(self, timeout_s: float) -> list[bytes] | None:
+        """The frames ready within ``timeout_s`` (``[]``: none), or None: the stream ended."""
+        ...
+
+    def close(self) -> None:
+        """The stream is over (the client went, or it ended): release what it holds."""
+        ...
+
+
+def frame(data: bytes, event: str | None = None, id: str | None = None) -> bytes:
+    """One event: ``data`` must be one line (JSON is)."""
+    head = b""
+    if id is not None:
+        head += b"id: " + id.encode() + b"\n"
+    if event is not None:
+        head += b"event: " + event.encode() + b"\n"
+    return head + b"data: " + data + b"\n\n"
+
+
+async def send_stream(
+    send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+    frames: Frames,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
+) -> None:
+    """Writes ``frames`` as ``text/event-stream`` until it ends or the client goes."""
+    gone = asyncio.get_running_loop().create_task(_disconnected(receive))
+    try:
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": _HEADERS + (headers or [])}
+        )
+        while not gone.done():
+            ready = asyncio.ensure_future(frames.next(heartbeat_s))
+            await asyncio.wait((ready, gone), return_when=asyncio.FIRST_COMPLETED)
+            if not ready.done():
+                ready.cancel()
+                break
+            batch = ready.result()
+            body = HEARTBEAT if batch == [] else b"".join(batch or ())
+            if body:
+                try:
+                    async with asyncio.timeout(SEND_TIMEOUT_S):
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
+                except TimeoutError:
+                    log.info(
+                        "event stream dropped: the client took nothing for %.0fs", SEND_TIMEOUT_S
+                    )
+                    break
+            if batch is None:
+                with contextlib.suppress(Exception):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                break
+    except OSError:
+        pass  # the client went while we wrote
+    finally:
+        gone.cancel()
+        frames.close()
+
+
+async def _disconnected(receive: Callable[[], Awaitable[MutableMapping[str, Any]]]) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

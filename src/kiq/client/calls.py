@@ -1,0 +1,274 @@
+"""The client's calls as flows (``steps.py``): the request each makes, where it goes, how
+it is retried and what its answer becomes.
+
+``read`` is the one retry loop: the plan's first replica, then the next, with backoff
+(``RetryPolicy``), the metadata refreshed whenever the router asks for it; an answer
+served by another node than the one asked marks the metadata stale (the node forwarded:
+the partition moved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from kiq.client.errors import Unavailable, error_for
+from kiq.client.results import Item, Lookup, Many, Page
+from kiq.client.retry import RetryPolicy
+from kiq.client.router import Router
+from kiq.client.steps import REFRESH, Fanout, Flow, Send, Sleep, call
+from kiq.client.topology import Topology
+
+METADATA, TABLES = "/v1/metadata", "/v1/tables"
+SERVED_BY = "x-kiq-served-by"
+MULTIGET_CHUNK = 1000  # keys per multiget request (a node takes 10,000 by default)
+Plan = Callable[[], list[str]]
+
+
+def segment(text: str) -> str:
+    """``text`` as one URL path segment (a key may hold ``/``, ``?``, ``%``)."""
+    return quote(text, safe="")
+
+
+def refresh(router: Router, headers: Mapping[str, str] | None = None) -> Flow[None]:
+    """The metadata and tables of the first node that gives both, into ``router``."""
+    router.asking()
+    for url in router.sources():
+        try:
+            meta = yield from call(Send("GET", url + METADATA, headers=headers))
+            if meta.status_code in (401, 403):
+                router.failed(refused=True)
+                return
+            if meta.status_code != 200:
+                continue
+            tables = yield from call(Send("GET", url + TABLES, headers=headers))
+        except httpx.TransportError:
+            continue
+        if tables.status_code == 200:
+            router.update(Topology.of(orjson.loads(meta.content), orjson.loads(tables.content)))
+            return
+    router.failed(refused=False)
+
+
+def read(
+    router: Router, policy: RetryPolicy, plan: Plan, request: Callable[[str], Send]
+) -> Flow[httpx.Response]:
+    """The answer of the first replica in ``plan`` that gives one worth keeping: a success,
+    an error no retry mends, or the last error once ``policy``'s attempts are spent.
+    ``Unavailable`` when the last attempt had no answer at all."""
+    tried: list[str] = []
+    for attempt in range(policy.attempts):
+        if router.due():
+            yield REFRESH
+        targets = plan()
+        if not targets:
+            raise Unavailable("no node of the cluster is known")
+        url = next((u for u in targets if u not in tried), targets[attempt % len(targets)])
+        tried.append(url)
+        last = attempt + 1 == policy.attempts
+        try:
+            response = yield from call(request(url))
+        except httpx.TransportError as exc:
+            router.mark_stale()
+            if last:
+                raise Unavailable(f"no answer from {url}: {exc!r}", url=url) from exc
+            yield Sleep(policy.delay(attempt))
+            continue
+        status = response.status_code
+        if status < 400 or last or not _retriable(response):
+            served_by = response.headers.get(SERVED_BY)
+            asked = router.node_at(url)
+            if served_by is not None and asked is not None and served_by != asked:
+                router.mark_stale()  # the node forwarded: the partition has moved
+            return response
+        if status in (421, 502, 503, 504):
+            router.mark_stale()
+        yield Sleep(policy.delay(attempt, error_for(status, response.content)))
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _retriable(response: httpx.Response) -> bool:
+    status = response.status_code
+    if status == 503:
+        # min_offset not applied within wait_ms: asking again would wait again
+        return b'"applied_offset"' not in response.content
+    return status in (421, 429, 502, 504)
+
+
+def ok(response: httpx.Response, url: str | None = None) -> httpx.Response:
+    """``response`` when it is a success; else the error it means."""
+    if response.status_code >= 400:
+        raise error_for(response.status_code, response.content, url or str(response.url))
+    return response
+
+
+def value_of(response: httpx.Response) -> Any:
+    """A lookup's value: parsed JSON, or the bytes of a raw table."""
+    if response.headers.get("content-type", "").startswith("application/octet-stream"):
+        return response.content
+    return orjson.loads(response.content)
+
+
+# -- the calls -----------------------------------------------------------------------------
+
+
+def lookup(
+    router: Router,
+    policy: RetryPolicy,
+    table: str,
+    key: str,
+    max_lag: int | None = None,
+    min_offset: int | None = None,
+    wait_ms: int | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Flow[Lookup]:
+    path = f"/v1/tables/{segment(table)}/keys/{segment(key)}"
+    params = _params(max_lag=max_lag, min_offset=min_offset, wait_ms=wait_ms)
+    extra = (wait_ms or 0) / 1000
+
+    def plan() -> list[str]:
+        return router.key(table, key)[1]
+
+    response = ok(
+        (
+            yield from read(
+                router,
+                policy,
+                plan,
+                lambda url: Send("GET", url + path, params, headers=headers, extra_timeout_s=extra),
+            )
+        )
+    )
+    h = response.headers
+    return Lookup(
+        table=table,
+        key=key,
+        value=value_of(response),
+        partition=int(h.get("x-kiq-partition", -1)),
+        offset=int(h.get("x-kiq-offset", -1)),
+        served_by=h.get(SERVED_BY, ""),
+        lag=int(h.get("x-kiq-lag", 0)),
+        stale=h.get("x-kiq-stale") == "true",
+    )
+
+
+def multiget(
+    router: Router,
+    policy: RetryPolicy,
+    table: str,
+    keys: Iterable[str],
+    headers: Mapping[str, str] | None = None,
+) -> Flow[Many]:
+    """Each owner asked for its own keys, all at once; keys whose owner and every other
+    node failed are ``unavailable``."""
+    wanted = list(dict.fromkeys(keys))
+    if router.due():
+        yield REFRESH
+    groups: dict[str, list[str]] = {}
+    for key in wanted:
+        first = router.key(table, key)[1][:1]
+        groups.setdefault(first[0] if first else "", []).append(key)
+    chunks = [
+        (url, group[i : i + MULTIGET_CHUNK])
+        for url, group in groups.items()
+        for i in range(0, len(group), MULTIGET_CHUNK)
+    ]
+    path = f"/v1/tables/{segment(table)}/multiget"
+    flows = tuple(
+        _multiget_chunk(router, policy, path, url, chunk, headers) for url, chunk in chunks
+    )
+    answers: list[Any] = yield Fanout(flows)
+    out = Many()
+    for (_, chunk), answer in zip(chunks, answers, strict=True):
+        if isinstance(answer, Unavailable):
+            out.unavailable.extend(chunk)
+        elif isinstance(answer, BaseException):
+            raise answer
+        else:
+            out.found.update(answer.get("found", {}))
+            out.missing.extend(answer.get("missing", []))
+            out.unavailable.extend(answer.get("unavailable", []))
+    return out
+
+
+def _multiget_chunk(
+    router: Router,
+    policy: RetryPolicy,
+    path: str,
+    owner: str,
+    keys: list[str],
+    headers: Mapping[str, str] | None,
+) -> Flow[dict[str, Any]]:
+    body = orjson.dumps({"keys": keys})
+    sent = {**(headers or {}), "content-type": "application/json"}
+
+    def plan() -> list[str]:
+        return (
+            [owner, *(u for u in router.anywhere() if u != owner)] if owner else router.anywhere()
+        )
+
+    response = yield from read(
+        router, policy, plan, lambda url: Send("POST", url + path, content=body, headers=sent)
+    )
+    answer: dict[str, Any] = orjson.loads(ok(response).content)
+    return answer
+
+
+def page(
+    router: Router,
+    policy: RetryPolicy,
+    path: str,
+    params: Mapping[str, str],
+    plan: Plan,
+    headers: Mapping[str, str] | None = None,
+) -> Flow[dict[str, Any]]:
+    """One page (a range, a key's windows, a top) as the node's JSON body."""
+    response = yield from read(
+        router, policy, plan, lambda url: Send("GET", url + path, params, headers=headers)
+    )
+    body: dict[str, Any] = orjson.loads(ok(response).content)
+    return body
+
+
+def range_page(body: Mapping[str, Any]) -> Page[Item]:
+    items = [Item(i["key"], i["value"]) for i in body.get("items", [])]
+    return Page(items, body.get("next_cursor"))
+
+
+def prefix_plan(router: Router, table: str, prefix: str | None) -> Plan:
+    """Where a scan under ``prefix`` goes: the one partition's replicas when the prefix
+    names it (composite keys), else any node (it reads every partition)."""
+
+    def plan() -> list[str]:
+        info = router.table(table)
+        partition = info.prefix_partition(prefix) if info is not None else None
+        return router.anywhere() if partition is None else router.holders(table, partition)
+
+    return plan
+
+
+def metadata(
+    router: Router, policy: RetryPolicy, headers: Mapping[str, str] | None = None
+) -> Flow[dict[str, Any]]:
+    response = yield from read(
+        router, policy, router.anywhere, lambda url: Send("GET", url + METADATA, headers=headers)
+    )
+    body: dict[str, Any] = orjson.loads(ok(response).content)
+    known = router.topology
+    if known is not None and body.get("view_version") != known.view_version:
+        router.mark_stale()
+    return body
+
+
+def _params(**given: int | str | None) -> dict[str, str] | None:
+    out = {k: str(v) for k, v in given.items() if v is not None}
+    return out or None
+
+
+def params(**given: int | str | None) -> dict[str, str]:
+    """Query parameters of the given ones that are set."""
+    return _params(**given) or {}

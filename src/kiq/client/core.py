@@ -1,0 +1,125 @@
+"""What ``Client`` and ``AsyncClient`` share: their settings, and each call's arguments
+made into its flow (``calls.py``). The two clients only drive the flows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import httpx
+
+from kiq.client import calls
+from kiq.client.calls import params, prefix_plan, segment
+from kiq.client.results import Item, Lookup, Many, Page, Window
+from kiq.client.retry import RetryPolicy
+from kiq.client.router import Router
+from kiq.client.steps import Flow
+from kiq.client.watch import WatchSession
+
+Order = Literal["asc", "desc"]
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class ClientCore:
+    def __init__(
+        self,
+        urls: Sequence[str] | str,
+        token: str | None,
+        retry: RetryPolicy | None,
+        metadata_max_age_s: float,
+    ) -> None:
+        seeds = [u.strip() for u in urls.split(",")] if isinstance(urls, str) else list(urls)
+        self.router = Router([u for u in seeds if u], max_age_s=metadata_max_age_s)
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.headers: dict[str, str] = {"authorization": f"Bearer {token}"} if token else {}
+
+    def refresh(self) -> Flow[None]:
+        return calls.refresh(self.router)
+
+    def lookup(
+        self,
+        table: str,
+        key: str,
+        max_lag: int | None,
+        min_offset: int | None,
+        wait_ms: int | None,
+    ) -> Flow[Lookup]:
+        return calls.lookup(self.router, self.retry, table, key, max_lag, min_offset, wait_ms)
+
+    def multiget(self, table: str, keys: Iterable[str]) -> Flow[Many]:
+        return calls.multiget(self.router, self.retry, table, keys)
+
+    def range_page(
+        self,
+        table: str,
+        prefix: str | None,
+        start: str | None,
+        end: str | None,
+        order: Order,
+        limit: int | None,
+        cursor: str | None,
+    ) -> Flow[Page[Item]]:
+        query = params(prefix=prefix, order=order, limit=limit, cursor=cursor)
+        query.update(params(**{"from": start, "to": end}))
+        path = f"/v1/tables/{segment(table)}/range"
+        plan = prefix_plan(self.router, table, prefix)
+        body = yield from calls.page(self.router, self.retry, path, query, plan)
+        return calls.range_page(body)
+
+    def windows_page(
+        self,
+        table: str,
+        key: str,
+        start: str | None,
+        end: str | None,
+        order: Order,
+        limit: int | None,
+        cursor: str | None,
+    ) -> Flow[Page[Window]]:
+        query = params(order=order, limit=limit, cursor=cursor)
+        query.update(params(**{"from": start, "to": end}))
+        path = f"/v1/tables/{segment(table)}/keys/{segment(key)}/windows"
+
+        def plan() -> list[str]:
+            return self.router.key(table, key)[1]
+
+        body = yield from calls.page(self.router, self.retry, path, query, plan)
+        windows = [Window(w["start"], w["end"], w["value"]) for w in body.get("windows", [])]
+        return Page(windows, body.get("next_cursor"))
+
+    def top(self, table: str, n: int, prefix: str | None, window: str | None) -> Flow[list[Item]]:
+        query = params(n=n, prefix=prefix, window=window)
+        path = f"/v1/tables/{segment(table)}/top"
+        plan = prefix_plan(self.router, table, prefix)
+        body = yield from calls.page(self.router, self.retry, path, query, plan)
+        return [Item(i["key"], i["value"]) for i in body.get("items", [])]
+
+    def metadata(self) -> Flow[dict[str, Any]]:
+        return calls.metadata(self.router, self.retry)
+
+    def watch(
+        self,
+        table: str,
+        key: str | None,
+        keys: Sequence[str] | None,
+        prefix: str | None,
+        give_up_s: float,
+    ) -> WatchSession:
+        return WatchSession(self.router, table, key, keys, prefix, give_up_s)
+
+
+def http_options(
+    core: ClientCore, timeout_s: float, verify: Any, transport: Any
+) -> Mapping[str, Any]:
+    """httpx's client settings, the same for both clients."""
+    options: dict[str, Any] = {
+        "headers": core.headers,
+        "timeout": timeout_s,
+        "verify": verify,
+        "follow_redirects": False,
+        # kept-alive connections to each node: a busy client reuses them, never re-dials
+        "limits": httpx.Limits(max_connections=256, max_keepalive_connections=128),
+    }
+    if transport is not None:
+        options["transport"] = transport
+    return options

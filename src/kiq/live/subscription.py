@@ -1,0 +1,120 @@
+"""One subscriber's watch: what it asked for, what it was told, what it has yet to be told.
+
+Changes are offered as their partitions apply them and are kept, one per key, until the
+subscriber's connection takes them: a slow subscriber gets the latest state of each key
+(coalesced), never a growing queue. A change already told (by its offset) is not told
+again, so the snapshot, the changes that raced it and a failover's catch-up never repeat
+one. A subscriber with more than ``max_pending`` keys waiting is dropped: its connection
+is closed with the reason, and it may resume from its last event id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from kiq.live.events import Cursor, Event, Kind
+
+
+class Subscription:
+    __slots__ = (
+        "_pending",
+        "_resume",
+        "_wake",
+        "dropped",
+        "keys",
+        "last",
+        "max_pending",
+        "partitions",
+        "prefixes",
+        "present",
+        "snapshot_through",
+        "table",
+        "through_of",
+    )
+
+    def __init__(
+        self,
+        table: str,
+        keys: frozenset[bytes],
+        prefixes: tuple[bytes, ...],
+        partitions: tuple[int, ...],
+        max_pending: int,
+        resume: Cursor | None = None,
+    ) -> None:
+        self.table = table
+        self.keys = keys
+        self.prefixes = prefixes
+        self.partitions = partitions
+        self.max_pending = max_pending
+        self.last: dict[bytes, int] = {}  # key → offset of the state last offered
+        self.present: dict[bytes, bool] = {}  # key → whether that state was a value
+        self.snapshot_through: dict[int, int] = {}  # partition → what its snapshot held
+        # partition → what its feed has applied (the hub's, read when a cursor is written)
+        self.through_of: Callable[[int], int] = lambda p: -1
+        self.dropped: str | None = None
+        self._resume = resume
+        self._pending: dict[bytes, Event] = {}
+        self._wake = asyncio.Event()
+
+    @property
+    def single(self) -> bool:
+        """One key and no prefix: its events' ids are their offsets."""
+        return len(self.keys) == 1 and not self.prefixes
+
+    def wants(self, key: bytes) -> bool:
+        if key in self.keys:
+            return True
+        return any(key.startswith(p) for p in self.prefixes)
+
+    def offer(self, event: Event) -> None:
+        """Keep ``event`` for the subscriber unless it told nothing new (see the docstring)."""
+        key = event.key
+        last = self.last.get(key)
+        if last is None and self._resume is not None:
+            last = self._resume.floor(event.partition)
+        if last is not None and event.offset <= last:
+            return
+        value = event.kind is Kind.VALUE
+        if not value and last is not None and not self.present.get(key, True):
+            self.last[key] = event.offset  # absent before, absent now: nothing to tell
+            return
+        self.last[key] = event.offset
+        self.present[key] = value
+        self._pending[key] = event
+        if len(self._pending) > self.max_pending:
+            self.drop(f"more than {self.max_pending} keys changed and not yet taken")
+        self._wake.set()
+
+    def drop(self, reason: str) -> None:
+        if self.dropped is None:
+            self.dropped = reason
+        self._wake.set()
+
+    async def take(self, timeout_s: float) -> list[Event]:
+        """The events waiting, oldest key first; ``[]`` after ``timeout_s`` with none (or once
+        dropped)."""
+        if not self._pending and self.dropped is None:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                return []
+        self._wake.clear()
+        events = list(self._pending.values())
+        self._pending.clear()
+        return events
+
+    def cursor(self) -> str:
+        """The id that resumes after everything taken so far (call it before ``take``: what is
+        offered meanwhile is in the next ``take``)."""
+        if self.single:
+            (key,) = self.keys
+            return str(self.last.get(key, -1))
+        pairs = []
+        for p in self.partitions:
+            through = max(self.through_of(p), self.snapshot_through.get(p, -1))
+            if self._resume is not None:
+                through = max(through, self._resume.floor(p) or -1)
+            pairs.append((p, through))
+        return Cursor(partitions=tuple(pairs)).text()

@@ -1,0 +1,267 @@
+"""Watches (Server-Sent Events) against a real broker and `kiq serve` nodes.
+
+Six keys watched through one node that holds only some of their partitions (standby=0:
+the others are relayed from their owners) while each is updated 20 times; resuming with
+Last-Event-ID on another node; deletes; kill -9 of an owner under a watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from typing import Any
+
+import aiohttp
+import httpx
+from confluent_kafka import Producer
+
+from kiq.kafka import producer_config
+from tests.integration import test_serving
+from tests.integration.kafka_io import produce
+from tests.integration.test_serving import end_offsets, wait_applied
+
+make_cluster = test_serving.make_cluster
+
+KEYS = [f"K{i}" for i in range(6)]
+# Replicas a node gave up linger as standbys for 30 s by default: gone at once here, so a
+# partition a node does not own is relayed.
+NO_LINGER = {"KIQ_SERVE_LINGER_S": "0.5"}
+
+
+def relayed_partitions(node, table: str, timeout_s: float = 20.0) -> list[dict]:
+    """The partitions ``node`` holds no replica of, once there are some."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        parts = node.metadata()["tables"][table]["partitions"]
+        relayed = [p for p in parts if p["local"] is None]
+        if relayed or time.monotonic() > deadline:
+            return relayed
+        time.sleep(0.2)
+
+
+class Stream:
+    """One SSE connection: its events as (event, data, id, received at)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any], str | None, float]] = []
+        self.last_id: str | None = None
+        self.status = 0
+        self.changed = asyncio.Event()
+
+    async def run(self, session: aiohttp.ClientSession, url: str, headers: dict | None = None):
+        async with session.get(url, headers=headers or {}) as resp:
+            self.status = resp.status
+            if resp.status != 200:
+                return
+            event, data, id_ = "message", b"", None
+            async for raw in resp.content:
+                line = raw.rstrip(b"\r\n")
+                if not line:
+                    if data:
+                        self.events.append((event, json.loads(data), id_, time.time()))
+                        if id_ is not None:
+                            self.last_id = id_
+                        self.changed.set()
+                    event, data, id_ = "message", b"", None
+                elif line.startswith(b":"):
+                    continue
+                else:
+                    name, _, value = line.partition(b":")
+                    value = value[1:] if value.startswith(b" ") else value
+                    if name == b"event":
+                        event = value.decode()
+                    elif name == b"data":
+                        data += value
+                    elif name == b"id":
+                        id_ = value.decode()
+
+    def values(self, key: str) -> list[dict]:
+        return [d for e, d, _, _ in self.events if d.get("key") == key and e == "value"]
+
+
+async def until(condition, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.02)
+
+
+def produce_stamped(producer: Producer, topic: str, key: str, n: int) -> None:
+    producer.produce(topic, key=key.encode(), value=json.dumps({"n": n, "t": time.time()}))
+    producer.poll(0)
+
+
+def test_six_keys_through_one_node_snapshot_changes_and_latency(
+    bootstrap, make_topic, make_cluster
+):
+    topic = make_topic("watched", partitions=6)
+    produce(bootstrap, topic, [(k, json.dumps({"n": 0, "t": 0})) for k in KEYS])
+    cluster = make_cluster([f"watched={topic},standby=0"], nodes=3, extra_env=NO_LINGER)
+    wait_applied(cluster, "watched", end_offsets(bootstrap, topic, 6))
+    n1 = cluster.nodes["n1"]
+    assert relayed_partitions(n1, "watched"), "some partitions must be relayed"
+
+    async def scenario() -> tuple[list[Stream], list[float]]:
+        producer = Producer(producer_config(bootstrap))
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+            streams = [Stream() for _ in KEYS]
+            tasks = [
+                asyncio.create_task(s.run(session, f"{n1.url}/v1/tables/watched/keys/{k}/watch"))
+                for s, k in zip(streams, KEYS, strict=True)
+            ]
+            await until(lambda: all(s.events for s in streams))
+            for s, k in zip(streams, KEYS, strict=True):
+                first_event, first, _, _ = s.events[0]
+                assert first_event == "value" and first["snapshot"] is True, s.events[0]
+                assert first["key"] == k and first["value"]["n"] == 0
+            for n in range(1, 21):
+                for k in KEYS:
+                    produce_stamped(producer, topic, k, n)
+                producer.flush(10)
+                await asyncio.sleep(0.05)
+            await until(
+                lambda: all(
+                    s.values(k) and s.values(k)[-1]["value"]["n"] == 20
+                    for s, k in zip(streams, KEYS, strict=True)
+                )
+            )
+            for t in tasks:
+                t.cancel()
+        delays = [
+            (received - data["value"]["t"]) * 1000
+            for s in streams
+            for e, data, _, received in s.events
+            if e == "value" and data["value"]["n"] > 0
+        ]
+        return streams, delays
+
+    streams, delays = asyncio.run(scenario())
+    for s, k in zip(streams, KEYS, strict=True):
+        offsets = [d["offset"] for d in s.values(k)]
+        assert offsets == sorted(set(offsets)), f"{k}: repeated or out of order: {offsets}"
+        assert [e for e, _, _, _ in s.events] == ["value"] * len(s.events)
+        ids = [int(i) for _, _, i, _ in s.events]
+        assert ids == offsets  # one key: each id is its record's offset
+    served = {d["served_by"] for s in streams for _, d, _, _ in s.events}
+    assert served - {"n1"}, "relayed keys name their owner"
+    p50 = statistics.median(delays)
+    assert p50 <= 50, f"delivery p50 {p50:.1f} ms (of {len(delays)})"
+
+
+def test_resume_on_another_node_with_last_event_id_and_deletes(
+    bootstrap, make_topic, make_cluster
+):
+    topic = make_topic("resumed", partitions=6)
+    produce(bootstrap, topic, [(k, json.dumps({"n": 0})) for k in KEYS])
+    cluster = make_cluster([f"resumed={topic}"], nodes=2)
+    wait_applied(cluster, "resumed", end_offsets(bootstrap, topic, 6))
+    n1, n2 = cluster.nodes["n1"].url, cluster.nodes["n2"].url
+    query = "keys=" + ",".join(KEYS) + ",NOPE"
+
+    async def first() -> Stream:
+        async with aiohttp.ClientSession() as session:
+            s = Stream()
+            task = asyncio.create_task(s.run(session, f"{n1}/v1/tables/resumed/watch?{query}"))
+            await until(lambda: len(s.events) >= 7)
+            await asyncio.sleep(0.3)
+            task.cancel()
+            return s
+
+    s1 = asyncio.run(first())
+    kinds = {d["key"]: e for e, d, _, _ in s1.events}
+    assert kinds == {**{k: "value" for k in KEYS}, "NOPE": "absent"}
+    assert s1.last_id is not None and ":" in s1.last_id
+    # While nobody watches: K0..K2 change, K3 is deleted; then resume through the other node.
+    produce(bootstrap, topic, [(k, json.dumps({"n": 1})) for k in KEYS[:3]])
+    producer = Producer(producer_config(bootstrap))
+    producer.produce(topic, key=b"K3", value=None)
+    producer.flush(10)
+    wait_applied(cluster, "resumed", end_offsets(bootstrap, topic, 6))
+
+    async def resumed() -> Stream:
+        async with aiohttp.ClientSession() as session:
+            s = Stream()
+            headers = {"Last-Event-ID": s1.last_id}
+            url = f"{n2}/v1/tables/resumed/watch?{query}"
+            task = asyncio.create_task(s.run(session, url, headers))
+            await until(lambda: len(s.events) >= 5)
+            await asyncio.sleep(1.0)  # anything repeated would arrive by now
+            produce(bootstrap, topic, [("K5", json.dumps({"n": 2}))])
+            await until(lambda: any(d["key"] == "K5" for _, d, _, _ in s.events))
+            task.cancel()
+            return s
+
+    s2 = asyncio.run(resumed())
+    told = [(e, d["key"], (d["value"] or {}).get("n")) for e, d, _, _ in s2.events]
+    # Changed keys come again, unchanged ones (K4, K5) do not; a key with no value is told
+    # as absent again (whether deleted meanwhile, as K3, or absent all along, as NOPE).
+    assert sorted(told[:5]) == [
+        ("absent", "K3", None),
+        ("absent", "NOPE", None),
+        ("value", "K0", 1),
+        ("value", "K1", 1),
+        ("value", "K2", 1),
+    ], told
+    assert told[5:] == [("value", "K5", 2)], told
+    k5 = [d for e, d, _, _ in s2.events if d["key"] == "K5"][-1]
+
+    async def one_key() -> Stream:  # resumed from an offset: nothing repeated
+        async with aiohttp.ClientSession() as session:
+            s = Stream()
+            url = f"{n1}/v1/tables/resumed/keys/K5/watch"
+            task = asyncio.create_task(s.run(session, url, {"Last-Event-ID": str(k5["offset"])}))
+            await asyncio.sleep(1.0)
+            assert s.status == 200 and s.events == []
+            produce(bootstrap, topic, [("K5", json.dumps({"n": 3}))])
+            await until(lambda: bool(s.events))
+            task.cancel()
+            return s
+
+    s3 = asyncio.run(one_key())
+    assert [(e, d["value"]["n"]) for e, d, _, _ in s3.events] == [("value", 3)]
+    assert int(s3.last_id) > k5["offset"]
+
+
+def test_owner_killed_under_a_watch_loses_nothing_and_repeats_nothing(
+    bootstrap, make_topic, make_cluster
+):
+    topic = make_topic("failover", partitions=6)
+    produce(bootstrap, topic, [(k, json.dumps({"n": 0})) for k in KEYS])
+    cluster = make_cluster([f"failover={topic}"], nodes=3, extra_env=NO_LINGER)
+    wait_applied(cluster, "failover", end_offsets(bootstrap, topic, 6))
+    n1 = cluster.nodes["n1"]
+    # a partition n1 holds no replica of: its watch is relayed, from the owner we kill
+    relayed = relayed_partitions(n1, "failover")
+    assert relayed
+    victim = relayed[0]["active"]
+
+    async def scenario() -> Stream:
+        producer = Producer(producer_config(bootstrap))
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=90)) as session:
+            s = Stream()
+            url = f"{n1.url}/v1/tables/failover/watch?keys=" + ",".join(KEYS)
+            task = asyncio.create_task(s.run(session, url))
+            await until(lambda: len(s.events) >= 6)
+            for n in range(1, 31):
+                for k in KEYS:
+                    producer.produce(topic, key=k.encode(), value=json.dumps({"n": n}))
+                producer.flush(10)
+                if n == 10:
+                    cluster.nodes[victim].kill()
+                await asyncio.sleep(0.1)
+            await until(
+                lambda: all(s.values(k) and s.values(k)[-1]["value"]["n"] == 30 for k in KEYS),
+                timeout_s=60,
+            )
+            task.cancel()
+            return s
+
+    s = asyncio.run(scenario())
+    for k in KEYS:
+        ns = [d["value"]["n"] for d in s.values(k)]
+        assert ns == sorted(set(ns)), f"{k} repeated or went back: {ns}"
+        assert ns[-1] == 30
+    assert {d["served_by"] for _, d, _, _ in s.events} >= {victim}
