@@ -30,6 +30,11 @@ _ENDPOINTS = {
     "Tables": "kiq.api.endpoints",
     "Windows": "kiq.api.results",
     "json_reply": "kiq.api.endpoints",
+    # Live updates: Tables.watch gives a Watch of Changes; event_stream sends ServerEvents.
+    "Change": "kiq.api.streams",
+    "ServerEvent": "kiq.api.streams",
+    "Watch": "kiq.api.streams",
+    "event_stream": "kiq.api.endpoints",
 }
 
 # Errors a handler raises (each becomes its HTTP status) or catches (docs/api.md says which).
@@ -50,6 +55,7 @@ __all__ = [
     "MAX_RANGE_LIMIT",
     "ApiError",
     "BadRequest",
+    "Change",
     "Context",
     "KeyNotFound",
     "KiqError",
@@ -61,11 +67,14 @@ __all__ = [
     "Request",
     "Routes",
     "Served",
+    "ServerEvent",
     "Tables",
     "Unavailable",
     "UnknownTable",
+    "Watch",
     "Windows",
     "WriteFailed",
+    "event_stream",
     "json_reply",
 ]
 
@@ -76,11 +85,13 @@ if TYPE_CHECKING:
         Request,
         Routes,
         Tables,
+        event_stream,
         json_reply,
     )
     from kiq.api.errors import ApiError, BadRequest, KeyNotFound, Unavailable, UnknownTable
     from kiq.api.principal import Principal
     from kiq.api.results import Many, Page, Read, Served, Windows
+    from kiq.api.streams import Change, ServerEvent, Watch
     from kiq.errors import KiqError, WriteFailed
     from kiq.pipelines.context import Context
 

@@ -78,11 +78,13 @@ class Page:
         return answer["result"].get("value")
 
     async def wait_for(self, expression: str, timeout_s: float, what: str) -> Any:
-        """Until ``expression`` is truthy in the page; its value."""
+        """Until ``expression`` is truthy in the page; its value (an element: true)."""
         deadline = time.monotonic() + timeout_s
         value = None
+        # An element comes back by value as {}, which Python finds false.
+        found = f"(() => {{ const v = ({expression}); return v instanceof Node ? true : v; }})()"
         while time.monotonic() < deadline:
-            value = await self.evaluate(expression)
+            value = await self.evaluate(found)
             if value:
                 return value
             await asyncio.sleep(0.25)

@@ -205,6 +205,12 @@ def _fuzz(operation: Any, mode: GenerationMode) -> None:
     check()
 
 
+def _streams(operation: Any) -> bool:
+    """Whether the operation answers with Server-Sent Events (a watch)."""
+    ok = operation.definition.raw.get("responses", {}).get("200", {})
+    return "text/event-stream" in ok.get("content", {})
+
+
 def fuzz(url: str) -> list[str]:
     """Every operation of the document at ``url``, with valid and invalid requests; the
     failures, one line each."""
@@ -212,6 +218,8 @@ def fuzz(url: str) -> list[str]:
     failures: list[str] = []
     for result in schema.get_all_operations():
         operation = result.ok()
+        if _streams(operation):
+            continue  # an answer that never ends (tests/integration/test_watch.py has them)
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             try:
                 _fuzz(operation, mode)

@@ -1,5 +1,5 @@
 """kiq.client against real nodes: every read straight to the owner, none forwarded; reads
-go on through a node's death.
+and a watch go on through a node's death, the watch without a gap or a repeat.
 
 The done-criterion of the client: ``Client([node1, node2]).get(table, key)`` answers 200
 keys (parsed JSON) of a two-node cluster while the nodes' ``kiq_forwards_total`` stays put.
@@ -14,8 +14,10 @@ import time
 
 import httpx
 import pytest
+from confluent_kafka import Producer
 
-from kiq.client import AsyncClient, Client, KeyNotFound
+from kiq.client import AsyncClient, Change, Client, KeyNotFound
+from kiq.kafka import producer_config
 from kiq.partitioning import partition_for
 from kiq.runtime import LocalNode
 from tests.integration import test_serving
@@ -37,7 +39,7 @@ def all_forwards(cluster: Cluster) -> float:
 
 
 @pytest.fixture
-def loaded(bootstrap, make_topic, make_cluster) -> tuple[Cluster, list[str], list[str]]:
+def loaded(bootstrap, make_topic, make_cluster) -> tuple[Cluster, list[str], list[str], str]:
     """Two nodes serving a JSON table ``t`` (200 keys) and a composite-key table ``c``."""
     plain, composite = make_topic("cl", partitions=PARTITIONS), make_topic("cc", PARTITIONS)
     keys = [f"K{i:04d}" for i in range(200)]
@@ -52,11 +54,11 @@ def loaded(bootstrap, make_topic, make_cluster) -> tuple[Cluster, list[str], lis
     cluster: Cluster = make_cluster([f"t={plain}", f"c={composite},sep=|"], nodes=2)
     wait_applied(cluster, "t", end_offsets(bootstrap, plain, PARTITIONS))
     wait_applied(cluster, "c", end_offsets(bootstrap, composite, PARTITIONS))
-    return cluster, keys, entries
+    return cluster, keys, entries, plain
 
 
 def test_every_key_straight_from_its_owner_and_nothing_forwarded(loaded):
-    cluster, keys, entries = loaded
+    cluster, keys, entries, _ = loaded
     urls = cluster.live_urls()
     before = all_forwards(cluster)
     with Client(urls) as kiq:
@@ -82,7 +84,7 @@ def test_every_key_straight_from_its_owner_and_nothing_forwarded(loaded):
 
 
 def test_the_async_client_under_concurrency_forwards_nothing(loaded):
-    cluster, keys, _ = loaded
+    cluster, keys, _, _ = loaded
     before = all_forwards(cluster)
 
     async def read_all() -> list[object]:
@@ -93,16 +95,67 @@ def test_the_async_client_under_concurrency_forwards_nothing(loaded):
     assert all_forwards(cluster) == before
 
 
-def test_reads_go_on_when_a_node_dies(loaded):
-    cluster, keys, _ = loaded
+def test_reads_and_a_watch_go_on_when_a_node_dies(loaded, bootstrap):
+    cluster, keys, _, topic = loaded
+    watched = keys[5]
+    producer = Producer(producer_config(bootstrap))
+
+    def write(value: object) -> None:
+        encoded = None if value is None else json.dumps(value).encode()
+        producer.produce(topic, key=watched.encode(), value=encoded)
+        assert producer.flush(10) == 0
+
+    async def watch_through_a_death() -> list[Change]:
+        seen: list[Change] = []
+        async with AsyncClient(cluster.live_urls(), metadata_max_age_s=1.0) as kiq:
+
+            async def until(count: int) -> None:
+                deadline = time.monotonic() + 30
+                while len(seen) < count:
+                    assert time.monotonic() < deadline, seen
+                    await asyncio.sleep(0.05)
+
+            async def consume() -> None:
+                async for change in kiq.watch("t", key=watched):
+                    seen.append(change)
+
+            task = asyncio.create_task(consume())
+            try:
+                await until(1)  # the snapshot
+                for n in (1, 2, 3):
+                    await asyncio.to_thread(write, {"k": watched, "n": n})
+                await until(4)
+                await asyncio.to_thread(cluster.nodes[seen[-1].served_by].kill)
+                for value in ({"k": watched, "n": 4}, {"k": watched, "n": 5}, None):
+                    await asyncio.to_thread(write, value)
+                await until(7)
+                await asyncio.sleep(1.0)  # a repeat would come now
+            finally:
+                task.cancel()
+        return seen
+
     with Client(cluster.live_urls(), metadata_max_age_s=1.0) as kiq:
         assert kiq.get("t", keys[0]) == {"k": keys[0], "n": 0}
-        cluster.nodes["n2"].kill()
+    seen = asyncio.run(watch_through_a_death())
+    assert [(c.kind, c.value, c.snapshot) for c in seen] == [
+        ("value", {"k": watched, "n": 5}, True),
+        *(("value", {"k": watched, "n": n}, False) for n in (1, 2, 3, 4, 5)),
+        ("delete", None, False),
+    ]
+    offsets = [c.offset for c in seen]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    survivor = next(n for n in cluster.nodes.values() if n.running)
+    assert seen[-1].served_by == survivor.node_id
+
+    with Client(cluster.live_urls(), metadata_max_age_s=1.0) as kiq:
         started = time.monotonic()
-        for round_ in range(3):  # right away (standbys), then once the survivor took over
+        for round_ in range(2):  # the standbys at first, then the survivor as the owner
             for i, key in enumerate(keys):
-                assert kiq.get("t", key) == {"k": key, "n": i}, (round_, key)
+                if key != watched:
+                    assert kiq.get("t", key) == {"k": key, "n": i}, (round_, key)
             time.sleep(1.0)
-        served = {kiq.lookup("t", k).served_by for k in keys}
-    assert served == {"n1"}
+        served = {kiq.lookup("t", k).served_by for k in keys if k != watched}
+        with pytest.raises(KeyNotFound):
+            kiq.get("t", watched)
+    assert served == {survivor.node_id}
     assert time.monotonic() - started < 30

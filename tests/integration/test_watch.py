@@ -265,3 +265,60 @@ def test_owner_killed_under_a_watch_loses_nothing_and_repeats_nothing(
         assert ns == sorted(set(ns)), f"{k} repeated or went back: {ns}"
         assert ns[-1] == 30
     assert {d["served_by"] for _, d, _, _ in s.events} >= {victim}
+
+
+def test_stock_stream_tells_whole_quotes_as_quote_or_day_changes(
+    bootstrap, make_topic, make_cluster
+):
+    quotes, days = make_topic("sq", partitions=3), make_topic("sd", partitions=3)
+    now_ms = int(time.time() * 1000)
+    day = time.strftime("%Y-%m-%d", time.gmtime(now_ms / 1000))
+    start = f"{day}T00:00:00.000Z"
+    end = time.strftime("%Y-%m-%dT00:00:00.000Z", time.gmtime(now_ms / 1000 + 86400))
+    day_key = f"AAPL|{start}|{end}"
+
+    def quote(price: float) -> str:
+        last = {"price": price, "size": 5, "exchange": "NYSE", "ts": now_ms}
+        return json.dumps({"symbol": "AAPL", "last": last, "updated_at": now_ms})
+
+    def stats(volume: int) -> str:
+        return json.dumps({"symbol": "AAPL", "date": day, "volume": volume})
+
+    def by_prefix(key: str) -> int:
+        from kiq.partitioning import partition_for
+
+        return partition_for(key.split("|")[0], 3)
+
+    produce(bootstrap, quotes, [("AAPL", quote(100.0))])
+    produce(bootstrap, days, [(day_key, stats(10))], by_prefix)
+    cluster = make_cluster(
+        [f"stock-quotes={quotes}", f"stock-day-stats={days},sep=|,retention=7 days"],
+        nodes=1,
+        extra_env={"KIQ_APP_NAME": f"sse-{quotes}"},
+    )
+    url = cluster.nodes["n1"].url
+
+    async def scenario() -> tuple[Stream, Stream]:
+        async with aiohttp.ClientSession() as session:
+            one, many = Stream(), Stream()
+            tasks = [
+                asyncio.create_task(one.run(session, f"{url}/v1/stocks/AAPL/stream")),
+                asyncio.create_task(many.run(session, f"{url}/v1/stocks/stream?symbols=AAPL,MSFT")),
+            ]
+            await until(lambda: len(one.events) >= 1 and len(many.events) >= 2)
+            produce(bootstrap, quotes, [("AAPL", quote(101.0))])
+            await until(lambda: len(one.events) >= 2 and len(many.events) >= 3)
+            produce(bootstrap, days, [(day_key, stats(25))], by_prefix)
+            await until(lambda: len(one.events) >= 3 and len(many.events) >= 4)
+            for t in tasks:
+                t.cancel()
+            return one, many
+
+    one, many = asyncio.run(scenario())
+    told = [(e, d["last"]["price"], d["day"]["volume"]) for e, d, _, _ in one.events]
+    assert told == [("quote", 100.0, 10), ("quote", 101.0, 10), ("quote", 101.0, 25)], told
+    assert ("absent", {"symbol": "MSFT"}) in [(e, d) for e, d, _, _ in many.events]
+    assert [d["day"]["volume"] for e, d, _, _ in many.events if e == "quote"] == [10, 10, 25]
+    assert all("~" in (i or "") for _, _, i, _ in one.events)  # both watches' cursors
+    bad = httpx.get(f"{url}/v1/stocks/stream", timeout=10)
+    assert bad.status_code == 400 and "symbols" in bad.json()["message"]

@@ -108,7 +108,6 @@ class KiqApp:
         self.batches = Batches(view, reader, limits.max_multiget_keys)
         self._writer = writer
         declared = list(declared_routes(endpoints, base))
-        custom = endpoints_for(declared, self.lookups, self.batches, writer, limits.max_body_bytes)
         self.watches = Watches(
             view.node_id,
             view.replicas,
@@ -117,6 +116,10 @@ class KiqApp:
             limits.max_watches,
             limits.max_watch_pending,
         )
+        watch_api = WatchApi(view, self.watches)
+        custom = endpoints_for(
+            declared, self.lookups, self.batches, writer, limits.max_body_bytes, watch_api
+        )
         handlers = Handlers(
             view,
             self.lookups,
@@ -124,7 +127,7 @@ class KiqApp:
             peers,
             limits.max_body_bytes,
             self.access,
-            WatchApi(view, self.watches),
+            watch_api,
         )
         core_routes = core_router(handlers, self.access, self.limiter)
         own_routes = app_router(custom, self.access, self.limiter)

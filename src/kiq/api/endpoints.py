@@ -24,7 +24,15 @@ A declared route is a ``RouteSpec`` as the core's are (api/spec.py), with the ru
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
@@ -32,6 +40,7 @@ import msgspec
 import orjson
 from starlette.responses import Response
 
+from kiq.api import sse
 from kiq.api.asgi import Receive, Scope, Send, header, query
 from kiq.api.auth import AUTH_ON, caller, forwarded_caller, require_read, require_write
 from kiq.api.batches import (
@@ -47,6 +56,7 @@ from kiq.api.errors import (
     BadRequest,
     InsufficientScope,
     Unauthorized,
+    Unavailable,
     UnknownTable,
     lookup_error,
 )
@@ -58,7 +68,9 @@ from kiq.api.request_body import read_body
 from kiq.api.results import Many, Page, Read, Served, Windows
 from kiq.api.routes import RESERVED
 from kiq.api.spec import Answer, Doc, RouteSpec, Rule
+from kiq.api.streams import EventFrames, ServerEvent, Watch
 from kiq.api.targets import resolve
+from kiq.api.watch import WatchApi
 from kiq.errors import ConfigError
 from kiq.routing import Outcome
 from kiq.security import Principal as Verified
@@ -109,6 +121,27 @@ class _Json(Reply):
         await self._response(scope, receive, send)
 
 
+class _EventStream(Reply):
+    def __init__(
+        self, events: AsyncIterable[ServerEvent], headers: Mapping[str, str] | None
+    ) -> None:
+        self._frames = EventFrames(events)
+        self._headers = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+
+    async def send(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await sse.send_stream(send, receive, self._frames, self._headers)
+
+
+def event_stream(
+    events: AsyncIterable[ServerEvent], headers: Mapping[str, str] | None = None
+) -> Reply:
+    """A reply of Server-Sent Events: each of ``events`` as it comes, a heartbeat comment
+    every 15 s, until the iterator ends or the client goes (it is closed then, so an async
+    generator's ``finally`` runs: close its watches there). A client that takes nothing
+    for 30 s is dropped."""
+    return _EventStream(events, headers)
+
+
 def json_reply(value: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Reply:
     """``value`` as a JSON body (``bytes`` are sent as they are: JSON already); msgspec
     Structs, a route's declared ``response`` type, and read-only mappings (a
@@ -153,7 +186,7 @@ def _within(name: str, value: int | None, high: int = _MAX_COUNT) -> None:
 class Tables:
     """Reads of the cluster's tables for one request, routed as the table API routes them."""
 
-    __slots__ = ("_auth", "_auth_on", "_batches", "_caller", "_parker")
+    __slots__ = ("_auth", "_auth_on", "_batches", "_caller", "_parker", "_watches")
 
     def __init__(
         self,
@@ -162,8 +195,10 @@ class Tables:
         caller: Verified | None = None,
         auth_on: bool = False,
         parker: str | None = None,
+        watches: WatchApi | None = None,
     ) -> None:
         self._batches = batches
+        self._watches = watches
         self._auth = auth  # what peers are told of the caller (``Principal.statement``)
         self._caller = caller  # None: no authentication on this node
         self._auth_on = auth_on  # the node checks tokens: no caller is no read (fail closed)
@@ -377,6 +412,28 @@ class Tables:
             sep=window_sep(runtime),
         )
 
+    async def watch(
+        self,
+        table: str,
+        keys: Sequence[str] = (),
+        *,
+        prefix: str | Sequence[str] = (),
+        after: str | None = None,
+    ) -> Watch:
+        """A watch of ``keys`` (and of every key starting with ``prefix``, one or several):
+        their snapshot, then each change, from whichever replica this node has or relayed
+        from the best one (``async for change in watch``; close it when done). ``after``: a
+        ``Watch.cursor`` (or an SSE Last-Event-ID) to resume from. ``BadRequest`` for no
+        keys, too many or a bad cursor, ``Unavailable`` when the node has no room."""
+        runtime = self._runtime(table)
+        if self._watches is None:
+            raise Unavailable("this node serves no watches")
+        prefixes = [prefix] if isinstance(prefix, str) else list(prefix)
+        sub = await self._watches.open(
+            runtime, [k.encode() for k in keys], [p.encode() for p in prefixes if p], after
+        )
+        return Watch(self._watches, sub, runtime)
+
 
 @dataclass(frozen=True)
 class _Services:
@@ -384,6 +441,7 @@ class _Services:
     batches: Batches
     writer: Writer
     max_body: int
+    watches: WatchApi | None = None
 
 
 class Request:
@@ -459,6 +517,7 @@ class Request:
                 caller(scope),
                 bool(scope.get(AUTH_ON)),
                 caller_of(scope),
+                self._services.watches,
             )
         return self._tables
 
@@ -612,7 +671,8 @@ def endpoints_for(
     batches: Batches,
     writer: Writer,
     max_body: int,
+    watches: WatchApi | None = None,
 ) -> list[tuple[RouteSpec[Handler], Endpoint]]:
     """Each declared route with the ASGI endpoint that calls its handler."""
-    services = _Services(lookups, batches, writer, max_body)
+    services = _Services(lookups, batches, writer, max_body, watches)
     return [(spec, Endpoint(spec.endpoint, services)) for spec in routes if spec.endpoint]

@@ -141,6 +141,25 @@ def tables(
 
 
 @app.command()
+def watch(
+    subscribers: Annotated[int, typer.Option(help="SSE connections, one key each")] = 10_000,
+    keys: Annotated[
+        int, typer.Option(help="keys in the table (subscriber i watches i mod keys)")
+    ] = 10_000,
+    rate: Annotated[float, typer.Option(help="key updates per second")] = 1_000.0,
+    duration: Annotated[float, typer.Option(help="seconds of updates")] = 20.0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """One node, many watchers: delivery latency from the write, memory per subscriber, CPU."""
+    from kiq.bench.watch import WatchConfig, run_watch
+
+    cfg = WatchConfig(subscribers=subscribers, keys=keys, rate=rate, duration_s=duration)
+    _measure(
+        "watch", f"{subscribers:,} subscribers, {rate:,.0f}/s", lambda: run_watch(cfg), json_out
+    )
+
+
+@app.command()
 def failover(
     keys: Annotated[int, typer.Option(help="keys in the table")] = 5_000,
     rate: Annotated[int, typer.Option(help="reader GETs per second over the live nodes")] = 2_000,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kiq.cli import bench, broker, demo, feed, new, pipeline, serve, setup, spark, up
+from kiq.cli import bench, broker, demo, feed, new, pipeline, proxy, serve, setup, spark, up
 from kiq.cli.context import CliState, run_or_exit
 from kiq.logs import setup_logging
 
@@ -24,6 +24,7 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(spark.app, name="spark")
 app.command("demo")(demo.demo)
 app.command("serve")(serve.serve)
+app.command("proxy")(proxy.proxy)
 app.command("up")(up.up)
 app.command("setup")(setup.setup)
 app.command("new")(new.new)

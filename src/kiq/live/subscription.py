@@ -105,6 +105,12 @@ class Subscription:
         self._pending.clear()
         return events
 
+    def take_now(self) -> list[Event]:
+        """The events waiting, without waiting."""
+        events = list(self._pending.values())
+        self._pending.clear()
+        return events
+
     def cursor(self) -> str:
         """The id that resumes after everything taken so far (call it before ``take``: what is
         offered meanwhile is in the next ``take``)."""

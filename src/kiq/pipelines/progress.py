@@ -55,9 +55,10 @@ class SourceProgress(msgspec.Struct, frozen=True):
 
 
 class QueryProgress(msgspec.Struct, frozen=True, kw_only=True):
-    """A query's latest progress. Rates and ``batch_ms`` are its last batch's, as Spark
-    measured them; ``behind`` sums its sources'; ``reported_ms`` is when the batch
-    ended (Spark's clock), ``published_ms`` when the driver last wrote the record."""
+    """A query's latest progress. Rates are its last batch's, as Spark measured them,
+    ``batch_ms`` its last batch's that read rows; ``behind`` sums its sources';
+    ``reported_ms`` is when the batch ended (Spark's clock), ``published_ms`` when the
+    driver last wrote the record."""
 
     app: str
     pipeline: str
@@ -196,6 +197,16 @@ def decode_progress(records: Mapping[str, bytes], app: str | None = None) -> lis
     return found
 
 
+def with_busy_time(record: QueryProgress, busy: dict[str, QueryProgress]) -> QueryProgress:
+    """``record``, its batch time that of the query's last batch that read rows (remembered
+    in ``busy``, by query): Spark reports an idle query's empty batches too."""
+    if record.input_rows > 0:
+        busy[record.query] = record
+        return record
+    last = busy.get(record.query)
+    return record if last is None else msgspec.structs.replace(record, batch_ms=last.batch_ms)
+
+
 class ProgressPublisher:
     """In the driver: every ``every_s``, each query's latest progress to ``PROGRESS_TOPIC``.
 
@@ -220,6 +231,9 @@ class ProgressPublisher:
         self._every_s = every_s
         self._next_at = 0.0
         self._warned = False
+        # Each query's last batch that read rows: an idle query's empty batches take a
+        # millisecond, which says nothing of how long its work takes.
+        self._busy: dict[str, QueryProgress] = {}
         self._out: compacted.Publisher | None = None
         self._ends: LogTimes | None = None
         try:
@@ -276,7 +290,8 @@ class ProgressPublisher:
                     if topic not in ends:
                         ends[topic] = self._ends.log_ends(topic, sorted(parts), timeout_s=2.0)
         spark.setdefault("name", query.name)
-        return from_spark(spark, app=self._app, pipeline=pipeline, trigger=trigger, log_ends=ends)
+        record = from_spark(spark, app=self._app, pipeline=pipeline, trigger=trigger, log_ends=ends)
+        return with_busy_time(record, self._busy)
 
     def _warn(self, reason: str) -> None:
         if not self._warned:

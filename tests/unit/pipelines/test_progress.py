@@ -18,6 +18,7 @@ from kiq.pipelines.progress import (
     decode_progress,
     from_spark,
     offsets_of,
+    with_busy_time,
 )
 
 # As Spark 4 writes a micro-batch's progress (StreamingQueryProgress.json), trimmed.
@@ -148,3 +149,13 @@ def test_the_summary_says_a_query_that_ended_is_not_stale(state: str):
     topic = Topic({ended.key: ended.encode()})
     row = ProgressReader("b", "a", read_latest=topic.read_latest).summary()["queries"][0]
     assert (row["state"], row["stale"], row["error"]) == (state, False, "boom")
+
+
+def test_an_idle_batch_keeps_the_time_of_the_last_batch_that_read_rows():
+    busy: dict[str, QueryProgress] = {}
+    idle = QueryProgress(app="a", pipeline="p", query="q", input_rows=0, batch_ms=1)
+    assert with_busy_time(idle, busy).batch_ms == 1  # nothing better known yet
+    worked = QueryProgress(app="a", pipeline="p", query="q", input_rows=500, batch_ms=900)
+    assert with_busy_time(worked, busy) == worked
+    later = with_busy_time(idle, busy)
+    assert later.batch_ms == 900 and later.input_rows == 0 and later.input_rows_per_s == 0

@@ -4,6 +4,8 @@ GET /v1/stocks/{symbol}            the quote: per-exchange quotes, best bid/ask,
 GET /v1/stocks?symbols=A,B,...     many quotes at once (up to 500)
 GET /v1/stocks/{symbol}/bars       one-minute bars in time order (?from=&to=, ISO 8601)
 GET /v1/stocks/top?by=volume&n=10  the most traded symbols today (UTC)
+GET /v1/stocks/{symbol}/stream     the quote, then each change of it (Server-Sent Events)
+GET /v1/stocks/stream?symbols=A,B  many quotes' changes in one stream (up to 100)
 
 Answers where the cluster serves the tables ``stock-quotes``, ``stock-day-stats`` and
 ``stock-bars-1m`` (the last two windowed tables, keys ``SYMBOL|START|END``, the day
@@ -19,20 +21,25 @@ they are one more lookup, in the quote's own partition.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kiq import (
     MAX_RANGE_LIMIT,
     BadRequest,
+    Change,
     Reply,
     Request,
     Routes,
+    ServerEvent,
     Tables,
     UnknownTable,
+    Watch,
+    event_stream,
     json_reply,
 )
 
@@ -40,6 +47,7 @@ QUOTES = "stock-quotes"
 DAY_STATS = "stock-day-stats"
 BARS = "stock-bars-1m"
 MAX_SYMBOLS = 500
+MAX_STREAM_SYMBOLS = 100
 MAX_TOP = 1000
 TOP_BY = ("volume",)  # what the day statistics are ranked by (the pipeline's rank_by)
 _SYMBOL = re.compile(r"[A-Z0-9.-]{1,12}")
@@ -49,8 +57,10 @@ def routes(app: Routes) -> None:
     app.get("/v1/stocks", quotes, QUOTES_DOC)
     app.get("/v1/stocks/", quote, NO_SYMBOL_DOC)  # the quote's 400 says what a symbol is
     app.get("/v1/stocks/top", top, TOP_DOC)  # before {symbol}, which would take "top"
+    app.get("/v1/stocks/stream", streams, STREAMS_DOC)  # before {symbol}, as top
     app.get("/v1/stocks/{symbol}", quote, QUOTE_DOC)
     app.get("/v1/stocks/{symbol}/bars", bars, BARS_DOC)
+    app.get("/v1/stocks/{symbol}/stream", stream, STREAM_DOC)
 
 
 # -- the routes' OpenAPI operations (GET /openapi.json) ------------------------------------
@@ -177,6 +187,33 @@ BARS_DOC = {
         )
     }
     | _errors(400, 404, 503),
+}
+
+_EVENTS = {
+    "description": "text/event-stream: event quote (data: the quote, as GET /v1/stocks/{symbol} "
+    "answers it, day included) at first and on each change of the quote or of its day "
+    "statistics; absent or delete (data: {symbol}); id: resumes with Last-Event-ID",
+    "content": {"text/event-stream": {"schema": _TEXT}},
+}
+STREAM_DOC = {
+    "summary": "The quote, then each change of it, as Server-Sent Events",
+    "tags": ["stocks"],
+    "parameters": [_SYMBOL_PARAM],
+    "responses": {"200": _EVENTS} | _errors(400, 404, 503),
+}
+STREAMS_DOC = {
+    "summary": "Many symbols' quotes and their changes in one stream of Server-Sent Events",
+    "tags": ["stocks"],
+    "parameters": [
+        {
+            "name": "symbols",
+            "in": "query",
+            "required": True,
+            "description": f"comma-separated, at most {MAX_STREAM_SYMBOLS}",
+            "schema": _TEXT,
+        }
+    ],
+    "responses": {"200": _EVENTS} | _errors(400, 404, 503),
 }
 
 
@@ -347,3 +384,117 @@ async def top(request: Request) -> Reply:
     today = time.strftime("%Y-%m-%d", time.gmtime())
     page = await tables.top(DAY_STATS, n, window=today)
     return json_reply({"date": today, "by": by, "stocks": page.fragments()})
+
+
+# -- streams: the quote, then each change, as Server-Sent Events -----------------------------
+
+
+async def stream(request: Request) -> Reply:
+    symbol = symbol_of(request.path_params["symbol"])
+    return await _quote_stream(request, [symbol])
+
+
+async def streams(request: Request) -> Reply:
+    raw = [s for s in request.query.get("symbols", "").split(",") if s.strip()]
+    if not raw:
+        raise BadRequest("give symbols=AAPL,MSFT,...")
+    if len(raw) > MAX_STREAM_SYMBOLS:
+        raise BadRequest(f"at most {MAX_STREAM_SYMBOLS} symbols in one stream", count=len(raw))
+    return await _quote_stream(request, list(dict.fromkeys(symbol_of(s) for s in raw)))
+
+
+async def _quote_stream(request: Request, symbols: list[str]) -> Reply:
+    """Whole quotes (with ``day``) as their quote or day statistics change: two watches,
+    the quotes' and the day statistics' (each symbol's windows), merged. The event id joins
+    both watches' cursors: Last-Event-ID resumes each."""
+    tables = request.tables
+    _served(tables, QUOTES)
+    after = request.header("last-event-id") or ""
+    quotes_after, _, days_after = after.partition("~")
+    quotes = await tables.watch(QUOTES, symbols, after=quotes_after or None)
+    days = None
+    if tables.serves(DAY_STATS):
+        try:
+            days = await tables.watch(
+                DAY_STATS, prefix=[f"{s}|" for s in symbols], after=days_after or None
+            )
+        except BaseException:
+            quotes.close()
+            raise
+    return event_stream(_quote_events(quotes, days))
+
+
+async def _quote_events(quotes: Watch, days: Watch | None) -> AsyncIterator[ServerEvent]:
+    latest: dict[str, dict[str, Any]] = {}  # symbol → its quote as last told
+    stats: dict[str, dict[str, Any]] = {}  # day key → statistics
+
+    def cursor() -> str:
+        return quotes.cursor + ("~" + days.cursor if days is not None else "")
+
+    def told(symbol: str) -> ServerEvent:
+        quote = dict(latest[symbol])
+        quote["day"] = _day_of(quote, stats)
+        return ServerEvent(quote, "quote", cursor())
+
+    def took_day(change: Change) -> str | None:
+        """The symbol whose day statistics ``change`` is, when they belong to its quote."""
+        if change.kind == "value":
+            stats[change.key] = change.parsed()
+        else:
+            stats.pop(change.key, None)
+        symbol = change.key.split("|", 1)[0]
+        return symbol if symbol in latest else None
+
+    try:
+        for change in days.ready() if days is not None else ():
+            took_day(change)
+        for change in quotes.ready():
+            if change.kind == "value":
+                latest[change.key] = change.parsed()
+                yield told(change.key)
+            else:
+                yield ServerEvent({"symbol": change.key}, change.kind, cursor())
+        async for source, change in _merged(quotes, days):
+            if source is days:
+                symbol = took_day(change)
+                if symbol is not None:
+                    yield told(symbol)
+            elif change.kind == "value":
+                latest[change.key] = change.parsed()
+                yield told(change.key)
+            else:
+                latest.pop(change.key, None)
+                yield ServerEvent({"symbol": change.key}, change.kind, cursor())
+    finally:
+        quotes.close()
+        if days is not None:
+            days.close()
+
+
+def _day_of(quote: dict[str, Any], stats: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    last = quote.get("last")
+    if not last:
+        return None
+    date = time.strftime("%Y-%m-%d", time.gmtime(last["ts"] // 1000))
+    found = stats.get(day_key(quote["symbol"], date))
+    if found is None:
+        return None
+    return {k: v for k, v in found.items() if k != "symbol"}
+
+
+async def _merged(*watches: Watch | None) -> AsyncIterator[tuple[Watch, Change]]:
+    """The changes of several watches as they come; a small queue between, so a slow client
+    leaves each watch coalescing its keys rather than a queue growing."""
+    queue: asyncio.Queue[tuple[Watch, Change]] = asyncio.Queue(maxsize=256)
+
+    async def pump(watch: Watch) -> None:
+        async for change in watch:
+            await queue.put((watch, change))
+
+    pumps = [asyncio.create_task(pump(w)) for w in watches if w is not None]
+    try:
+        while True:
+            yield await queue.get()
+    finally:
+        for task in pumps:
+            task.cancel()

@@ -1,0 +1,277 @@
+"""The proxy's ASGI application: each request to its owner, in one hop.
+
+A request is read whole, sent where ``targets.target`` says (the key's owner first,
+its standbys on failure: ``kiq.client``'s retry loop, for reads only), and its answer
+relayed as the node gave it: status, body, kiq's headers. A multiget is split by owner
+as the client splits it, so no node forwards a key. A watch is relayed as a stream
+until either side closes it; the caller reconnects with ``Last-Event-ID`` as it would
+to a node. The caller's ``Authorization`` goes along; the proxy's own token only reads
+the metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
+from urllib.parse import parse_qsl
+
+import httpx
+import orjson
+
+from kiq.client import calls
+from kiq.client.errors import ClientError
+from kiq.client.retry import NO_RETRY, RetryPolicy
+from kiq.client.router import Router
+from kiq.client.steps import Send, run_async
+from kiq.proxy.targets import Target, target
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+SendMessage = Callable[[Message], Awaitable[None]]
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_SPLIT_KEYS = 10_000  # a node's default [limits] max_multiget_keys: more go whole
+_READS = frozenset({"GET", "HEAD"})
+# Not relayed either way: hop-by-hop, and what httpx or the server sets itself.
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "content-encoding",
+        "accept-encoding",
+    }
+)
+_JSON = (b"content-type", b"application/json")
+
+
+class ProxyApp:
+    """``nodes``: some of the cluster's URLs; ``token``: the proxy's own bearer token, for
+    ``GET /v1/metadata`` (``kiq:admin`` on a cluster with authentication)."""
+
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        token: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 70.0,
+        metadata_max_age_s: float = 10.0,
+        verify: Any = True,
+    ) -> None:
+        self.router = Router(nodes, max_age_s=metadata_max_age_s)
+        self._own = {"authorization": f"Bearer {token}"} if token else None
+        self._retry = retry if retry is not None else RetryPolicy()
+        self._timeout_s = timeout_s  # a lookup may wait up to 60 s for min_offset
+        self._verify = verify
+        self._http: httpx.AsyncClient | None = None
+        self._refreshing: asyncio.Lock | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: SendMessage) -> None:
+        if scope["type"] == "http":
+            await self._relay(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _relay(self, scope: Scope, receive: Receive, send: SendMessage) -> None:
+        method: str = scope["method"]
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        query_string = scope.get("query_string", b"").decode("latin-1")
+        query = dict(parse_qsl(query_string, keep_blank_values=True))
+        body = await _body(receive)
+        if body is None:
+            await _respond(send, 413, _error("too_large", "the request body is too large"))
+            return
+        headers = {
+            k.decode("latin-1"): v.decode("latin-1")
+            for k, v in scope["headers"]
+            if k.decode("latin-1").lower() not in _HOP
+        }
+        where = target(self.router, method, raw_path, query)
+        path = raw_path + ("?" + query_string if query_string else "")
+        if where.stream:
+            await self._stream(where, path, headers, receive, send)
+        elif where.multiget_table is not None and (keys := _keys(body)) is not None:
+            await self._multiget(where.multiget_table, keys, headers, send)
+        else:
+            await self._forward(where, method, path, body, headers, send)
+
+    async def _forward(
+        self,
+        where: Target,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        send: SendMessage,
+    ) -> None:
+        policy = self._retry if method in _READS else NO_RETRY
+        flow = calls.read(
+            self.router,
+            policy,
+            where.plan,
+            lambda url: Send(method, url + path, content=body or None, headers=headers),
+        )
+        try:
+            response = await run_async(flow, self._client(), self._refresh)
+        except ClientError as exc:
+            await _respond(send, 503, _error("unavailable", exc.message))
+            return
+        relayed = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
+        kept = [(k, v) for k, v in relayed if k.decode("latin-1") not in _HOP]
+        await _respond(send, response.status_code, response.content, kept)
+
+    async def _multiget(
+        self, table: str, keys: list[str], headers: dict[str, str], send: SendMessage
+    ) -> None:
+        """Each owner asked for its own keys (``kiq.client``'s multiget), one answer."""
+        auth = {k: v for k, v in headers.items() if k.lower() == "authorization"}
+        flow = calls.multiget(self.router, self._retry, table, keys, auth)
+        try:
+            many = await run_async(flow, self._client(), self._refresh)
+        except ClientError as exc:
+            body = {"error": exc.code or "unavailable", "message": exc.message, **exc.details}
+            await _respond(send, exc.status or 503, orjson.dumps(body))
+            return
+        out: dict[str, Any] = {"found": many.found, "missing": many.missing}
+        if many.unavailable:
+            out["unavailable"] = many.unavailable
+        await _respond(send, 200, orjson.dumps(out))
+
+    async def _stream(
+        self,
+        where: Target,
+        path: str,
+        headers: dict[str, str],
+        receive: Receive,
+        send: SendMessage,
+    ) -> None:
+        """A watch, relayed chunk by chunk until the node or the caller closes it."""
+        if self.router.due():
+            await self._refresh()
+        http = self._client()
+        timeout = httpx.Timeout(10.0, read=None)
+        for url in where.plan()[:3]:
+            request = http.build_request("GET", url + path, headers=headers, timeout=timeout)
+            try:
+                response = await http.send(request, stream=True)
+            except httpx.TransportError:
+                self.router.mark_stale()
+                continue
+            try:
+                kept = [(k, v) for k, v in response.headers.raw if k.lower().decode() not in _HOP]
+                start = {"type": "http.response.start", "status": response.status_code}
+                await send({**start, "headers": kept})
+                await _pump(response, receive, send)
+            finally:
+                await response.aclose()
+            return
+        await _respond(send, 503, _error("unavailable", "no node answered the watch"))
+
+    async def _refresh(self) -> None:
+        if self._refreshing is None:
+            self._refreshing = asyncio.Lock()
+        before = self.router.refreshes
+        async with self._refreshing:
+            if self.router.refreshes == before:
+                await run_async(calls.refresh(self.router, self._own), self._client(), _nothing)
+
+    def _client(self) -> httpx.AsyncClient:
+        """Made on first use, in the server's event loop."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                timeout=self._timeout_s,
+                verify=self._verify,
+                follow_redirects=False,
+                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+            )
+        return self._http
+
+    async def _lifespan(self, receive: Receive, send: SendMessage) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._http is not None:
+                    await self._http.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _pump(response: httpx.Response, receive: Receive, send: SendMessage) -> None:
+    """The node's chunks to the caller, until the node ends or the caller disconnects."""
+
+    async def caller_gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    async def relay() -> None:
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    gone = asyncio.ensure_future(caller_gone())
+    relaying = asyncio.ensure_future(relay())
+    try:
+        await asyncio.wait({gone, relaying}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (gone, relaying):
+            task.cancel()
+    if relaying.done() and not relaying.cancelled() and relaying.exception() is None:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _keys(body: bytes) -> list[str] | None:
+    """A multiget's keys, when the proxy may split them; else None (the node answers)."""
+    try:
+        keys = orjson.loads(body)["keys"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+        return None
+    return keys if len(keys) <= MAX_SPLIT_KEYS else None
+
+
+async def _body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _error(code: str, message: str) -> bytes:
+    return orjson.dumps({"error": code, "message": message})
+
+
+async def _respond(
+    send: SendMessage,
+    status: int,
+    body: bytes,
+    headers: Sequence[tuple[bytes, bytes]] = (_JSON,),
+) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": list(headers)})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _nothing() -> None:
+    return None

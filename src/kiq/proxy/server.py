@@ -1,0 +1,28 @@
+"""The proxy under granian, as a node is served (``kiq.cli.serve``): until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+
+from kiq.proxy.app import ProxyApp
+
+log = logging.getLogger(__name__)
+
+
+async def serve_proxy(app: ProxyApp, host: str, port: int, backlog: int = 2048) -> None:
+    from granian.constants import Interfaces
+    from granian.server.embed import Server
+
+    logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
+    server = Server(
+        app, address=host, port=port, interface=Interfaces.ASGI, log_enabled=False, backlog=backlog
+    )
+    stop: Callable[[], None] = server.stop  # granian's method is untyped
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+    log.info("proxy on http://%s:%d for %s", host, port, ", ".join(app.router.seeds))
+    await server.serve()
