@@ -120,7 +120,8 @@ async def _check_page(url: str, meta: dict, queries: list[dict], tmp: Path) -> N
         )
         published = next(q for q in queries if q["query"] == TABLES_QUERY)
         assert row[:4] == ["stocks", TABLES_QUERY, "microbatch", "running"], row
-        assert row[7].replace(",", "").isdigit() and row[6].endswith(("ms", " s")), row  # behind, batch time
+        behind, batch = row[7], row[6]
+        assert behind.replace(",", "").isdigit() and batch.endswith(("ms", " s")), row
         assert published["batch"] >= 0 and published["pipeline"] == "stocks"
 
         # This node's tables, and the stock board: quotes shown, by stream or by polling.

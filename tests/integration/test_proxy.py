@@ -66,6 +66,18 @@ def test_the_proxy_answers_as_a_node_and_nothing_is_forwarded(proxied):
             assert (a.status_code, a.content) == (b.status_code, b.content), path
         bad = http.get(f"{proxy.url}/v1/tables/t/keys/x?max_lag=soon")
         assert bad.status_code == 400 and bad.json()["error"] == "bad_request"
+        # a watch is relayed as a stream: the snapshot comes through, from the key's owner
+        watch = f"{proxy.url}/v1/tables/t/keys/{keys[3]}/watch"
+        with http.stream("GET", watch) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines: list[str] = []
+            for line in stream.iter_lines():
+                if not line and any(x.startswith("data:") for x in lines):
+                    break
+                lines.append(line)
+        snapshot = json.loads(next(x for x in lines if x.startswith("data:"))[5:])
+        assert snapshot["value"] == {"k": keys[3], "n": 3} and snapshot["snapshot"] is True
+        assert snapshot["served_by"] == owners[partition_for(keys[3], PARTITIONS)]
 
 
 def test_the_proxy_reads_on_when_a_node_dies(proxied):

@@ -151,9 +151,7 @@ def test_six_keys_through_one_node_snapshot_changes_and_latency(
     assert p50 <= 50, f"delivery p50 {p50:.1f} ms (of {len(delays)})"
 
 
-def test_resume_on_another_node_with_last_event_id_and_deletes(
-    bootstrap, make_topic, make_cluster
-):
+def test_resume_on_another_node_with_last_event_id_and_deletes(bootstrap, make_topic, make_cluster):
     topic = make_topic("resumed", partitions=6)
     produce(bootstrap, topic, [(k, json.dumps({"n": 0})) for k in KEYS])
     cluster = make_cluster([f"resumed={topic}"], nodes=2)

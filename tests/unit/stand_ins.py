@@ -293,16 +293,20 @@ async def call(
     }
     sent: list[dict[str, Any]] = []
     delivered = False
+    answered = asyncio.Event()
 
     async def receive() -> dict[str, Any]:
         nonlocal delivered
-        if delivered:
-            await asyncio.sleep(3600)
+        if delivered:  # a stream (a watch) waits for the client to go: it goes once answered
+            await answered.wait()
+            return {"type": "http.disconnect"}
         delivered = True
         return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
+        if message["type"] == "http.response.body":
+            answered.set()
 
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")

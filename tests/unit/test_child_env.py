@@ -113,6 +113,8 @@ def _changed(tmp: Path) -> list[settings._Section]:
             max_body_bytes=2048,
             max_multiget_keys=3,
             max_connections=4,
+            max_watches=12,
+            max_watch_pending=13,
             max_parked_waits=5,
             max_parked_waits_per_caller=6,
             header_timeout_s=1.5,

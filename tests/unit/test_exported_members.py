@@ -24,6 +24,11 @@ ENDPOINTS = {
     "Tables",
     "Windows",
     "json_reply",
+    # live updates
+    "Change",
+    "ServerEvent",
+    "Watch",
+    "event_stream",
 }
 ERRORS = {
     "KiqError",

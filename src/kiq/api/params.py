@@ -58,4 +58,3 @@ def decode_cursor(cursor: str) -> bytes:
         return base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
     except (ValueError, TypeError) as exc:
         raise BadRequest("cursor is malformed: pass next_cursor exactly as returned") from exc
-

@@ -10,7 +10,6 @@ the connection alive), or None at its end. The writer stops when the client goes
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
@@ -54,19 +53,20 @@ async def send_stream(
     headers: list[tuple[bytes, bytes]] | None = None,
     heartbeat_s: float = HEARTBEAT_S,
 ) -> None:
-    """Writes ``frames`` as ``text/event-stream`` until it ends or the client goes."""
+    """Writes ``frames`` as ``text/event-stream`` until it ends or the client goes.
+
+    One task per stream besides this one: it waits for the client to go and then cancels
+    this one wherever it waits (``Frames.next`` must be safe to cancel)."""
+    writer = asyncio.current_task()
     gone = asyncio.get_running_loop().create_task(_disconnected(receive))
+    if writer is not None:
+        gone.add_done_callback(lambda _: writer.cancel())
     try:
         await send(
             {"type": "http.response.start", "status": 200, "headers": _HEADERS + (headers or [])}
         )
-        while not gone.done():
-            ready = asyncio.ensure_future(frames.next(heartbeat_s))
-            await asyncio.wait((ready, gone), return_when=asyncio.FIRST_COMPLETED)
-            if not ready.done():
-                ready.cancel()
-                break
-            batch = ready.result()
+        while True:
+            batch = await frames.next(heartbeat_s)
             body = HEARTBEAT if batch == [] else b"".join(batch or ())
             if body:
                 try:
@@ -76,11 +76,13 @@ async def send_stream(
                     log.info(
                         "event stream dropped: the client took nothing for %.0fs", SEND_TIMEOUT_S
                     )
-                    break
+                    return
             if batch is None:
-                with contextlib.suppress(Exception):
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                break
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+    except asyncio.CancelledError:
+        if not gone.done():
+            raise  # not the client going: the server stopping
     except OSError:
         pass  # the client went while we wrote
     finally:

@@ -166,6 +166,9 @@ async def _watched(
 def _produce(bootstrap: str, keys: list[str], rate: float, duration_s: float) -> dict[str, float]:
     """Random keys at ``rate`` per second for ``duration_s``; each key's last stamp."""
     producer = JsonProducer(bootstrap, "bench-watch", key_field="symbol", linger_ms=1)
+    # Connected, its producer id acquired: the first stamped record must not wait for that.
+    producer.produce({"symbol": "warm-up", "t": None})
+    producer.flush(30)
     rng = random.Random(7)
     last: dict[str, float] = {}
     start = time.monotonic()

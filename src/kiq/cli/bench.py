@@ -112,6 +112,35 @@ def lookups(
 
 
 @app.command()
+def client(
+    keys: Annotated[int, typer.Option(help="keys loaded into the table")] = 100_000,
+    tasks: Annotated[int, typer.Option(help="lookups in flight at once (asyncio tasks)")] = 32,
+    duration: Annotated[float, typer.Option(help="seconds each way is measured, in 3 rounds")] = 9,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """kiq.client's lookups/s on 3 nodes against each sent to its owner, and to any node."""
+    from kiq.bench.client import ClientBenchConfig, run_client_bench
+
+    cfg = ClientBenchConfig(via="client", keys=keys, tasks=tasks, duration_s=duration)
+    _measure("client", f"{keys:,} keys, {tasks} tasks", lambda: run_client_bench(cfg), json_out)
+
+
+@app.command()
+def proxy(
+    keys: Annotated[int, typer.Option(help="keys loaded into the table")] = 100_000,
+    tasks: Annotated[int, typer.Option(help="lookups in flight at once (asyncio tasks)")] = 32,
+    duration: Annotated[float, typer.Option(help="seconds each way is measured, in 3 rounds")] = 9,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """Lookups/s through `kiq proxy` on 3 nodes against each sent to its owner, and to any
+    node."""
+    from kiq.bench.client import ClientBenchConfig, run_client_bench
+
+    cfg = ClientBenchConfig(via="proxy", keys=keys, tasks=tasks, duration_s=duration)
+    _measure("proxy", f"{keys:,} keys, {tasks} tasks", lambda: run_client_bench(cfg), json_out)
+
+
+@app.command()
 def restore(
     keys: Annotated[int, typer.Option(help="keys in the table to restore")] = 200_000,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,

@@ -33,6 +33,7 @@ from kiq.cli.context import CliState, ConfigOption, console, run_or_exit
 from kiq.errors import ConfigError, KiqError
 
 if TYPE_CHECKING:
+    from kiq.cli.progress_view import ProgressView
     from kiq.feeds import FeedSettings
     from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
     from kiq.tables import TableSpec
@@ -41,6 +42,29 @@ if TYPE_CHECKING:
 STOP_TIMEOUT_S = 30.0
 # Spark's start and the pipelines' first checks, until they have declared their tables.
 DECLARE_TIMEOUT_S = 300.0
+
+
+class _StatusOnly:
+    """An application without pipelines has no progress to show: its note, as a spinner."""
+
+    def __init__(self, note: str) -> None:
+        self._status = console.status(note)
+
+    def __enter__(self) -> _StatusOnly:
+        self._status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._status.stop()
+
+    def update(self, note: str) -> None:
+        if note:
+            self._status.update(note)
+        else:
+            self._status.stop()
+
+    def tick(self) -> None:
+        pass
 
 
 class _Stopped(Exception):
@@ -388,7 +412,7 @@ class Running:
         started = time.monotonic()
         waiting = {t.name for t in self.tables}
         warming = "Spark warming up" if self.pipeline is not None else "waiting for data"
-        with console.status(f"{warming} ...") as status:
+        with self._progress(f"{warming} ...") as progress:
             while waiting:
                 self._check()
                 arrived = waiting & _tables_with_data(self.nodes)
@@ -399,12 +423,25 @@ class Running:
                 if waiting:
                     what = warming if len(waiting) == len(self.tables) else "waiting"
                     names = ", ".join(sorted(waiting))
-                    status.update(f"{what} ({elapsed:.0f}s): no data yet in {names}")
+                    progress.update(f"{what} ({elapsed:.0f}s): no data yet in {names}")
                     if self.stopping.wait(1.0):
                         raise _Stopped
-        _done(f"every table has data ({time.monotonic() - started:.0f}s after start)")
-        while not self.stopping.wait(1.0):
-            self._check()
+            _done(f"every table has data ({time.monotonic() - started:.0f}s after start)")
+            progress.update("")
+            while not self.stopping.wait(1.0):
+                self._check()
+                progress.tick()
+
+    def _progress(self, note: str) -> ProgressView | _StatusOnly:
+        """Each query's progress as its driver publishes it (the nodes' /ui shows the same),
+        under ``note``; without pipelines, the note alone."""
+        if self.pipeline is None:
+            return _StatusOnly(note)
+        from kiq.cli.progress_view import ProgressView
+        from kiq.pipelines.progress import ProgressReader
+
+        reader = ProgressReader(self.bootstrap, self.plan.app.name, security=self.security)
+        return ProgressView(reader, console, note)
 
     def _check(self) -> None:
         if self.stopping.is_set():

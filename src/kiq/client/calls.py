@@ -80,7 +80,7 @@ def read(
             continue
         status = response.status_code
         if status < 400 or last or not _retriable(response):
-            served_by = response.headers.get(SERVED_BY)
+            served_by = headers_of(response).get(SERVED_BY)
             asked = router.node_at(url)
             if served_by is not None and asked is not None and served_by != asked:
                 router.mark_stale()  # the node forwarded: the partition has moved
@@ -89,6 +89,16 @@ def read(
             router.mark_stale()
         yield Sleep(policy.delay(attempt, error_for(status, response.content)))
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def headers_of(response: httpx.Response) -> dict[str, str]:
+    """The response's headers by lowercase name, read once (httpx looks each up by a
+    scan of them all, a cost on the hot path)."""
+    cached: dict[str, str] | None = response.extensions.get("kiq.headers")
+    if cached is None:
+        cached = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.headers.raw}
+        response.extensions["kiq.headers"] = cached
+    return cached
 
 
 def _retriable(response: httpx.Response) -> bool:
@@ -108,7 +118,7 @@ def ok(response: httpx.Response, url: str | None = None) -> httpx.Response:
 
 def value_of(response: httpx.Response) -> Any:
     """A lookup's value: parsed JSON, or the bytes of a raw table."""
-    if response.headers.get("content-type", "").startswith("application/octet-stream"):
+    if headers_of(response).get("content-type", "").startswith("application/octet-stream"):
         return response.content
     return orjson.loads(response.content)
 
@@ -143,7 +153,7 @@ def lookup(
             )
         )
     )
-    h = response.headers
+    h = headers_of(response)
     return Lookup(
         table=table,
         key=key,

@@ -44,12 +44,16 @@ class Router:
         self._asked_at = float("-inf")
         self._fetched_at = float("-inf")
         self._turn = itertools.count()
+        # (table, partition) → where its calls go, for the current topology: the hot path
+        self._plans: dict[tuple[str, int], list[str]] = {}
 
     # -- when to refresh --------------------------------------------------------------
 
     def due(self) -> bool:
         """Whether a call should refresh the metadata before it goes on."""
         now = self._clock()
+        if self.topology is None and not self.unrouted:
+            return True  # nothing to route by yet: wait for the refresh under way, if any
         if now - self._asked_at < self._min_interval_s:
             return False
         if self.unrouted:
@@ -67,6 +71,7 @@ class Router:
         if old is not None and old.view_version != topology.view_version:
             log.info("cluster view %d -> %d", old.view_version, topology.view_version)
         self.topology = topology
+        self._plans.clear()
         self.unrouted = False
         self._stale = False
         self._fetched_at = self._clock()
@@ -94,15 +99,21 @@ class Router:
         return self.topology.tables.get(name) if self.topology is not None else None
 
     def holders(self, table: str, partition: int) -> list[str]:
-        """The partition's replicas best first, then every other node (they forward)."""
+        """The partition's replicas best first, then every other node (they forward).
+        Not to be changed: the same list answers until the metadata is read again."""
         topology = self.topology
         if topology is None:
             return self.anywhere()
+        plan = self._plans.get((table, partition))
+        if plan is not None:
+            return plan
         held = list(topology.holders(table, partition))
         info = topology.tables.get(table)
         if info is not None and info.global_ and held:
-            held = self._rotate(held)  # every node holds all of it: spread the calls
-        return held + [u for u in self.anywhere() if u not in held]
+            return self._rotate(held) + [u for u in topology.urls if u not in held]
+        plan = held + [u for u in topology.urls if u not in held]
+        self._plans[(table, partition)] = plan
+        return plan
 
     def key(self, table: str, key: str) -> tuple[int | None, list[str]]:
         """The key's partition (None: the table is not known) and where to ask for it."""

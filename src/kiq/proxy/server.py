@@ -17,6 +17,7 @@ async def serve_proxy(app: ProxyApp, host: str, port: int, backlog: int = 2048) 
     from granian.server.embed import Server
 
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per relayed request
     server = Server(
         app, address=host, port=port, interface=Interfaces.ASGI, log_enabled=False, backlog=backlog
     )

@@ -8,7 +8,7 @@
 
 const POLL_MS = 2000;
 const BOARD_POLL_MS = 1000;
-const BOARD_SIZE = 24;
+const BOARD_SIZE = 16;
 const QUOTES = "stock-quotes";
 
 const state = {
@@ -217,6 +217,7 @@ async function startBoard() {
   document.getElementById("board-section").hidden = false;
   state.board = { symbols, rows, source: null, timer: null };
   const query = encodeURIComponent(symbols.join(","));
+  await quotesOnce(query); // the stream says what changes from now on
   if (!state.token && window.EventSource) {
     let heard = false;
     const source = new EventSource(`/v1/stocks/stream?symbols=${query}`);
@@ -245,14 +246,18 @@ function pollBoard(query) {
   setMode("polling every " + BOARD_POLL_MS / 1000 + " s");
   const poll = async () => {
     try {
-      const answer = await api(`/v1/stocks?symbols=${query}`);
-      for (const quote of Object.values(answer.quotes)) showQuote(quote);
+      await quotesOnce(query);
     } catch (error) {
       problem(error);
     }
     if (state.board === board) board.timer = setTimeout(poll, BOARD_POLL_MS);
   };
   poll();
+}
+
+async function quotesOnce(query) {
+  const answer = await api(`/v1/stocks?symbols=${query}`);
+  for (const quote of Object.values(answer.quotes)) showQuote(quote);
 }
 
 function stopBoard() {

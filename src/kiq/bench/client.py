@@ -1,0 +1,208 @@
+"""Client and proxy: lookups/s through ``kiq.client`` (or ``kiq proxy``) against the ideal.
+
+Three nodes serve ``keys`` quotes (table ``t``, 12 partitions). One load generator in
+this process, ``tasks`` asyncio tasks each with one lookup in flight, draws random keys
+for ``duration_s`` per run, every run with the same driver (httpx, the JSON value
+parsed), so the runs differ only in where each request goes:
+
+- ``local``: raw GETs, each sent to its key's active node, from a table computed before
+  the run: the ideal a routing client can only approach (no forward, no routing cost);
+- ``random``: raw GETs to a random node, as a plain load balancer would send them: two
+  thirds are forwarded to the owner;
+- ``client`` (``--via client``): ``kiq.client.AsyncClient.get``, which routes by itself;
+- ``proxy`` (``--via proxy``): raw GETs to one `kiq proxy` process in front of the nodes.
+
+The ways take turns, in three rounds of ``duration_s / 3`` each. Each reports its
+throughput, p50/p99, the nodes' CPU per lookup (not the proxy's) and the change of their
+``kiq_forwards_total``; ``vs_local`` is the routed way over ``local``, in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from kiq.bench.cluster import actives, start_nodes, wait_applied, wait_settled
+from kiq.bench.dataset import PARTITIONS, TABLE, key_of, load_quotes
+from kiq.bench.stack import local_stack
+from kiq.bench.stats import cpu_seconds, percentile
+from kiq.client import AsyncClient
+from kiq.errors import ConfigError, KiqError
+from kiq.partitioning import partition_for
+from kiq.runtime import LocalNode
+from kiq.runtime.proxies import LocalProxy
+
+VIA = ("client", "proxy")
+TOPIC = "bench-client-quotes"
+ROUNDS = 3
+Get = Callable[[str], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ClientBenchConfig:
+    via: str = "client"
+    keys: int = 100_000
+    tasks: int = 32
+    duration_s: float = 9.0
+    warmup_s: float = 2.0
+    nodes: int = 3
+
+
+def run_client_bench(cfg: ClientBenchConfig) -> dict[str, object]:
+    if cfg.via not in VIA:
+        raise ConfigError(f"--via must be one of {', '.join(VIA)}, not {cfg.via!r}")
+    if cfg.keys < 1 or cfg.tasks < 1 or cfg.duration_s <= 0 or cfg.nodes < 2:
+        raise ConfigError("--keys, --tasks and --duration must be positive, --nodes at least 2")
+    with local_stack() as stack:
+        keys = [key_of(i) for i in range(cfg.keys)]
+        last = load_quotes(stack.bootstrap, TOPIC, keys)
+        nodes = start_nodes(stack, cfg.nodes, [f"{TABLE}={TOPIC}"])
+        wait_settled(nodes)
+        wait_applied(nodes, TABLE, last)
+        urls = {n.node_id: n.url for n in nodes}
+        owners = actives(nodes[0], TABLE)
+        owner_url = {k: urls[owners[partition_for(k, PARTITIONS)]] for k in keys}
+        node_urls = list(urls.values())
+        proxy = None
+        if cfg.via == "proxy":
+            proxy = LocalProxy(node_urls, stack.root / "proxy.log").start()
+        try:
+            runs = _runs(cfg, nodes, keys, owner_url, node_urls, proxy.url if proxy else None)
+        finally:
+            if proxy is not None:
+                proxy.stop()
+    routed = runs[cfg.via]
+    out: dict[str, object] = {
+        "scenario": cfg.via,
+        "nodes": cfg.nodes,
+        "keys": cfg.keys,
+        "tasks": cfg.tasks,
+        "duration_s": cfg.duration_s,
+    }
+    for name, figures in runs.items():
+        out.update({f"{name}_{k}": v for k, v in figures.items()})
+    out[f"{cfg.via}_vs_local"] = round(routed["rps"] / runs["local"]["rps"], 3)
+    out[f"{cfg.via}_vs_random"] = round(routed["rps"] / runs["random"]["rps"], 3)
+    return out
+
+
+def _any(urls: list[str]) -> Callable[[str], str]:
+    return lambda _key: random.choice(urls)
+
+
+def _raw(http: httpx.AsyncClient, url_of: Callable[[str], str]) -> Get:
+    async def get(key: str) -> Any:
+        response = await http.get(f"{url_of(key)}/v1/tables/{TABLE}/keys/{key}")
+        if response.status_code != 200:
+            raise KiqError(f"{key}: HTTP {response.status_code} {response.text[:200]}")
+        return orjson.loads(response.content)
+
+    return get
+
+
+def _runs(
+    cfg: ClientBenchConfig,
+    nodes: list[LocalNode],
+    keys: list[str],
+    owner_url: dict[str, str],
+    node_urls: list[str],
+    proxy_url: str | None,
+) -> dict[str, dict[str, float]]:
+    """Each way warmed up, then measured in ``ROUNDS`` interleaved rounds (a busy machine's
+    drift spread over all of them alike), one figure per way from all its rounds."""
+    import uvloop
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
+
+    async def main() -> dict[str, dict[str, float]]:
+        limits = httpx.Limits(max_connections=cfg.tasks * 2, max_keepalive_connections=cfg.tasks)
+        async with (
+            httpx.AsyncClient(timeout=10, limits=limits) as http,
+            AsyncClient(node_urls, timeout_s=10) as client,
+        ):
+            ways: dict[str, Get] = {
+                "local": _raw(http, owner_url.__getitem__),
+                "random": _raw(http, _any(node_urls)),
+            }
+            if proxy_url is None:
+                ways["client"] = lambda key: client.get(TABLE, key)
+            else:
+                ways["proxy"] = _raw(http, lambda _key: proxy_url)
+            for get in ways.values():
+                await _drive(get, keys, cfg.tasks, cfg.warmup_s)
+            totals = {name: _Totals() for name in ways}
+            for _ in range(ROUNDS):
+                for name, get in ways.items():
+                    forwards, cpu = _forwards(nodes), cpu_seconds(_pids(nodes))
+                    started = time.perf_counter()
+                    latencies = await _drive(get, keys, cfg.tasks, cfg.duration_s / ROUNDS)
+                    elapsed = time.perf_counter() - started
+                    cpu_after = cpu_seconds(_pids(nodes))
+                    total = totals[name]
+                    total.latencies += latencies
+                    total.elapsed += elapsed
+                    if cpu is not None and cpu_after is not None:
+                        total.cpu += cpu_after - cpu
+                    total.forwards += _forwards(nodes) - forwards
+            return {name: total.figures() for name, total in totals.items()}
+
+    return uvloop.run(main())
+
+
+@dataclass
+class _Totals:
+    latencies: list[float] = field(default_factory=list)
+    elapsed: float = 0.0
+    cpu: float = 0.0
+    forwards: float = 0.0
+
+    def figures(self) -> dict[str, float]:
+        count = len(self.latencies)
+        return {
+            "rps": round(count / self.elapsed, 1) if self.elapsed else 0.0,
+            "p50_ms": round(percentile(self.latencies, 50) * 1000, 2),
+            "p99_ms": round(percentile(self.latencies, 99) * 1000, 2),
+            "node_cpu_us_per_lookup": round(self.cpu / count * 1e6, 1) if count else -1.0,
+            "forwards": self.forwards,
+        }
+
+
+async def _drive(get: Get, keys: list[str], tasks: int, duration_s: float) -> list[float]:
+    """``tasks`` loops, each one lookup in flight, random keys, for ``duration_s``."""
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration_s
+
+    async def loop(seed: int) -> None:
+        rng = random.Random(seed)
+        while (now := time.perf_counter()) < deadline:
+            await get(rng.choice(keys))
+            latencies.append(time.perf_counter() - now)
+
+    await asyncio.gather(*(loop(i) for i in range(tasks)))
+    return latencies
+
+
+def _pids(nodes: list[LocalNode]) -> list[int | None]:
+    return [n.proc.pid if n.proc else None for n in nodes]
+
+
+def _forwards(nodes: list[LocalNode]) -> float:
+    """``kiq_forwards_total`` summed over the nodes and outcomes."""
+    total = 0.0
+    for node in nodes:
+        with urllib.request.urlopen(f"{node.url}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        total += sum(
+            float(v) for v in re.findall(r"^kiq_forwards_total\{[^}]*\} (\S+)$", text, re.M)
+        )
+    return total

@@ -1,0 +1,66 @@
+"""Where `kiq proxy` sends each request: a key's owner for the routes that name a key."""
+
+from __future__ import annotations
+
+from kiq.client.router import Router
+from kiq.client.topology import Topology
+from kiq.partitioning import partition_for
+from kiq.proxy.targets import target
+
+N1, N2 = "http://n1.test", "http://n2.test"
+
+
+def router() -> Router:
+    parts = [
+        {
+            "partition": p,
+            "active": "n1" if p % 2 == 0 else "n2",
+            "standbys": ["n2" if p % 2 == 0 else "n1"],
+            "urls": {"n1": N1, "n2": N2},
+        }
+        for p in range(6)
+    ]
+    metadata = {
+        "view_version": 3,
+        "nodes": [{"id": "n1", "url": N1}, {"id": "n2", "url": N2}],
+        "tables": {"t": {"partitions": parts}, "c": {"partitions": parts}},
+    }
+    tables = {
+        "tables": [{"name": "t", "partitions": 6}, {"name": "c", "partitions": 6, "sep": "|"}]
+    }
+    made = Router([N1])
+    made.update(Topology.of(metadata, tables))
+    return made
+
+
+def owner(key: str) -> str:
+    return N1 if partition_for(key, 6) % 2 == 0 else N2
+
+
+def test_the_routes_that_name_a_key_go_to_its_owner_then_its_standby():
+    r = router()
+    for key in ("AAPL", "MSFT", "a/b", "ünï"):
+        quoted = key.replace("/", "%2F").encode().decode("latin-1")  # raw_path as sent
+        for suffix, stream in (("", False), ("/windows", False), ("/watch", True)):
+            where = target(r, "GET", f"/v1/tables/t/keys/{quoted}{suffix}", {})
+            assert where.stream is stream
+            plan = where.plan()
+            assert plan[0] == owner(key) and set(plan) == {N1, N2}, (key, suffix)
+
+
+def test_composite_keys_scans_and_watches_by_their_partition():
+    r = router()
+    assert target(r, "GET", "/v1/tables/c/keys/MSFT|2026", {}).plan()[0] == owner("MSFT")
+    scan = target(r, "GET", "/v1/tables/c/range", {"prefix": "MSFT|20"})
+    assert scan.plan()[0] == owner("MSFT")
+    shared = target(r, "GET", "/v1/tables/c/watch", {"keys": "MSFT|1,MSFT|2"})
+    assert shared.stream and shared.plan()[0] == owner("MSFT")
+
+
+def test_everything_else_goes_to_any_node_by_turns():
+    r = router()
+    firsts = {target(r, "GET", "/v1/tables", {}).plan()[0] for _ in range(4)}
+    assert firsts == {N1, N2}
+    assert target(r, "POST", "/v1/words", {}).multiget_table is None
+    assert target(r, "POST", "/v1/tables/t/multiget", {}).multiget_table == "t"
+    assert not target(r, "GET", "/v1/tables/t/range", {"prefix": "MS"}).stream
