@@ -37,6 +37,7 @@ from kiq.bench.dataset import PARTITIONS, TABLE, key_of, load_quotes
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import cpu_seconds, percentile
 from kiq.client import AsyncClient
+from kiq.client.core import NODE_LIMITS
 from kiq.errors import ConfigError, KiqError
 from kiq.partitioning import partition_for
 from kiq.runtime import LocalNode
@@ -125,9 +126,13 @@ def _runs(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
 
     async def main() -> dict[str, dict[str, float]]:
-        limits = httpx.Limits(max_connections=cfg.tasks * 2, max_keepalive_connections=cfg.tasks)
+        # The raw ways' httpx set up as the client's is (kiq.client.core.http_options: a
+        # pool per node), so the ways differ in routing alone.
+        mounts = {f"{u}/": httpx.AsyncHTTPTransport(limits=NODE_LIMITS) for u in node_urls}
+        if proxy_url is not None:
+            mounts[f"{proxy_url}/"] = httpx.AsyncHTTPTransport(limits=NODE_LIMITS)
         async with (
-            httpx.AsyncClient(timeout=10, limits=limits) as http,
+            httpx.AsyncClient(timeout=10, limits=NODE_LIMITS, mounts=mounts) as http,
             AsyncClient(node_urls, timeout_s=10) as client,
         ):
             ways: dict[str, Get] = {
@@ -144,9 +149,10 @@ def _runs(
             for _ in range(ROUNDS):
                 for name, get in ways.items():
                     forwards, cpu = _forwards(nodes), cpu_seconds(_pids(nodes))
-                    started = time.perf_counter()
+                    started, own = time.perf_counter(), time.process_time()
                     latencies = await _drive(get, keys, cfg.tasks, cfg.duration_s / ROUNDS)
                     elapsed = time.perf_counter() - started
+                    totals[name].own_cpu += time.process_time() - own
                     cpu_after = cpu_seconds(_pids(nodes))
                     total = totals[name]
                     total.latencies += latencies
@@ -164,6 +170,7 @@ class _Totals:
     latencies: list[float] = field(default_factory=list)
     elapsed: float = 0.0
     cpu: float = 0.0
+    own_cpu: float = 0.0  # the load generator's (this process's), where the client runs
     forwards: float = 0.0
 
     def figures(self) -> dict[str, float]:
@@ -173,6 +180,7 @@ class _Totals:
             "p50_ms": round(percentile(self.latencies, 50) * 1000, 2),
             "p99_ms": round(percentile(self.latencies, 99) * 1000, 2),
             "node_cpu_us_per_lookup": round(self.cpu / count * 1e6, 1) if count else -1.0,
+            "caller_cpu_us_per_lookup": round(self.own_cpu / count * 1e6, 1) if count else -1.0,
             "forwards": self.forwards,
         }
 

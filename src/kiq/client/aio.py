@@ -33,7 +33,9 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._core = ClientCore(urls, token, retry, metadata_max_age_s)
-        self._http = httpx.AsyncClient(**http_options(self._core, timeout_s, verify, transport))
+        self._http = httpx.AsyncClient(
+            **http_options(self._core, timeout_s, verify, transport, httpx.AsyncHTTPTransport)
+        )
         self._refreshing = asyncio.Lock()
 
     async def get(

@@ -38,7 +38,9 @@ class Client:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._core = ClientCore(urls, token, retry, metadata_max_age_s)
-        self._http = httpx.Client(**http_options(self._core, timeout_s, verify, transport))
+        self._http = httpx.Client(
+            **http_options(self._core, timeout_s, verify, transport, httpx.HTTPTransport)
+        )
         self._refreshing = threading.Lock()
 
     def get(

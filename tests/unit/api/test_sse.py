@@ -1,0 +1,60 @@
+"""The one writer of Server-Sent Events: frames, heartbeats, the end, a client that goes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kiq.api import sse
+
+
+class Script:
+    """Frames from a list: each entry is what one ``next`` gives (after a wait, if a float)."""
+
+    def __init__(self, steps: list[Any]) -> None:
+        self.steps = steps
+        self.closed = False
+
+    async def next(self, timeout_s: float) -> list[bytes] | None:
+        step = self.steps.pop(0) if self.steps else None
+        if isinstance(step, float):
+            await asyncio.sleep(step)
+            return []
+        return step
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def run(frames: Script, gone_after_s: float | None = None) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        await asyncio.sleep(3600 if gone_after_s is None else gone_after_s)
+        return {"type": "http.disconnect"}
+
+    asyncio.run(asyncio.wait_for(sse.send_stream(send, receive, frames), 5))
+    return sent
+
+
+def test_frames_then_a_heartbeat_then_the_end():
+    frames = Script([[sse.frame(b'{"a":1}', "value", "7")], 0.01, None])
+    sent = run(frames)
+    assert sent[0]["status"] == 200
+    assert (b"content-type", b"text/event-stream; charset=utf-8") in sent[0]["headers"]
+    bodies = [m["body"] for m in sent[1:]]
+    assert bodies == [b'id: 7\nevent: value\ndata: {"a":1}\n\n', sse.HEARTBEAT, b""]
+    assert sent[-1]["more_body"] is False and frames.closed
+
+
+def test_a_client_that_goes_ends_the_stream_and_closes_the_source():
+    frames = Script([10.0])  # nothing to send for long
+    sent = run(frames, gone_after_s=0.05)
+    assert [m["type"] for m in sent] == ["http.response.start"] and frames.closed
+
+
+def test_a_frame_without_id_or_event_is_data_alone():
+    assert sse.frame(b"{}") == b"data: {}\n\n"
