@@ -184,7 +184,7 @@ def document(
     for spec in specs:
         if spec.access is not Rule.CLUSTER:
             op = operation(spec, secured, schemas)
-            paths.setdefault(spec.path, {})[spec.method.lower()] = op
+            paths.setdefault(documented_path(spec.path), {})[spec.method.lower()] = op
     return {
         "openapi": "3.1.0",
         "info": {
@@ -203,6 +203,14 @@ def document(
 
 def render(specs: Iterable[RouteSpec[Any]], version: str = "", secured: bool = False) -> bytes:
     return orjson.dumps(document(specs, version, secured))
+
+
+def documented_path(path: str) -> str:
+    """``path`` as OpenAPI writes it: without a router's converter (``{asset:path}``)."""
+    return _CONVERTER.sub("}", path)
+
+
+_CONVERTER = re.compile(r":[a-z]+}")
 
 
 def _operation_id(method: str, path: str) -> str:

@@ -9,7 +9,6 @@ metadata) verifies it against the settings' CA.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import ssl
 import subprocess
@@ -24,6 +23,7 @@ from typing import Any
 from kiq.catalog import SHIPPED_ENDPOINTS
 from kiq.errors import KiqError
 from kiq.runtime.ports import free_port
+from kiq.runtime.processes import spawn_logged
 from kiq.security.tls import client_context
 from kiq.settings import TlsSettings
 
@@ -80,15 +80,7 @@ class LocalNode:
         shipped = SHIPPED_ENDPOINTS if self.tables else ()
         for endpoint in self.endpoints if self.endpoints is not None else shipped:
             cmd += ["--endpoint", endpoint]
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **self.env},
-            )
+        self.proc = spawn_logged(cmd, self.log_file, self.env)
         return self
 
     @property

@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kiq.runtime.processes import spawn_logged
+
 
 @dataclass
 class LocalPipeline:
@@ -37,16 +39,7 @@ class LocalPipeline:
         cmd += ["--bootstrap", self.bootstrap, "--master", self.master]
         cmd += ["--checkpoint", str(self.checkpoint_dir), "--trigger", self.trigger]
         cmd += ["--partitions", str(self.partitions), *self.extra_args]
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **self.env},
-                start_new_session=True,
-            )
+        self.proc = spawn_logged(cmd, self.log_file, self.env, new_session=True)
         return self
 
     @property

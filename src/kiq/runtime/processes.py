@@ -13,6 +13,23 @@ import time
 from pathlib import Path
 
 
+def spawn_logged(
+    cmd: list[str], log_file: Path, env: dict[str, str], new_session: bool = False
+) -> subprocess.Popen[bytes]:
+    """``cmd`` as a child writing stdout and stderr to ``log_file`` (appended), stdin closed,
+    with this process's environment and ``env`` over it."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        return subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env},
+            start_new_session=new_session,
+        )
+
+
 def alive(pid: int, proc: subprocess.Popen[bytes] | None = None) -> bool:
     """Whether ``pid`` runs (a zombie does not); ``proc`` when this process started it."""
     if proc is not None and proc.pid == pid:

@@ -3,7 +3,6 @@ nodes on a loopback port, ready once it relays a node's liveness answer."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from kiq.errors import KiqError
 from kiq.runtime.ports import free_port
+from kiq.runtime.processes import spawn_logged
 
 
 @dataclass
@@ -38,15 +38,7 @@ class LocalProxy:
         """Start it and wait until it answers (through a node)."""
         cmd = [sys.executable, "-m", "kiq", "proxy", "--nodes", ",".join(self.nodes)]
         cmd += ["--port", str(self.port)]
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **self.env},
-            )
+        self.proc = spawn_logged(cmd, self.log_file, self.env)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.running:
