@@ -320,3 +320,27 @@ def test_stock_stream_tells_whole_quotes_as_quote_or_day_changes(
     assert all("~" in (i or "") for _, _, i, _ in one.events)  # both watches' cursors
     bad = httpx.get(f"{url}/v1/stocks/stream", timeout=10)
     assert bad.status_code == 400 and "symbols" in bad.json()["message"]
+
+
+def test_a_stopping_node_ends_its_watches_and_says_so(bootstrap, make_topic, make_cluster):
+    topic = make_topic("stopping", partitions=2)
+    produce(bootstrap, topic, [("K0", json.dumps({"n": 0}))])
+    cluster = make_cluster([f"stopping={topic}"], nodes=1)
+    node = cluster.nodes["n1"]
+
+    async def scenario() -> tuple[Stream, float]:
+        async with aiohttp.ClientSession() as session:
+            s = Stream()
+            task = asyncio.create_task(
+                s.run(session, f"{node.url}/v1/tables/stopping/keys/K0/watch")
+            )
+            await until(lambda: bool(s.events))
+            started = time.monotonic()
+            await asyncio.to_thread(node.stop)
+            took = time.monotonic() - started
+            await asyncio.wait_for(task, 10)  # the stream ended: no hanging connection
+            return s, took
+
+    s, took = asyncio.run(scenario())
+    assert took < 10, f"the node took {took:.1f} s to stop with a watch open"
+    assert s.events[-1][0] == "dropped" and "shutting down" in s.events[-1][1]["reason"]

@@ -170,6 +170,11 @@ class KiqApp:
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 
+    def end_streams(self) -> None:
+        """Ends every watch stream (their subscribers may resume on another node): a server
+        stopping gracefully waits for open requests, and a stream stays open until then."""
+        self.watches.close()
+
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
             message = await receive()

@@ -199,6 +199,8 @@ async def _serve(built: BuiltNode) -> None:
 
     def shut_down() -> None:
         log.info("stopping node=%s (signal)", conf.node_id)
+        # Watch streams never end by themselves: the server waits for open requests first.
+        built.app.end_streams()
         stop_server: Callable[[], None] = server.stop  # granian's method is untyped
         stop_server()
         # Leaving the group and closing stores is quick when Kafka answers; when it does

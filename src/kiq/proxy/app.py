@@ -77,6 +77,7 @@ class ProxyApp:
         self._verify = verify
         self._http: httpx.AsyncClient | None = None
         self._refreshing: asyncio.Lock | None = None
+        self._end: asyncio.Event | None = None  # set when the proxy stops (end_streams)
 
     async def __call__(self, scope: Scope, receive: Receive, send: SendMessage) -> None:
         if scope["type"] == "http":
@@ -173,11 +174,21 @@ class ProxyApp:
                 kept = [(k, v) for k, v in response.headers.raw if k.lower().decode() not in _HOP]
                 start = {"type": "http.response.start", "status": response.status_code}
                 await send({**start, "headers": kept})
-                await _pump(response, receive, send)
+                await _pump(response, receive, send, self._ending())
             finally:
                 await response.aclose()
             return
         await _respond(send, 503, _error("unavailable", "no node answered the watch"))
+
+    def _ending(self) -> asyncio.Event:
+        if self._end is None:
+            self._end = asyncio.Event()
+        return self._end
+
+    def end_streams(self) -> None:
+        """Ends every relayed watch: a server stopping gracefully waits for open requests,
+        and a stream stays open until then."""
+        self._ending().set()
 
     async def _refresh(self) -> None:
         if self._refreshing is None:
@@ -210,8 +221,14 @@ class ProxyApp:
                 return
 
 
-async def _pump(response: httpx.Response, receive: Receive, send: SendMessage) -> None:
-    """The node's chunks to the caller, until the node ends or the caller disconnects."""
+_SHUTTING_DOWN = b'event: dropped\ndata: {"reason":"the proxy is shutting down"}\n\n'
+
+
+async def _pump(
+    response: httpx.Response, receive: Receive, send: SendMessage, ending: asyncio.Event
+) -> None:
+    """The node's chunks to the caller, until the node ends, the caller disconnects or the
+    proxy stops (``ending``: the caller is told, as a node tells it, and may resume)."""
 
     async def caller_gone() -> None:
         while (await receive())["type"] != "http.disconnect":
@@ -223,12 +240,15 @@ async def _pump(response: httpx.Response, receive: Receive, send: SendMessage) -
 
     gone = asyncio.ensure_future(caller_gone())
     relaying = asyncio.ensure_future(relay())
+    stopping = asyncio.ensure_future(ending.wait())
     try:
-        await asyncio.wait({gone, relaying}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({gone, relaying, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (gone, relaying):
+        for task in (gone, relaying, stopping):
             task.cancel()
-    if relaying.done() and not relaying.cancelled() and relaying.exception() is None:
+    if stopping.done() and not stopping.cancelled() and not gone.done():
+        await send({"type": "http.response.body", "body": _SHUTTING_DOWN, "more_body": False})
+    elif relaying.done() and not relaying.cancelled() and relaying.exception() is None:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

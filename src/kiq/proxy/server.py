@@ -21,7 +21,12 @@ async def serve_proxy(app: ProxyApp, host: str, port: int, backlog: int = 2048) 
     server = Server(
         app, address=host, port=port, interface=Interfaces.ASGI, log_enabled=False, backlog=backlog
     )
-    stop: Callable[[], None] = server.stop  # granian's method is untyped
+    stop_server: Callable[[], None] = server.stop  # granian's method is untyped
+
+    def stop() -> None:
+        app.end_streams()  # relayed watches never end by themselves
+        stop_server()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
