@@ -54,7 +54,7 @@ class ClientBenchConfig:
     via: str = "client"
     keys: int = 100_000
     tasks: int = 32
-    duration_s: float = 9.0
+    duration_s: float = 30.0
     warmup_s: float = 2.0
     nodes: int = 3
 
