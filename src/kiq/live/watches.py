@@ -11,6 +11,7 @@ serves and has caught up with what the feed told, a relay when it no longer serv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 
@@ -148,7 +149,8 @@ class Watches:
         applied = feed.applied
 
         def tap(through: int, changes: list[Change], expired: frozenset[int]) -> None:
-            loop.call_soon_threadsafe(applied, through, changes, expired)
+            with contextlib.suppress(RuntimeError):  # the loop closed: the node is stopping
+                loop.call_soon_threadsafe(applied, through, changes, expired)
 
         feed.local = True
         feed.served_by = self.node_id

@@ -33,7 +33,7 @@ from kiq.metrics import NodeMetrics
 from kiq.replicas.aging import EXPIRE_BELOW, Aging, guard
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
-from kiq.replicas.taps import Taps
+from kiq.replicas.taps import Tap, Taps
 from kiq.stores import PartitionStore
 from kiq.stores.base import Change
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
@@ -217,7 +217,7 @@ class Materializer:
             self._metrics.records_applied.labels(runtime.spec.name).inc(len(batch))
             tap = self.taps.get(replica.table, partition)
             if tap is not None:
-                tap(last, batch, _expiries(messages) if _deletes(batch) else frozenset())
+                _tell(tap, last, batch, _expiries(messages) if _deletes(batch) else frozenset())
         for (topic, partition), end in fetched.ends.items():
             _, replica = self._replica_of(topic, partition)
             if replica is None:
@@ -232,7 +232,7 @@ class Materializer:
                     replica.waits.reached(end - 1)
                 tap = self.taps.get(replica.table, partition)
                 if tap is not None:
-                    tap(end - 1, [], frozenset())
+                    _tell(tap, end - 1, [], frozenset())
             replica.end_offset = max(end, replica.position)
             self._caught_up(replica)
 
@@ -475,6 +475,15 @@ class Materializer:
                 replica.restored,
                 took,
             )
+
+
+def _tell(tap: Tap, through: int, batch: list[Change], expired: frozenset[int]) -> None:
+    """A watcher hears of a batch; whatever it raises must not stop the batches after it
+    (their records are read already: an exception here would skip them)."""
+    try:
+        tap(through, batch, expired)
+    except Exception:
+        log.exception("watch tap failed through=%d; the watchers of it may miss a change", through)
 
 
 def _deletes(batch: list[Change]) -> bool:

@@ -234,3 +234,34 @@ def test_a_log_that_ends_below_the_replica_is_restored_from_its_start():
     new: list[Record] = [StandInRecord(b"n0", b"2", 0), StandInRecord(b"n1", b"2", 1)]
     m._apply(Fetched({("topic-t", 0): new}, {("topic-t", 0): 2}))
     assert store.get(b"n1") == (b"2", 1) and after.state is ReplicaState.ACTIVE
+
+
+def test_a_watch_tap_hears_each_batch_and_one_that_fails_stops_nothing():
+    stores = {p: MemoryPartitionStore() for p in (0, 1)}
+    spec = TableSpec(name="t", topic="topic-t")
+    m = Materializer(
+        StandInReader(),
+        {"t": TableRuntime(spec, JsonCodec(), 2)},
+        lambda table, partition: stores[partition],
+        StandInDeadLetters(),  # type: ignore[arg-type]
+        NodeMetrics(),
+    )
+    m.reconcile({("t", 0): Role.ACTIVE, ("t", 1): Role.ACTIVE})
+    m._apply_wanted()
+    heard: list[tuple[int, list, frozenset[int]]] = []
+
+    def failing(through: int, changes: list, expired: frozenset[int]) -> None:
+        raise RuntimeError("event loop is closed")
+
+    m.taps.set("t", 0, failing)
+    m.taps.set("t", 1, lambda through, changes, expired: heard.append((through, changes, expired)))
+    records: dict[tuple[str, int], list[Record]] = {
+        ("topic-t", 0): [StandInRecord(b"a", b"1", 0)],
+        ("topic-t", 1): [StandInRecord(b"b", b"2", 0), StandInRecord(b"c", None, 1)],
+    }
+    m._apply(Fetched(records))
+    assert stores[1].get(b"b") == (b"2", 0) and stores[1].applied_offset() == 1
+    assert heard == [(1, [(b"b", b"2", 0), (b"c", None, 1)], frozenset())]
+    m.taps.remove("t", 1)
+    m._apply(Fetched({("topic-t", 1): [StandInRecord(b"d", b"3", 2)]}))
+    assert len(heard) == 1  # nobody watches it any more
