@@ -29,6 +29,7 @@ from kiq.replicas.replica import ReadOnlyReplica
 from kiq.settings import ServeSettings
 from kiq.stores import MemoryBudget, PartitionStore, open_partition_store
 from kiq.tables import TableRuntime
+from kiq.tables.versions import Alias, current_version, internal_name
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,18 @@ class Group(Protocol):
 
     def describe(self) -> list[GroupMemberInfo]: ...
 
+    def set_topics(self, topics: list[str]) -> None:
+        """Hold partitions of exactly these topics from now on (a table version came or went)."""
+        ...
+
+
+class Service(Protocol):
+    """A part with a thread of its own that the node starts and stops with itself."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
 
 class Node:
     """Keeps the cluster view and the local replicas in step; serves nothing itself.
@@ -65,7 +78,7 @@ class Node:
     def __init__(
         self,
         settings: ServeSettings,
-        tables: Mapping[str, TableRuntime],
+        tables: dict[str, TableRuntime],
         materializer: Materializer,
         metrics: NodeMetrics,
         group: Group | None = None,
@@ -77,14 +90,17 @@ class Node:
         self.node_id = settings.node_id
         self.url = settings.advertised_url
         self.metrics = metrics
-        self.tables = tables
+        # Every table version this node serves, by the name it keeps it under (``NAME``,
+        # ``NAME@v2``: kiq.tables.versions); ``current`` is what each table's own name means
+        # now (its alias's version). Both are changed in place as the catalog moves (one
+        # dict operation each, atomic for readers on other threads), never rebound.
+        self.tables: dict[str, TableRuntime] = tables
+        self.current: dict[str, TableRuntime] = {}
+        self.aliases: dict[str, Alias] = {}
+        for runtime in tables.values():
+            self._point(runtime.spec.table)
         self.view: ClusterView = EMPTY_VIEW
-        self._layouts = [
-            TableLayout(
-                t.spec.name, t.spec.topic, t.partitions, t.spec.standby_replicas, t.spec.global_
-            )
-            for t in tables.values()
-        ]
+        self._layouts = [_layout(t) for t in tables.values()]
         self._materializer = materializer
         self.taps = materializer.taps
         metrics.watch_replicas(lambda: materializer.replicas.values())
@@ -93,6 +109,11 @@ class Node:
         self._stop = threading.Event()
         self._refused_members: set[str] = set()  # logged once each, while they last
         self._watcher = threading.Thread(target=self._watch, name="kiq-view", daemon=True)
+        self._catalog: Service | None = None
+
+    def follow(self, catalog: Service) -> None:
+        """Follow the table catalog with ``catalog`` (``kiq.node_catalog``) while running."""
+        self._catalog = catalog
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -107,8 +128,12 @@ class Node:
             self._group.start()
         self._refresh_logged()
         self._watcher.start()
+        if self._catalog is not None:
+            self._catalog.start()
 
     def stop(self) -> None:
+        if self._catalog is not None:
+            self._catalog.stop()
         self._stop.set()
         self._poke_event.set()
         if self._group is not None:
@@ -139,9 +164,12 @@ class Node:
         group = self._group
         if group is not None and not group.wait_joined(0):
             return False, "not yet a member of the cluster group"
-        by_topic = {t.spec.topic: name for name, t in self.tables.items()}
-        owned = [(by_topic[topic], p) for topic, p in (group.owned if group else ())]
-        for name, t in self.tables.items():
+        tables = list(self.tables.items())
+        by_topic = {t.spec.topic: name for name, t in tables}
+        owned = [
+            (by_topic[topic], p) for topic, p in (group.owned if group else ()) if topic in by_topic
+        ]
+        for name, t in tables:
             if t.spec.global_:
                 owned.extend((name, p) for p in range(t.partitions))
         for table, partition in owned:
@@ -153,6 +181,67 @@ class Node:
             if replica.lag > self.settings.ready_max_lag:
                 return False, f"{table}[{partition}] lags {replica.lag} records"
         return True, "ok"
+
+    # -- versions that come and go (kiq.node_catalog follows the catalog) -----------
+
+    def versions_of(self, table: str) -> dict[str, TableRuntime]:
+        """The versions of ``table`` this node serves, by version."""
+        return {t.spec.version: t for t in list(self.tables.values()) if t.spec.table == table}
+
+    def add_table(self, runtime: TableRuntime) -> None:
+        """Serve another table version (a pipeline declared it after this node started)."""
+        name = runtime.spec.name
+        if name in self.tables:
+            return
+        self.tables[name] = runtime
+        self._materializer.add_table(runtime)
+        self._layouts = [*self._layouts, _layout(runtime)]
+        self._regroup()
+        self._point(runtime.spec.table)
+        log.info("table added table=%s topic=%s", name, runtime.spec.topic)
+        self._poke_event.set()
+
+    def drop_table(self, name: str) -> threading.Event:
+        """Stop serving a table version (``kiq retire``); the event is set once its replicas
+        are closed, so its stores may be deleted."""
+        runtime = self.tables.get(name)
+        if runtime is None:
+            done = threading.Event()
+            done.set()
+            return done
+        self._layouts = [layout for layout in self._layouts if layout.name != name]
+        self._regroup(without=runtime.spec.topic)
+        del self.tables[name]
+        self._point(runtime.spec.table)
+        log.info("table dropped table=%s topic=%s", name, runtime.spec.topic)
+        self._poke_event.set()
+        return self._materializer.drop_table(name)
+
+    def set_alias(self, table: str, alias: Alias | None) -> None:
+        """Point ``table``'s own name at the alias's version (None: back to the default)."""
+        if alias is None:
+            self.aliases.pop(table, None)
+        else:
+            self.aliases[table] = alias
+        before = self.current.get(table)
+        self._point(table)
+        after = self.current.get(table)
+        if after is not None and after is not before:
+            log.info("table switched table=%s version=%s", table, after.spec.version)
+
+    def _point(self, table: str) -> None:
+        versions = self.versions_of(table)
+        chosen = current_version(versions, self.aliases.get(table))
+        if chosen is None:
+            self.current.pop(table, None)
+        else:
+            self.current[table] = versions[chosen]
+
+    def _regroup(self, without: str | None = None) -> None:
+        if self._group is None:
+            return
+        topics = [t.spec.topic for t in list(self.tables.values()) if not t.spec.global_]
+        self._group.set_topics([t for t in dict.fromkeys(topics) if t != without])
 
     # -- keeping the view -------------------------------------------------------
 
@@ -205,8 +294,15 @@ class Node:
                 if role is Role.ACTIVE or self.tables[key[0]].spec.global_
                 else Role.STANDBY
                 for key, role in view.roles_of(self.node_id).items()
+                if key[0] in self.tables  # a version dropped since the view was built
             }
         )
+
+
+def _layout(t: TableRuntime) -> TableLayout:
+    return TableLayout(
+        t.spec.name, t.spec.topic, t.partitions, t.spec.standby_replicas, t.spec.global_
+    )
 
 
 def store_opener(
@@ -236,6 +332,7 @@ class NodeView:
     __slots__ = (
         "_node",
         "_partitions",
+        "current",
         "forward_timeout_ms",
         "metrics",
         "node_id",
@@ -249,7 +346,8 @@ class NodeView:
         self._node = node
         self.node_id = node.node_id
         self.url = node.url
-        self.tables: Mapping[str, TableRuntime] = node.tables
+        self.tables: Mapping[str, TableRuntime] = node.tables  # every version, by internal name
+        self.current: Mapping[str, TableRuntime] = node.current  # a table's name → its version
         self.replicas: Mapping[tuple[str, int], ReadOnlyReplica] = node.replicas
         self.metrics = node.metrics
         self.taps = node.taps  # where watches hear what a local replica applied (kiq.live)
@@ -265,7 +363,9 @@ class NodeView:
 
     def partition_of(self, runtime: TableRuntime, key: str) -> int:
         # murmur2 in Python costs microseconds; hot keys repeat, so remember them.
-        cache = self._partitions[runtime.spec.name]
+        cache = self._partitions.get(runtime.spec.name)
+        if cache is None:  # a version added since (kiq.node_catalog)
+            cache = self._partitions.setdefault(runtime.spec.name, {})
         partition = cache.get(key)
         if partition is None:
             partition = partition_for(runtime.spec.partition_key(key), runtime.partitions)
@@ -276,3 +376,14 @@ class NodeView:
 
     def is_ready(self) -> tuple[bool, str]:
         return self._node.is_ready()
+
+    def resolve(self, table: str, version: str | None = None) -> TableRuntime | None:
+        """What a caller's ``table`` (and ``?version=``) names: the table's current version,
+        or the one asked for; None when there is none."""
+        if version is None:
+            return self.current.get(table)
+        runtime = self.tables.get(internal_name(table, version))
+        return runtime if runtime is not None and runtime.spec.table == table else None
+
+    def versions_of(self, table: str) -> dict[str, TableRuntime]:
+        return self._node.versions_of(table)

@@ -36,6 +36,7 @@ from kiq.kafka.times import LogTimes
 from kiq.kafka.writer import AsyncProducer, ProduceFailed
 from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
+from kiq.node_catalog import CatalogWriter, NodeCatalog
 from kiq.pipelines.progress import ProgressReader
 from kiq.replicas import Materializer
 from kiq.replicas.expiry import ExpirySweeper, Outgoing
@@ -83,6 +84,18 @@ def build_node(settings: NodeSettings) -> BuiltNode:
     tables = catalog_tables(serve, served, settings.app.name, kafka)
     writer = LogWriter(serve.bootstrap, kafka)
     node = _node(serve, tables, kafka, budget, writer)
+    # The catalog followed while the node runs: versions, aliases, retirements.
+    follower = NodeCatalog(
+        node,
+        serve.bootstrap,
+        settings.app.name,
+        served,
+        parse_serve_tables(serve.tables)[1],
+        serve.data_dir,
+        security=kafka,
+        default_standby=serve.standby_replicas,
+    )
+    node.follow(follower)
     app = create_app(
         node,
         writer,
@@ -92,6 +105,7 @@ def build_node(settings: NodeSettings) -> BuiltNode:
         peer_ssl=peer_ssl,
         # GET /v1/pipelines: the application's queries, as their drivers publish them
         progress=ProgressReader(serve.bootstrap, settings.app.name, security=kafka),
+        catalog=CatalogWriter(settings.app.name, writer, follower, serve.bootstrap, security=kafka),
     )
     return BuiltNode(
         dataclasses.replace(settings, serve=serve),

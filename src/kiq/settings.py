@@ -357,6 +357,10 @@ class PipelineSettings(_Section):
         "5 minutes", description="how long one Real-Time Mode batch lasts (its checkpoint)"
     )
     partitions: int = Field(30, ge=1, description="of an input topic the pipeline creates")
+    # Which version of their tables the pipelines write: v1 the topics and checkpoints they
+    # always had; another (v2) its own (TOPIC.v2, PIPELINE@v2) beside them, until switched.
+    # Its name is checked where it is used (kiq.tables.versions, a layer above settings).
+    version: str = Field("v1", description="version of the tables the pipelines write")
 
 
 class ServeSettings(_Section):

@@ -118,6 +118,9 @@ class Group:
     def wait_joined(self, timeout_s: float) -> bool:
         return self.joined
 
+    def set_topics(self, topics: list[str]) -> None:
+        self.topics = list(topics)
+
     def describe(self) -> list[GroupMemberInfo]:
         c = self._cluster
         return [

@@ -86,6 +86,7 @@ def _changed(tmp: Path) -> list[settings._Section]:
             interval="5 seconds",
             realtime_batch="1 minute",
             partitions=7,
+            version="v2",
         ),
         ServeSettings(
             bootstrap="k1:9092",

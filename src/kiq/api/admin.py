@@ -22,11 +22,15 @@ log = logging.getLogger(__name__)
 
 
 def tables(node: NodeView) -> bytes:
+    """The tables by their own names, each as its current version; ``versions`` lists every
+    version this node serves (``GET /v1/tables/{table}/versions`` says more)."""
     return orjson.dumps(
         {
             "tables": [
                 {
-                    "name": t.spec.name,
+                    "name": name,
+                    "version": t.spec.version,
+                    "versions": sorted(node.versions_of(name)),
                     "topic": t.spec.topic,
                     "partitions": t.partitions,
                     "format": t.spec.format,
@@ -37,7 +41,7 @@ def tables(node: NodeView) -> bytes:
                     # how its pipeline declared it (the table catalog); null: a plain topic
                     "declared": dict(t.spec.declared) if t.spec.declared is not None else None,
                 }
-                for t in node.tables.values()
+                for name, t in sorted(node.current.items())
             ]
         }
     )
@@ -59,7 +63,8 @@ async def metadata(
             reachable.add(member.node_id)
             for r in answer.replicas:
                 states[(member.node_id, r.table, r.partition)] = r.as_dict()
-    for name, table in local["tables"].items():
+    for table in local["tables"].values():
+        name = table["name"]  # the current version's, as its replicas are named
         for part in table["partitions"]:
             replicas = []
             for node_id in [part["active"], *part["standbys"]]:
@@ -85,13 +90,20 @@ async def _status(peers: Peers, url: str, authorization: str | None) -> NodeStat
 
 def node_status(node: NodeView) -> bytes:
     """Another node's ``Peers.metadata``: this node's own replicas."""
+    return encode(own_status(node))
+
+
+def own_status(node: NodeView) -> NodeStatus:
+    """This node's replicas, the version each table's name means here and every version
+    it serves."""
     replicas = [
         ReplicaStatus.of(replica.describe())
-        for name, runtime in node.tables.items()
+        for name, runtime in list(node.tables.items())
         for p in range(runtime.partitions)
         if (replica := node.replica(name, p)) is not None
     ]
-    return encode(NodeStatus(node.node_id, node.view.version, replicas))
+    current = {name: t.spec.version for name, t in list(node.current.items())}
+    return NodeStatus(node.node_id, node.view.version, replicas, current, list(node.tables))
 
 
 def metadata_of(node: NodeView) -> dict[str, Any]:
@@ -102,7 +114,8 @@ def metadata_of(node: NodeView) -> dict[str, Any]:
         "nodes": [{"id": m.node_id, "url": m.url} for m in sorted(view.members.values())],
         "tables": {},
     }
-    for name, runtime in node.tables.items():
+    for table, runtime in sorted(node.current.items()):
+        name = runtime.spec.name
         parts = []
         for p in range(runtime.partitions):
             reps = view.of(name, p)
@@ -116,7 +129,12 @@ def metadata_of(node: NodeView) -> dict[str, Any]:
                     "local": local.describe() if local else None,
                 }
             )
-        out["tables"][name] = {"topic": runtime.spec.topic, "partitions": parts}
+        out["tables"][table] = {
+            "topic": runtime.spec.topic,
+            "name": name,
+            "version": runtime.spec.version,
+            "partitions": parts,
+        }
     return out
 
 

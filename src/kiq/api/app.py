@@ -34,6 +34,7 @@ from kiq.api.lookups import Lookups
 from kiq.api.routers import app_router, core_router
 from kiq.api.routes import CORE, LOOKUP, is_core
 from kiq.api.spec import RouteSpec
+from kiq.api.versions import CatalogAdmin, VersionsApi
 from kiq.api.watch import WatchApi
 from kiq.live import Watches
 from kiq.node import Node, NodeView
@@ -75,6 +76,7 @@ class KiqApp:
         security: Security | None = None,
         peer_ssl: ssl.SSLContext | None = None,
         progress: PipelineProgress | None = None,
+        catalog: CatalogAdmin | None = None,
     ) -> None:
         limits = limits if limits is not None else LimitsSettings()
         view = NodeView(node)
@@ -128,6 +130,7 @@ class KiqApp:
             limits.max_body_bytes,
             self.access,
             watch_api,
+            VersionsApi(view, peers, catalog, progress),
         )
         core_routes = core_router(handlers, self.access, self.limiter)
         own_routes = app_router(custom, self.access, self.limiter)
@@ -215,6 +218,7 @@ def create_app(
     security: Security | None = None,
     peer_ssl: ssl.SSLContext | None = None,
     progress: PipelineProgress | None = None,
+    catalog: CatalogAdmin | None = None,
 ) -> KiqApp:
     """The app serving ``node``; ``writer`` takes the application's writes.
 
@@ -227,7 +231,19 @@ def create_app(
     ``security`` (``kiq.security.security_for``), callers and peers are checked;
     ``peer_ssl`` verifies ``https://`` peers (``kiq.security.tls.client_context``).
     ``progress``: where GET /v1/pipelines reads the pipelines' progress (none: it has none).
+    ``catalog``: where ``kiq switch`` and ``kiq retire`` write (none: this node moves no
+    versions).
     """
     return KiqApp(
-        node, writer, peers, start_node, endpoints, base, limits, security, peer_ssl, progress
+        node,
+        writer,
+        peers,
+        start_node,
+        endpoints,
+        base,
+        limits,
+        security,
+        peer_ssl,
+        progress,
+        catalog,
     )

@@ -26,6 +26,15 @@ class Keys(Struct):
     keys: list[str]
 
 
+class Switch(Struct):
+    version: Annotated[str, Meta(description="the version the table's name moves to")]
+    force: Annotated[bool, Meta(description="switch even if it has not caught up")] = False
+
+
+class Retire(Struct):
+    version: Annotated[str, Meta(description="a version no alias points to")]
+
+
 class WatchKeys(Struct):
     keys: list[str] = []
     prefix: str | None = None

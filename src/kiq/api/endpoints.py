@@ -206,7 +206,7 @@ class Tables:
 
     def serves(self, table: str) -> bool:
         """Whether this cluster serves ``table``."""
-        return table in self._batches.node.tables
+        return table in self._batches.node.current
 
     def _runtime(self, table: str) -> TableRuntime:
         if self._caller is None:
@@ -214,7 +214,7 @@ class Tables:
                 raise Unauthorized("this node needs a bearer token: Authorization: Bearer TOKEN")
         elif not self._caller.grants.may_read(table):
             raise InsufficientScope(read_scope(table))
-        runtime = self._batches.node.tables.get(table)
+        runtime = self._batches.node.current.get(table)  # its current version (api/names.py)
         if runtime is None:
             raise UnknownTable(f"no table named {table!r}", table=table)
         return runtime
@@ -244,7 +244,7 @@ class Tables:
         partition = self._batches.node.partition_of(runtime, key)
         parker = self._parker if min_offset is not None else None
         result = await self._batches.reader.lookup(
-            table, partition, raw, max_lag, min_offset, wait_ms, self._auth, parker
+            runtime.spec.name, partition, raw, max_lag, min_offset, wait_ms, self._auth, parker
         )
         if result.outcome is Outcome.MISSING:
             return None

@@ -8,31 +8,39 @@ handlers only finish that check, with the body (``Access.member``).
 from __future__ import annotations
 
 import asyncio
+from typing import TypeVar
 
+import msgspec
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from kiq.api import admin, dashboard, sse
+from kiq.api import admin, bodies, dashboard, sse
 from kiq.api.asgi import query
 from kiq.api.auth import Access, caller, forwarded_caller
 from kiq.api.batches import Batches
 from kiq.api.errors import BadRequest, NotHere, Unavailable
 from kiq.api.lookups import Lookups
+from kiq.api.names import VERSION, resolve
 from kiq.api.request_body import read_body
+from kiq.api.versions import VersionsApi
 from kiq.api.watch import SubscriptionFrames, WatchApi, keys_of, keys_of_body
 from kiq.node import NodeView
 from kiq.routing import Peers
 from kiq.routing.wire import MSGPACK, decode_changes, encode
 from kiq.tables import TableRuntime
 
+_B = TypeVar("_B", bodies.Switch, bodies.Retire)
 JSON = "application/json"
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def _json(body: bytes, status: int = 200) -> Response:
-    return Response(body, status, media_type=JSON)
+def _json(body: bytes, status: int = 200, runtime: TableRuntime | None = None) -> Response:
+    """A JSON answer; a table read's says which version of the table answered."""
+    if runtime is None:
+        return Response(body, status, media_type=JSON)
+    return Response(body, status, {VERSION: runtime.spec.version}, media_type=JSON)
 
 
 def _auth(request: Request) -> str | None:
@@ -51,9 +59,11 @@ class Handlers:
         max_body: int,
         access: Access | None = None,
         watches: WatchApi | None = None,
+        versions: VersionsApi | None = None,
     ) -> None:
         self._node = node
         self._watches = watches
+        self._versions = versions
         self._lookups = lookups
         self._batches = batches
         self._peers = peers
@@ -82,23 +92,66 @@ class Handlers:
     async def tables(self, request: Request) -> Response:
         return _json(admin.tables(self._node))
 
+    def _table(self, request: Request) -> TableRuntime:
+        """The version of the path's table the request reads (``?version=``, else current)."""
+        version = query(request.scope).get("version") if request.scope["query_string"] else None
+        return resolve(self._node, request.path_params["table"], version)
+
     async def multiget(self, request: Request) -> Response:
         body = await read_body(request.receive, self._max_body)
-        table = request.path_params["table"]
-        return _json(await self._batches.multiget(table, body, _auth(request)))
+        runtime = self._table(request)
+        answer = await self._batches.multiget(runtime.spec.name, body, _auth(request))
+        return _json(answer, runtime=runtime)
 
     async def range(self, request: Request) -> Response:
-        table = request.path_params["table"]
-        return _json(await self._batches.range(table, query(request.scope), _auth(request)))
+        runtime = self._table(request)
+        params = query(request.scope)
+        answer = await self._batches.range(runtime.spec.name, params, _auth(request))
+        return _json(answer, runtime=runtime)
 
     async def windows(self, request: Request) -> Response:
-        table, key = request.path_params["table"], request.path_params["key"]
+        runtime, key = self._table(request), request.path_params["key"]
         params = query(request.scope)
-        return _json(await self._batches.windows(table, key, params, _auth(request)))
+        answer = await self._batches.windows(runtime.spec.name, key, params, _auth(request))
+        return _json(answer, runtime=runtime)
 
     async def top(self, request: Request) -> Response:
+        runtime = self._table(request)
+        params = query(request.scope)
+        answer = await self._batches.top_json(runtime.spec.name, params, _auth(request))
+        return _json(answer, runtime=runtime)
+
+    # -- versions (api/versions.py) -----------------------------------------------------------
+
+    @property
+    def _versioning(self) -> VersionsApi:
+        if self._versions is None:
+            raise Unavailable("this node does not manage table versions")
+        return self._versions
+
+    async def versions(self, request: Request) -> Response:
         table = request.path_params["table"]
-        return _json(await self._batches.top_json(table, query(request.scope), _auth(request)))
+        return _json(orjson.dumps(await self._versioning.describe(table, _auth(request))))
+
+    async def switch(self, request: Request) -> Response:
+        body = await self._body(request, bodies.Switch)
+        table = request.path_params["table"]
+        answer = await self._versioning.switch(table, body.version, body.force, _auth(request))
+        return _json(orjson.dumps(answer))
+
+    async def retire(self, request: Request) -> Response:
+        body = await self._body(request, bodies.Retire)
+        answer = await self._versioning.retire(
+            request.path_params["table"], body.version, _auth(request)
+        )
+        return _json(orjson.dumps(answer))
+
+    async def _body(self, request: Request, kind: type[_B]) -> _B:
+        raw = await read_body(request.receive, self._max_body)
+        try:
+            return msgspec.json.decode(raw, type=kind)
+        except msgspec.DecodeError as exc:
+            raise BadRequest(f"malformed body: {exc}") from exc
 
     # -- watches (api/watch.py) ------------------------------------------------------------
 
@@ -109,12 +162,12 @@ class Handlers:
         return self._watches
 
     async def watch_key(self, request: Request) -> Response:
-        runtime = self.watches.runtime(request.path_params["table"])
+        runtime = self.watches.runtime(self._table(request).spec.name)
         key = request.path_params["key"].encode()
         return await self._watch(request, runtime, [key], [])
 
     async def watch(self, request: Request) -> Response:
-        runtime = self.watches.runtime(request.path_params["table"])
+        runtime = self.watches.runtime(self._table(request).spec.name)
         if request.method == "POST":
             body = await read_body(request.receive, self._max_body)
             try:

@@ -27,8 +27,9 @@ from typing import Any
 
 from kiq.api.asgi import JSON, Send, header, query, respond
 from kiq.api.auth import forwarded_caller
-from kiq.api.errors import BadRequest, UnknownTable, lookup_error, send_error
+from kiq.api.errors import BadRequest, lookup_error, send_error
 from kiq.api.limits import caller_of
+from kiq.api.names import resolve, version_header
 from kiq.api.params import bool_param, check_key, int_param, key_from_path
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
@@ -56,7 +57,9 @@ class Lookups:
         self.reader = reader
         self._here = self.reader.here
         # The node's live mappings and its partitioner, bound once for the hot path.
-        self._tables = node.tables
+        self._node = node
+        self._tables = node.tables  # every version, by internal name: other nodes' asks
+        self._current = node.current  # a table's own name → its current version: callers'
         self._replicas = node.replicas
         self._partition_of = node.partition_of
         self._served_by = node.node_id.encode()
@@ -89,7 +92,7 @@ class Lookups:
         Anything else (0) goes the general way, which also explains bad input.
         Same answer as ``_get`` + ``_answer``, without their calls and objects.
         """
-        runtime = self._tables.get(table)
+        runtime = self._current.get(table)
         if (
             runtime is None
             or scope["query_string"]
@@ -101,7 +104,7 @@ class Lookups:
             partition = self._partition_of(runtime, raw_key.decode())
         except UnicodeDecodeError:
             return 0
-        replica = self._replicas.get((table, partition))
+        replica = self._replicas.get((runtime.spec.name, partition))
         if replica is None or replica.state is not ReplicaState.ACTIVE:
             return 0
         try:
@@ -126,6 +129,7 @@ class Lookups:
                     (b"x-kiq-served-by", self._served_by),
                     (b"x-kiq-lag", _digits(lag) if lag > 0 else b"0"),
                     (b"x-kiq-offset", str(offset).encode()),
+                    version_header(runtime),
                 ],
             }
         )
@@ -135,12 +139,11 @@ class Lookups:
     async def _get(
         self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes, enrich: Enrich | None
     ) -> int:
-        runtime = self._tables.get(table)
-        if runtime is None:
-            raise UnknownTable(f"no table named {table!r}", table=table)
+        params = query(scope)
+        runtime = resolve(self._node, table, params.get("version") if params else None)
+        table = runtime.spec.name  # the version's: forwards and replicas go by it
         key = key_from_path(raw_key)
         partition = self._partition_of(runtime, key.decode())
-        params = query(scope)
         max_lag = min_offset = parker = None
         wait_ms = 0
         if params:
@@ -256,6 +259,7 @@ async def _answer(
         (b"x-kiq-partition", str(result.partition).encode()),
         (b"x-kiq-served-by", result.served_by),
         (b"x-kiq-lag", str(max(result.lag, 0)).encode()),
+        version_header(runtime),
     ]
     if result.stale:
         headers.append((b"x-kiq-stale", b"true"))

@@ -67,6 +67,12 @@ ERRORS: dict[int, tuple[str, Answer]] = {
         ),
     ),
     404: ("NotFound", Answer.json("not_found (no such key) or unknown_table", Error)),
+    409: (
+        "Conflict",
+        Answer.json(
+            "conflict: the table's versions do not allow it now (the message says why)", Error
+        ),
+    ),
     413: (
         "TooLarge",
         Answer.json("too_large: the body or the number of keys is over the node's limit", Error),

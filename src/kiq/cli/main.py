@@ -7,7 +7,20 @@ from typing import Annotated
 
 import typer
 
-from kiq.cli import bench, broker, demo, feed, new, pipeline, proxy, serve, setup, spark, up
+from kiq.cli import (
+    bench,
+    broker,
+    demo,
+    feed,
+    new,
+    pipeline,
+    proxy,
+    serve,
+    setup,
+    spark,
+    up,
+    versions,
+)
 from kiq.cli.context import CliState, run_or_exit
 from kiq.logs import setup_logging
 
@@ -28,6 +41,10 @@ app.command("proxy")(proxy.proxy)
 app.command("up")(up.up)
 app.command("setup")(setup.setup)
 app.command("new")(new.new)
+app.command("versions")(versions.versions)
+app.command("diff")(versions.diff)
+app.command("switch")(versions.switch)
+app.command("retire")(versions.retire)
 
 
 @app.callback()

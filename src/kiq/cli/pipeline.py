@@ -34,6 +34,10 @@ def _app_pipelines(config: Path | None) -> list[str]:
     return found
 
 
+# Where a version comes from, for the message that refuses a bad one.
+_VERSION_FROM = "version (--version, env KIQ_PIPELINE_VERSION or [pipeline] version)"
+
+
 class TriggerMode(StrEnum):
     auto = "auto"
     microbatch = "microbatch"
@@ -68,12 +72,20 @@ def run(
     realtime_batch: Annotated[
         str | None, typer.Option(help="length of one Real-Time Mode batch [5 minutes]")
     ] = None,
+    version: Annotated[
+        str | None,
+        typer.Option(
+            help="version of the tables to write: v1 the usual topics and checkpoints; another "
+            "(v2) writes TOPIC.v2 from checkpoints of its own, beside v1, until `kiq switch` [v1]"
+        ),
+    ] = None,
 ) -> None:
     """Run pipelines until Ctrl-C; a restart resumes from their checkpoints."""
     from kiq.pipelines.kafka_io import StreamOptions
     from kiq.pipelines.runner import run_targets
     from kiq.pipelines.targets import resolve
     from kiq.tables.declared import parse_serve_tables
+    from kiq.tables.versions import check_version
 
     state: CliState = ctx.obj
     wanted: list[str] = targets or run_or_exit(lambda: _app_pipelines(state.config))
@@ -87,8 +99,10 @@ def run(
             partitions=partitions,
             interval=interval,
             realtime_batch=realtime_batch,
+            version=version,
         )
     )
+    run_or_exit(partial(check_version, conf.version, _VERSION_FROM))
     spark = run_or_exit(
         lambda: settings.load(
             settings.SparkSettings, state.config, master=master, checkpoint_dir=checkpoint
@@ -107,4 +121,8 @@ def run(
     served = run_or_exit(lambda: parse_serve_tables(serve.tables)[0])
     topics = {t.name: t.topic for t in served if t.topic is not None}
     app_name = run_or_exit(lambda: settings.load(settings.AppSettings, state.config)).name
-    run_or_exit(lambda: run_targets(chosen, spark, opts, conf.partitions, topics, app=app_name))
+    run_or_exit(
+        lambda: run_targets(
+            chosen, spark, opts, conf.partitions, topics, app=app_name, version=conf.version
+        )
+    )

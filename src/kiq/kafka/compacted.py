@@ -9,8 +9,10 @@ the topic before its query writes the table.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
@@ -18,6 +20,8 @@ from kiq.errors import KiqError
 from kiq.kafka.admin import create_topics, topic_partitions
 from kiq.kafka.config import consumer_config, producer_config
 from kiq.kafka.security import PLAINTEXT, KafkaSecurity
+
+log = logging.getLogger(__name__)
 
 COMPACTED_ONE = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
 
@@ -144,3 +148,95 @@ class Publisher:
     def close(self, timeout_s: float = 5.0) -> None:
         """Send what is queued (a stopped query's last record), for ``timeout_s`` at most."""
         self._producer.flush(timeout_s)
+
+
+class Follower:
+    """Tails a one-partition compacted topic from its start, for as long as it runs: every
+    record (None: a tombstone) goes to ``on_records`` in the order written, a batch at a
+    time, on the follower's own thread.
+
+    Nodes follow the table catalog so: a version a pipeline declares, an alias ``kiq
+    switch`` moves, a version ``kiq retire`` removes, all reach every node within a poll
+    (``poll_s``) of being written, with no coordinator but the topic. With ``idle_s``,
+    ``on_records`` is also called with no records at most that often while none arrive
+    (for work that waits on something else). ``position`` is the
+    next offset not yet handed over, so a writer that knows its record's offset can wait
+    until this follower has passed it.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        on_records: Callable[[list[tuple[str, bytes | None]]], None],
+        *,
+        security: KafkaSecurity = PLAINTEXT,
+        poll_s: float = 0.05,
+        idle_s: float | None = None,
+        name: str = "kiq-follow",
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._on_records = on_records
+        self._security = security
+        self._poll_s = poll_s
+        self._idle_s = idle_s
+        self.position = 0
+        self._advanced = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def wait_past(self, offset: int, timeout_s: float) -> bool:
+        """Whether the record at ``offset`` was handed over within ``timeout_s``."""
+        with self._advanced:
+            return self._advanced.wait_for(lambda: self.position > offset, timeout_s)
+
+    def _run(self) -> None:
+        consumer = Consumer(
+            consumer_config(
+                self._bootstrap,
+                f"kiq-follower-{self._topic}",
+                security=self._security,
+                **{"enable.auto.offset.store": False, "fetch.wait.max.ms": 50},
+            )
+        )
+        try:
+            consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
+            called = time.monotonic()
+            while not self._stop.is_set():
+                messages = consumer.consume(500, timeout=self._poll_s)
+                records: list[tuple[str, bytes | None]] = []
+                last = -1
+                for msg in messages:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() not in (
+                            KafkaError._PARTITION_EOF,
+                            KafkaError.GROUP_AUTHORIZATION_FAILED,
+                            KafkaError.UNKNOWN_TOPIC_OR_PART,
+                        ):
+                            log.warning("following topic %s: %s", self._topic, err.str())
+                        continue
+                    records.append(((msg.key() or b"").decode("utf-8", "replace"), msg.value()))
+                    last = max(last, msg.offset() or 0)
+                idle = self._idle_s is not None and time.monotonic() - called >= self._idle_s
+                if records or idle:
+                    called = time.monotonic()
+                    try:
+                        self._on_records(records)
+                    except Exception:  # the next records still arrive; the log has the stack
+                        log.exception("applying records of topic %s failed", self._topic)
+                if last >= 0:
+                    with self._advanced:
+                        self.position = last + 1
+                        self._advanced.notify_all()
+        finally:
+            consumer.close()

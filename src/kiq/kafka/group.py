@@ -70,6 +70,7 @@ class GroupMember:
         self._bootstrap = bootstrap
         self._security = security
         self._topics = topics
+        self._new_topics: list[str] | None = None  # set_topics's, for the thread to subscribe
         self._on_change = on_change
         self._conf = {
             **client_config(bootstrap, security=security),
@@ -104,6 +105,13 @@ class GroupMember:
         """Leave the group (so the others rebalance at once) and stop."""
         self._stop.set()
         self._thread.join(timeout=30)
+
+    def set_topics(self, topics: list[str]) -> None:
+        """Subscribe to exactly ``topics`` from now on (a table version came or went): the
+        group rebalances, cooperatively, the partitions of the others staying where they are."""
+        with self._lock:
+            if topics != self._topics:
+                self._new_topics = list(topics)
 
     def describe(self, timeout_s: float = 5.0) -> list[GroupMemberInfo]:
         """Every member of the group and the partitions it is assigned.
@@ -148,11 +156,15 @@ class GroupMember:
 
     def _run(self) -> None:
         consumer = Consumer(self._conf)
-        consumer.subscribe(
-            self._topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
-        )
+        self._subscribe(consumer, self._topics)
         try:
             while not self._stop.is_set():
+                with self._lock:
+                    topics, self._new_topics = self._new_topics, None
+                if topics is not None:
+                    self._topics = topics
+                    log.info("group topics group=%s topics=%s", self.group_id, ",".join(topics))
+                    self._subscribe(consumer, topics)
                 try:
                     consumer.poll(0.2)  # heartbeats and rebalance callbacks; partitions are paused
                 except KafkaException as exc:
@@ -160,6 +172,14 @@ class GroupMember:
         finally:
             consumer.close()
             log.info("left group group=%s client=%s", self.group_id, self.client_id)
+
+    def _subscribe(self, consumer: Consumer, topics: list[str]) -> None:
+        if not topics:
+            consumer.unsubscribe()
+            return
+        consumer.subscribe(
+            topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
+        )
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         consumer.incremental_assign(partitions)

@@ -10,6 +10,11 @@ runs before the query starts, so a mistake is an error, not bad records in a top
 table is then declared in the table catalog (``kiq.tables.declared``), from which the
 nodes learn what to serve. What it reads from and writes to is one collaborator, ``io``
 (``kiq.pipelines.io``): Kafka and streaming queries, or ``kiq.testing``'s batch.
+
+A version of the pipeline other than ``v1`` (``kiq pipeline run --version v2``) writes every
+topic under a name of its own (``TOPIC.v2``: tables, dead letters, streams) and declares
+its tables as that version, so it derives them anew beside the version the nodes serve;
+what it reads is unchanged (``kiq.tables.versions``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from kiq.pipelines.tables import (
 )
 from kiq.tables.declared import Declared
 from kiq.tables.durations import Duration, parse_duration
+from kiq.tables.versions import DEFAULT_VERSION, check_version, versioned_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -57,7 +63,9 @@ COMPACTED = {
 @dataclass
 class _Read:
     """A topic read through ``ctx.read``; its dead letters leave with the first query that
-    uses it, so the topic is read and parsed once per batch."""
+    uses it, so the topic is read and parsed once per batch. ``dead_letters`` is the
+    name as given (its query's name too); the topic written is the version's
+    (``Context._written``)."""
 
     topic: str
     partitions: int
@@ -85,12 +93,16 @@ class Context:
     declared: list[str] = field(default_factory=list)  # the tables it declared, in order
     # How each query it started runs, by name: "realtime" or "microbatch" (its progress says).
     triggers: dict[str, str] = field(default_factory=dict)
+    # Which version of its tables the pipeline writes (`kiq pipeline run --version`): any
+    # other than v1 writes every topic to TOPIC.VERSION, so it runs beside the one serving.
+    version: str = DEFAULT_VERSION
     _reads: list[_Read] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
     _slots_taken: int = 0  # held by this context's queries beside real-time ones
     _any_realtime: bool = False
 
     def __post_init__(self) -> None:
+        check_version(self.version)
         if self.io is None:
             self.io = KafkaIO(self.spark, self.opts, self.partitioner_jar)
 
@@ -103,6 +115,11 @@ class Context:
     def trigger(self) -> str:
         return self.opts.trigger
 
+    def _written(self, topic: str) -> str:
+        """The topic this version writes in place of ``topic`` (the same one for v1): two
+        versions of a pipeline never write to one topic, so the old one serves meanwhile."""
+        return versioned_topic(topic, self.version)
+
     def read(
         self,
         topic: str,
@@ -114,7 +131,8 @@ class Context:
         """A streaming DataFrame of ``topic``: the JSON value's fields as columns (with a
         ``schema``), or ``__value`` as text, beside the ``__`` metadata columns. Records
         that fail the schema or a ``reject`` condition go to ``dead_letters``
-        (``TOPIC-dlq``) with the reason."""
+        (``TOPIC-dlq``; ``TOPIC-dlq.VERSION`` for a version other than v1) with the
+        reason. ``topic`` itself is read as named, whatever the version."""
         if schema is not None:
             records.as_struct(schema)  # a bad schema fails before any topic is created
         partitions = self._io.partitions(topic)
@@ -127,7 +145,7 @@ class Context:
         checked = schema is not None or bool(reject)
         letters = (dead_letters or f"{topic}-dlq") if checked else None
         if letters:
-            self._letters_topic(letters)
+            self._letters_topic(self._written(letters))
         self._reads.append(
             _Read(topic, partitions, source_ids(raw), parsed, letters, (schema, tuple(reject)))
         )
@@ -160,15 +178,19 @@ class Context:
         and end, so a key's windows sort by time (``GET .../keys/{k}/windows``), and
         ``retention`` drops windows that ended that long before the newest one.
         ``rank_by``: a numeric column the nodes keep each partition ordered by
-        (``GET /v1/tables/{name}/top``)."""
+        (``GET /v1/tables/{name}/top``).
+
+        A version other than v1 (``kiq pipeline run --version``) writes the topic and the
+        dead letters with the version appended (``TOPIC.v2``, ``TOPIC-dlq.v2``)."""
         parts = _key(key)
         if window is not None:
             df = with_window_parts(df, name, window)
             parts = (*parts, *WINDOW_PARTS)
+        base = topic or self.table_topics.get(name, name)
         table = self._output(
             name,
             df,
-            topic or self.table_topics.get(name, name),
+            self._written(base),
             parts,
             sep,
             value,
@@ -178,7 +200,7 @@ class Context:
             retention,
             rank_by,
         )
-        letters = dead_letters or f"{table.topic}-dlq"
+        letters = self._written(dead_letters or f"{base}-dlq")
         return self._write_tables(name, df, [table], letters, None, partitions, partition)
 
     def write_tables(
@@ -240,7 +262,7 @@ class Context:
                 self._output(
                     n,
                     df,
-                    (topics or {}).get(n) or self.table_topics.get(n, n),
+                    self._written((topics or {}).get(n) or self.table_topics.get(n, n)),
                     parts,
                     sep[n] if isinstance(sep, Mapping) else sep,
                     value.get(n) if isinstance(value, Mapping) else value,
@@ -251,7 +273,7 @@ class Context:
                     _one(rank_by, n),
                 )
             )
-        letters = dead_letters or f"{query}-dlq"
+        letters = self._written(dead_letters or f"{query}-dlq")
         return self._write_tables(query, df, outputs, letters, table, partitions, partition)
 
     def write_topic(
@@ -264,14 +286,15 @@ class Context:
         partitions: int | None = None,
     ) -> StreamingQuery:
         """Start a query that appends ``df``'s rows to ``topic`` (a stream, not a table):
-        value as for a table, key optional (no key: Kafka spreads the records)."""
-        out = TableOutput(topic, topic, () if key is None else _key(key), sep, value)
+        value as for a table, key optional (no key: Kafka spreads the records). The query
+        is named ``topic``; a version other than v1 writes ``TOPIC.VERSION``."""
+        out = TableOutput(topic, self._written(topic), () if key is None else _key(key), sep, value)
         out.check(df.columns)
         name = self._claim(topic)
         reads = self._inputs(df)
         options = self._partitioner([out])
-        letters = f"{topic}-dlq"
-        self._create({topic: partitions or _partitions(reads, self.partitions)}, {})
+        letters = self._written(f"{topic}-dlq")
+        self._create({out.topic: partitions or _partitions(reads, self.partitions)}, {})
         self._letters_topic(letters)
         frame = table_records(df, [out], letters)
         realtime = self._realtime(name, df, reads)
@@ -317,6 +340,8 @@ class Context:
                     app=self.app,
                     pipeline=self.pipeline,
                     query=name,
+                    version=self.version,
+                    checkpoint=self.opts.checkpoint_root,
                     ttl_ms=o.ttl_ms,
                     window=o.window,
                     retention_ms=o.retention_ms,
@@ -444,7 +469,7 @@ class Context:
                 self._realtime_letters(r)
             else:
                 letters = records.dead_letters(r.parsed)
-                frame = frame.unionByName(letters_records(letters, r.dead_letters))
+                frame = frame.unionByName(letters_records(letters, self._written(r.dead_letters)))
         return frame
 
     def _realtime_letters(self, r: _Read) -> None:
@@ -456,7 +481,7 @@ class Context:
         raw = self._io.read(r.topic, realtime=True)
         schema, reject = r.realtime_args
         parsed = records.parse_records(raw, schema, reject)
-        letters = letters_records(records.dead_letters(parsed), r.dead_letters)
+        letters = letters_records(records.dead_letters(parsed), self._written(r.dead_letters))
         name = self._claim(r.dead_letters)
         self.queries.append(self._io.start(letters, name, realtime=True))
         self.triggers[name] = "realtime"

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+import msgspec
+
 from kiq.catalog import CATALOG_TOPIC
 from kiq.errors import SetupError
 from kiq.kafka import compacted, create_topics, topic_partitions
@@ -112,21 +114,26 @@ class KafkaIO:
         found = compacted.read_latest(bootstrap, CATALOG_TOPIC, security=security)
         changed: dict[str, bytes | None] = {}
         for table in tables:
-            old = decode_catalog(found, app=table.app).get(table.table)
+            # Each version of a table is a record of its own: v2 is compared with v2 only.
+            old = decode_catalog(found, app=table.app).get(table.name)
             if old == table:
                 continue
-            if old is not None:
+            # A record from before checkpoints were recorded gains one, without a warning.
+            if (
+                old is not None
+                and msgspec.structs.replace(old, checkpoint=table.checkpoint) != table
+            ):
                 log.warning(
                     "catalog: table %s was declared by %s and is now declared by %s; the "
                     "topic keeps records written under the old declaration",
-                    table.table,
+                    table.name,
                     old.describe(),
                     table.describe(),
                 )
             changed[table.catalog_key] = table.encode()
         if changed:
             compacted.put(bootstrap, CATALOG_TOPIC, changed, security=security)
-            log.info("catalog: declared tables=%s", ",".join(sorted(t.table for t in tables)))
+            log.info("catalog: declared tables=%s", ",".join(sorted(t.name for t in tables)))
 
     def start(
         self,

@@ -1,7 +1,10 @@
 """Running pipelines: targets built on one Spark session, stopped cleanly on a signal.
 
 Each target is a function given a ``Context`` (``kiq.pipelines.context``); the
-queries it starts through ``ctx`` run until a signal or the first failure.
+queries it starts through ``ctx`` run until a signal or the first failure. A run is of
+one version of the targets (``kiq pipeline run --version``): another version than v1 is
+a pipeline of its own, ``NAME@VERSION`` (``kiq.tables.versions.run_name``), in its
+checkpoint directory, start record and progress records.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from kiq.pipelines.targets import Target
 from kiq.runtime.jars import partitioner_jar
 from kiq.settings import SparkSettings
 from kiq.tables.declared import Started
+from kiq.tables.versions import DEFAULT_VERSION, check_version, run_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -83,12 +87,17 @@ def run_targets(
     table_topics: Mapping[str, str] | None = None,
     stop_event: threading.Event | None = None,
     app: str = "kiq",
+    version: str = DEFAULT_VERSION,
 ) -> None:
     """Build every target's queries in one Spark session; block until a signal or a failure.
 
-    Each target checkpoints under ``opts.checkpoint_root/TARGET_NAME/QUERY``.
+    Each target checkpoints under ``opts.checkpoint_root/RUN/QUERY``, where RUN is the
+    target's name for ``version`` v1 and ``NAME@VERSION`` for another, which writes its
+    own topics (``TOPIC.VERSION``) beside v1's.
     """
-    name = "+".join(t.name for t in targets)
+    check_version(version)
+    runs = {t.name: run_name(t.name, version) for t in targets}
+    name = "+".join(runs.values())
     if spark_settings.master == "local[*]" and opts.trigger != "microbatch":
         # Real-Time Mode runs every task of a query at once: room for them, not one per core.
         shuffle = spark_settings.shuffle_partitions or 1
@@ -101,36 +110,45 @@ def run_targets(
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
     queries: list[StreamingQuery] = []
-    started: dict[str, list[str]] = {}  # pipeline name -> the tables it declared
+    started: dict[str, list[str]] = {}  # run name -> the tables it declared
     checkpoints: dict[str, str] = {}  # query name -> its pipeline's checkpoint root
-    owned: list[tuple[str, str, StreamingQuery]] = []  # (pipeline, trigger, query)
+    owned: list[tuple[str, str, StreamingQuery]] = []  # (run name, trigger, query)
     jar = partitioner_jar(spark_settings.jars_dir)
     try:
         for t in targets:
+            run = runs[t.name]
             mine = replace(
                 opts,
-                checkpoint_root=f"{opts.checkpoint_root}/{t.name}",
+                checkpoint_root=f"{opts.checkpoint_root}/{run}",
                 input_tasks=opts.input_tasks or spark_settings.input_tasks_per_batch,
             )
             log.info(
-                "pipeline starting name=%s target=%s trigger=%s checkpoints=%s",
+                "pipeline starting name=%s version=%s target=%s trigger=%s checkpoints=%s",
                 t.name,
+                version,
                 t.spec,
                 opts.trigger,
                 mine.checkpoint_root,
             )
-            ctx = Context(spark, mine, t.name, partitions, dict(table_topics or {}), jar, app=app)
+            ctx = Context(
+                spark,
+                mine,
+                t.name,
+                partitions,
+                dict(table_topics or {}),
+                jar,
+                app=app,
+                version=version,
+            )
             try:
                 t.function(ctx)
             finally:
                 queries.extend(ctx.queries)
-                owned.extend(
-                    (t.name, ctx.triggers.get(q.name, "microbatch"), q) for q in ctx.queries
-                )
+                owned.extend((run, ctx.triggers.get(q.name, "microbatch"), q) for q in ctx.queries)
                 checkpoints.update(
                     dict.fromkeys((q.name for q in ctx.queries), mine.checkpoint_root)
                 )
-            started[t.name] = list(ctx.declared)
+            started[run] = list(ctx.declared)
             if not ctx.queries:
                 raise ConfigError(
                     f"pipeline {t.name} ({t.spec}) started no query: call ctx.write_table, "
@@ -193,7 +211,8 @@ def stale_state_hint(error: str, checkpoint_root: str) -> str:
         f"\n(the checkpoint {checkpoint_root} holds state that another version of this pipeline "
         "wrote, or the same one under another trigger: stop the pipeline, delete that "
         "directory and start again, and the tables are derived again from the input topic, "
-        "read from its start; or run it with the trigger it was written with)"
+        "read from its start; or run it with the trigger it was written with; or run the "
+        "changed pipeline as a new version beside this one: kiq pipeline run --version NEW)"
     )
 
 
@@ -237,7 +256,8 @@ def announce_started(
     opts: StreamOptions, started: Mapping[str, list[str]], app: str = "kiq"
 ) -> None:
     """Record in the table catalog that each pipeline started and which tables it declared,
-    which `kiq up` waits for before it starts the nodes."""
+    which `kiq up` waits for before it starts the nodes. ``started`` is by run name
+    (``stocks``, ``stocks@v2``)."""
     now = int(time.time() * 1000)
     records: dict[str, bytes | None] = {}
     for name, tables in started.items():

@@ -67,6 +67,7 @@ class Materializer:
         self.taps = Taps()  # who watches what a partition applies (kiq.live)
         self._progress_logged: dict[tuple[str, int], float] = {}
         self._wanted: queue.Queue[dict[tuple[str, int], Role]] = queue.Queue()
+        self._dropped: queue.Queue[tuple[str, threading.Event]] = queue.Queue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kiq-materializer", daemon=True)
 
@@ -84,6 +85,16 @@ class Materializer:
     def reconcile(self, wanted: dict[tuple[str, int], Role]) -> None:
         """Ask for exactly these replicas with these roles (applied by the thread soon)."""
         self._wanted.put(wanted)
+
+    def add_table(self, runtime: TableRuntime) -> None:
+        """Read ``runtime``'s topic too (the caller added it to the tables this was given)."""
+        self._by_topic = {**self._by_topic, runtime.spec.topic: runtime}
+
+    def drop_table(self, table: str) -> threading.Event:
+        """Close every replica of ``table`` (on the thread, soon); the event is set then."""
+        done = threading.Event()
+        self._dropped.put((table, done))
+        return done
 
     @property
     def replicas(self) -> Mapping[tuple[str, int], Replica]:
@@ -103,6 +114,7 @@ class Materializer:
         next_watermarks = 0.0
         while not self._stop.is_set():
             try:
+                self._drop_tables()
                 self._apply_wanted()
                 if self._replicas:
                     self._apply(self._reader.consume())
@@ -118,6 +130,24 @@ class Materializer:
                 log.exception("materializer loop error; retrying")
                 time.sleep(0.5)
 
+    def _drop_tables(self) -> None:
+        while True:
+            try:
+                table, done = self._dropped.get_nowait()
+            except queue.Empty:
+                return
+            keys = [key for key in self._replicas if key[0] == table]
+            reading = [k for k in keys if self._faulted.pop(k, None) is None]
+            self._reader.unassign([(self._replicas[k].topic, k[1]) for k in reading])
+            for key in keys:
+                replica = self._replicas.pop(key)
+                replica.move_to(ReplicaState.REVOKED)
+                replica.store.close()
+                self._progress_logged.pop(key, None)
+            self._by_topic = {t: r for t, r in self._by_topic.items() if r.spec.name != table}
+            log.info("table closed table=%s replicas=%d", table, len(keys))
+            done.set()
+
     def _apply_wanted(self) -> None:
         wanted = None
         while True:
@@ -128,6 +158,7 @@ class Materializer:
         if wanted is None:
             return
         to_assign = []
+        wanted = {key: role for key, role in wanted.items() if key[0] in self._tables}
         for key, store in self._open_stores([key for key in wanted if key not in self._replicas]):
             table, partition = key
             role = wanted[key]

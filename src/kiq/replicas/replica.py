@@ -110,7 +110,15 @@ class Replica:
             else round(self.caught_up_at - self.opened_at, 3),
             "lingering": self.lingering_since is not None,
             "fault": self.fault,
+            **self._size(),
         }
+
+    def _size(self) -> dict[str, int]:
+        """Keys and bytes, from the store's own estimates; 0 when it is closed."""
+        try:
+            return {"keys": self.store.count(), "bytes": self.store.size_bytes()}
+        except Exception:  # closed under us (a revoke, a retire): nothing to count
+            return {"keys": 0, "bytes": 0}
 
 
 class ReadOnlyReplica(Protocol):

@@ -233,6 +233,8 @@ class ReplicaStatus(msgspec.Struct, frozen=True):
     restore_s: float | None
     lingering: bool
     fault: str | None = None
+    keys: int = 0  # the store's count (RocksDB's estimate)
+    bytes: int = 0  # the store's size on disk (SST files)
 
     @classmethod
     def of(cls, described: Mapping[str, object]) -> ReplicaStatus:
@@ -253,6 +255,10 @@ class NodeStatus(msgspec.Struct, frozen=True):
     node_id: str
     view_version: int
     replicas: list[ReplicaStatus]
+    # Which version each table's name means on that node, and every version it serves (by
+    # internal name): how `kiq switch` and `kiq retire` see every node has followed.
+    current: dict[str, str] = {}
+    tables: list[str] = []
 
 
 DecodeError = msgspec.DecodeError

@@ -6,6 +6,7 @@ The only package that imports ``rocksdict``; everything above it sees
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from kiq.errors import ConfigError
@@ -20,6 +21,8 @@ __all__ = [
     "PartitionStore",
     "RocksDBPartitionStore",
     "open_partition_store",
+    "remove_table_stores",
+    "table_dir",
 ]
 
 _KINDS = ("rocksdb", "memory")
@@ -40,8 +43,21 @@ def open_partition_store(
     whose order the store keeps for ``top``.
     """
     if kind == "rocksdb":
-        path = data_dir / "tables" / table / str(partition)
-        return RocksDBPartitionStore(path, budget, rank_by)
+        return RocksDBPartitionStore(table_dir(data_dir, table) / str(partition), budget, rank_by)
     if kind == "memory":
         return MemoryPartitionStore(rank_by)
     raise ConfigError(f"unknown store kind {kind!r}: use one of {', '.join(_KINDS)}")
+
+
+def table_dir(data_dir: Path, table: str) -> Path:
+    """Where a table's RocksDB stores live, one directory per partition."""
+    return data_dir / "tables" / table
+
+
+def remove_table_stores(data_dir: Path, table: str) -> bool:
+    """Delete every store of ``table`` under ``data_dir`` (closed first); whether any were there."""
+    path = table_dir(data_dir, table)
+    if not path.exists():
+        return False
+    shutil.rmtree(path)
+    return True

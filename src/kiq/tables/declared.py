@@ -19,6 +19,7 @@ import msgspec
 
 from kiq.errors import ConfigError
 from kiq.tables.spec import TableSpec, parse_table
+from kiq.tables.versions import DEFAULT_VERSION, internal_name, run_name
 
 Partitioning = Literal["key", "input"]
 _PREFIX = "table:"
@@ -53,10 +54,25 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
     window: str | None = None
     retention_ms: int | None = None
     rank_by: str | None = None
+    # Which version of the table this is (``kiq pipeline run --version``; kiq.tables.versions).
+    version: str = DEFAULT_VERSION
+    # Where the pipeline version that writes it checkpoints (``kiq retire`` deletes it once
+    # no table of that version is left); "" when not recorded.
+    checkpoint: str = ""
+
+    @property
+    def name(self) -> str:
+        """The name nodes keep this version under (``NAME``, ``NAME@v2``)."""
+        return internal_name(self.table, self.version)
+
+    @property
+    def run(self) -> str:
+        """The pipeline version that writes it (``stocks``, ``stocks@v2``)."""
+        return run_name(self.pipeline, self.version)
 
     @property
     def catalog_key(self) -> str:
-        return catalog_key(self.table, self.app)
+        return catalog_key(self.table, self.app, self.version)
 
     def encode(self) -> bytes:
         return msgspec.json.encode(self)
@@ -68,10 +84,10 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
         return f"pipeline {self.pipeline or '?'}: topic {self.topic!r}, key {key}{sep}"
 
 
-def catalog_key(table: str, app: str) -> str:
-    """One record per application and table: two applications on one Kafka cluster may
-    each have a table of the same name."""
-    return f"{_PREFIX}{app}/{table}"
+def catalog_key(table: str, app: str, version: str = DEFAULT_VERSION) -> str:
+    """One record per application, table and version: two applications on one Kafka cluster
+    may each have a table of the same name."""
+    return f"{_PREFIX}{app}/{internal_name(table, version)}"
 
 
 class Started(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,7 +124,8 @@ def decode_started(records: Mapping[str, bytes], app: str | None = None) -> dict
 
 def decode_catalog(records: Mapping[str, bytes], app: str | None = None) -> dict[str, Declared]:
     """The tables in a catalog read (``kiq.kafka.compacted.read_latest``) of ``app`` (every
-    application's, when None), by name.
+    application's, when None), by the name nodes keep them under (``Declared.name``: the
+    table's own for ``v1``, ``NAME@VERSION`` for another version).
 
     A record kiq cannot read (written by a newer kiq, say) is skipped, not fatal.
     """
@@ -121,7 +138,7 @@ def decode_catalog(records: Mapping[str, bytes], app: str | None = None) -> dict
         except msgspec.DecodeError:
             continue
         if app is None or declared.app == app:
-            found[declared.table] = declared
+            found[declared.name] = declared
     return found
 
 
@@ -172,7 +189,8 @@ def resolve_tables(
     default_standby: int = 1,
     every_declared: bool = False,
 ) -> list[TableSpec]:
-    """The tables a node serves: ``served``, completed from the catalog.
+    """The tables a node serves: ``served``, completed from the catalog, each version of a
+    table a table of its own (``Declared.name``).
 
     Without ``served`` (or with ``every_declared``, ``*`` in ``[serve] tables``), every
     table the catalog holds for ``app`` too. A served entry the catalog lacks needs its
@@ -181,12 +199,12 @@ def resolve_tables(
     """
     tables: dict[str, TableSpec] = {}
     if every_declared or not served:
-        for d in sorted(catalog.values(), key=lambda d: d.table):
+        for d in sorted(catalog.values(), key=lambda d: d.name):
             if d.app == app:
-                tables[d.table] = _from_catalog(d, None, default_standby)
+                tables[d.name] = _from_catalog(d, None, default_standby)
     for entry in served:
-        declared = catalog.get(entry.name)
-        if declared is None:
+        versions = [d for d in catalog.values() if d.table == entry.name and d.app == app]
+        if not versions:
             if entry.topic is None:
                 raise ConfigError(
                     f"table {entry.name} is not in the table catalog (no pipeline has written "
@@ -195,9 +213,28 @@ def resolve_tables(
                 )
             tables[entry.name] = entry.spec
             continue
-        _check_agrees(entry, declared)
-        tables[entry.name] = _from_catalog(declared, entry, default_standby)
+        for declared in sorted(versions, key=lambda d: d.name):
+            _check_agrees(entry, declared)
+            tables[declared.name] = _from_catalog(declared, entry, default_standby)
     return list(tables.values())
+
+
+def serves(served: Sequence[Served], every_declared: bool, declared: Declared, app: str) -> bool:
+    """Whether a node with ``[serve] tables`` ``served`` serves ``declared`` (a version a
+    pipeline declared after the node started, say)."""
+    if declared.app != app:
+        return False
+    if every_declared or not served:
+        return True
+    return any(entry.name == declared.table for entry in served)
+
+
+def spec_for(served: Sequence[Served], declared: Declared, default_standby: int) -> TableSpec:
+    """``declared`` as a node with ``[serve] tables`` ``served`` serves it."""
+    entry = next((e for e in served if e.name == declared.table), None)
+    if entry is not None:
+        _check_agrees(entry, declared)
+    return _from_catalog(declared, entry, default_standby)
 
 
 def _check_agrees(entry: Served, declared: Declared) -> None:
@@ -223,7 +260,7 @@ def _from_catalog(declared: Declared, entry: Served | None, default_standby: int
     spec = entry.spec if entry is not None else None
     entry_options = entry.options if entry is not None else frozenset()
     return TableSpec(
-        name=declared.table,
+        name=declared.name,
         topic=declared.topic,
         store=spec.store if spec is not None else "rocksdb",
         format=declared.format,
@@ -262,4 +299,5 @@ def declared_fields(declared: Declared) -> Mapping[str, object]:
         "window": declared.window,
         "retention_ms": declared.retention_ms,
         "rank_by": declared.rank_by,
+        "version": declared.version,
     }

@@ -14,6 +14,7 @@ from typing import Literal, get_args
 
 from kiq.errors import ConfigError
 from kiq.tables.durations import parse_duration
+from kiq.tables.versions import split_internal
 
 StoreKind = Literal["rocksdb", "memory"]
 ValueFormat = Literal["json", "avro", "raw"]
@@ -27,7 +28,9 @@ _EXAMPLES = (
     "quotes=stock-quotes or ref=symbols,store=memory,global or ev=events,format=avro,schema=ev.avsc"
 )
 
-_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+# A table's own name; a node's name for another version of it adds "@VERSION"
+# (kiq.tables.versions), which a name given by a user never has.
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}(@[A-Za-z0-9_-]{1,40})?")
 # Kafka's own rule for topic names.
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
@@ -67,6 +70,15 @@ class TableSpec:
     # How its pipeline declared it in the table catalog (key parts, partitioning, the
     # pipeline), shown by GET /v1/tables; None for a topic no pipeline declares.
     declared: Mapping[str, object] | None = field(default=None, compare=False, hash=False)
+
+    @property
+    def table(self) -> str:
+        """The table's own name, the one callers use (``name`` less any ``@VERSION``)."""
+        return split_internal(self.name)[0]
+
+    @property
+    def version(self) -> str:
+        return split_internal(self.name)[1]
 
     def partition_key(self, key: str) -> str:
         """The part of ``key`` that decides its partition."""
@@ -153,6 +165,8 @@ def parse_table(text: str, default_standby: int = 1) -> TableSpec:
     parts = [part.strip() for part in rest.split(",")]
     if not sep or not name.strip() or not parts[0]:
         raise _syntax_error(text, "expected NAME=TOPIC first")
+    if "@" in name:
+        raise _syntax_error(text, "a table name has no '@' (versions come from the catalog)")
     options: dict[str, str | None] = {}
     for part in parts[1:]:
         key, has_value, value = (s.strip() for s in part.partition("="))

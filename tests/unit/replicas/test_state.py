@@ -190,4 +190,6 @@ def test_describe():
         "restored_records": 0,
         "lingering": False,
         "fault": None,
+        "keys": 1,  # the store's own count and size
+        "bytes": 2,
     }

@@ -132,6 +132,8 @@ def test_exports():
         "PartitionStore",
         "RocksDBPartitionStore",
         "open_partition_store",
+        "remove_table_stores",
+        "table_dir",
     ]
 
 

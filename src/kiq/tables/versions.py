@@ -1,0 +1,115 @@
+"""Versions of a table: how a version is named, where it is written, and which one serves.
+
+A pipeline run with ``--version v2`` writes every table it declares to its own topic
+(``TOPIC.v2``) from its own checkpoints, beside the version already serving. The default
+version, ``v1``, keeps the names kiq always used (topic ``TOPIC``, store and metrics
+``NAME``), so a deployment that never asks for versions sees no change.
+
+Inside a node each version is a table of its own, named ``NAME@VERSION`` (``NAME`` alone
+for ``v1``): its replicas, stores, forwards and metrics carry that internal name, and
+``@`` never appears in a table's own name, so the two cannot collide. Callers keep using
+``NAME``; which version it means is the table's alias, an ``Alias`` record in the table
+catalog (key ``alias:APP/NAME``) that every node follows: ``kiq switch`` writes one, and
+each node moves the name at once. Without an alias the name means ``v1`` if it exists,
+else the first version declared (in name order).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+import msgspec
+
+from kiq.errors import ConfigError
+
+DEFAULT_VERSION = "v1"
+# Between a table's name and its version, in the names nodes use internally.
+VERSION_MARK = "@"
+_VERSION = re.compile(r"[A-Za-z0-9_-]{1,40}")
+_ALIAS = "alias:"
+
+
+def check_version(version: str, what: str = "--version") -> str:
+    """``version`` if it is a valid version name; else a ``ConfigError`` saying what is."""
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise ConfigError(
+            f"{what}: {version!r} is not a version name: use 1-40 of A-Z a-z 0-9 _ - "
+            "(for example v2)"
+        )
+    return version
+
+
+def internal_name(table: str, version: str) -> str:
+    """The name a node keeps version ``version`` of ``table`` under."""
+    return table if version == DEFAULT_VERSION else f"{table}{VERSION_MARK}{version}"
+
+
+def split_internal(name: str) -> tuple[str, str]:
+    """(table, version) of an internal name (``internal_name``'s inverse)."""
+    table, mark, version = name.partition(VERSION_MARK)
+    return table, (version if mark else DEFAULT_VERSION)
+
+
+def public_name(name: str) -> str:
+    """The table's own name, for an internal name (scopes and messages use it)."""
+    return name.partition(VERSION_MARK)[0]
+
+
+def versioned_topic(topic: str, version: str) -> str:
+    """Where version ``version`` writes what version ``v1`` writes to ``topic``."""
+    return topic if version == DEFAULT_VERSION else f"{topic}.{version}"
+
+
+def run_name(pipeline: str, version: str) -> str:
+    """A pipeline version's name: its checkpoint directory, its progress records' and its
+    start record's (``stocks``, ``stocks@v2``)."""
+    return internal_name(pipeline, version)
+
+
+class Alias(msgspec.Struct, frozen=True, kw_only=True):
+    """Which version ``table`` of application ``app`` names (``kiq switch``)."""
+
+    table: str
+    version: str
+    app: str = "kiq"
+    switched_at_ms: int = 0
+    previous: str | None = None
+
+    @property
+    def catalog_key(self) -> str:
+        return alias_key(self.table, self.app)
+
+    def encode(self) -> bytes:
+        return msgspec.json.encode(self)
+
+
+def alias_key(table: str, app: str) -> str:
+    return f"{_ALIAS}{app}/{table}"
+
+
+def decode_aliases(records: Mapping[str, bytes], app: str | None = None) -> dict[str, Alias]:
+    """The aliases in a catalog read (``app``'s only, when given), by table name; a record
+    kiq cannot read is skipped."""
+    found: dict[str, Alias] = {}
+    for key, value in records.items():
+        if not key.startswith(_ALIAS):
+            continue
+        try:
+            alias = msgspec.json.decode(value, type=Alias)
+        except msgspec.DecodeError:
+            continue
+        if app is None or alias.app == app:
+            found[alias.table] = alias
+    return found
+
+
+def current_version(versions: Iterable[str], alias: Alias | None) -> str | None:
+    """The version a table's name means: its alias's when that version exists, else
+    ``v1``, else the first in name order; None when there is none."""
+    known = sorted(versions)
+    if not known:
+        return None
+    if alias is not None and alias.version in known:
+        return alias.version
+    return DEFAULT_VERSION if DEFAULT_VERSION in known else known[0]
