@@ -189,9 +189,7 @@ class CatalogWriter:
         return await asyncio.to_thread(self._delete, list(topics))
 
     def _delete(self, topics: list[str]) -> list[str]:
-        there = [
-            t for t in topics if topic_partitions(self._bootstrap, t, security=self._security)
-        ]
+        there = [t for t in topics if topic_partitions(self._bootstrap, t, security=self._security)]
         if there:
             delete_topics(self._bootstrap, there, security=self._security)
         return there

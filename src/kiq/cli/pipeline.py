@@ -76,7 +76,8 @@ def run(
         str | None,
         typer.Option(
             help="version of the tables to write: v1 the usual topics and checkpoints; another "
-            "(v2) writes TOPIC.v2 from checkpoints of its own, beside v1, until `kiq switch` [v1]"
+            "(v2) writes TOPIC.v2 from checkpoints of its own, beside v1, until `kiq switch` "
+            "(default v1)"
         ),
     ] = None,
 ) -> None:

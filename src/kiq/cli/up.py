@@ -358,10 +358,13 @@ class Running:
         """Whether every pipeline has declared its tables since ``since_ms``."""
         from kiq.pipelines.targets import target_name
         from kiq.tables.declared import decode_started
+        from kiq.tables.versions import run_name
 
         started = decode_started(self._catalog(), self.plan.app.name)
+        version = self.plan.pipeline.version
         return all(
-            (s := started.get(target_name(p))) is not None and s.started_at_ms >= since_ms
+            (s := started.get(run_name(target_name(p), version))) is not None
+            and s.started_at_ms >= since_ms
             for p in self.plan.app.pipelines
         )
 

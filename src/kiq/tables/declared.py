@@ -19,7 +19,7 @@ import msgspec
 
 from kiq.errors import ConfigError
 from kiq.tables.spec import TableSpec, parse_table
-from kiq.tables.versions import DEFAULT_VERSION, internal_name, run_name
+from kiq.tables.versions import DEFAULT_VERSION, internal_name, run_name, versioned_topic
 
 Partitioning = Literal["key", "input"]
 _PREFIX = "table:"
@@ -239,7 +239,7 @@ def spec_for(served: Sequence[Served], declared: Declared, default_standby: int)
 
 def _check_agrees(entry: Served, declared: Declared) -> None:
     clashes: list[str] = []
-    if entry.topic is not None and entry.topic != declared.topic:
+    if entry.topic is not None and versioned_topic(entry.topic, declared.version) != declared.topic:
         clashes.append(f"topic {entry.topic!r} here, {declared.topic!r} in the pipeline")
     if "sep" in entry.options and entry.sep != declared.sep:
         theirs = repr(declared.sep) if declared.sep else "none (a one-column key)"
