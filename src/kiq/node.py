@@ -195,6 +195,8 @@ class Node:
             return
         self.tables[name] = runtime
         self._materializer.add_table(runtime)
+        if self._sweeper is not None:
+            self._sweeper.add_table(runtime)
         self._layouts = [*self._layouts, _layout(runtime)]
         self._regroup()
         self._point(runtime.spec.table)
@@ -212,6 +214,8 @@ class Node:
         self._layouts = [layout for layout in self._layouts if layout.name != name]
         self._regroup(without=runtime.spec.topic)
         del self.tables[name]
+        if self._sweeper is not None:
+            self._sweeper.drop_table(name)
         self._point(runtime.spec.table)
         log.info("table dropped table=%s topic=%s", name, runtime.spec.topic)
         self._poke_event.set()

@@ -163,16 +163,15 @@ def _node(
         metrics=metrics,
         linger_s=serve.linger_s,
     )
-    sweeper = None
-    if any(s.ttl_ms is not None or s.retention_ms is not None for s in tables):
-        sweeper = ExpirySweeper(
-            runtimes,
-            materializer.replicas,
-            LogTimes(serve.bootstrap, f"kiq-expiry-{serve.node_id}", security=kafka),
-            writer,
-            metrics,
-            interval_s=serve.expiry_sweep_s,
-        )
+    # Made even when no table ages yet: a version declared later may (its thread waits).
+    sweeper = ExpirySweeper(
+        runtimes,
+        materializer.replicas,
+        LogTimes(serve.bootstrap, f"kiq-expiry-{serve.node_id}", security=kafka),
+        writer,
+        metrics,
+        interval_s=serve.expiry_sweep_s,
+    )
     return Node(serve, runtimes, materializer, metrics, group, group_changed, sweeper)
 
 

@@ -165,13 +165,16 @@ def make_node(
     endpoints: Iterable[Any] = SHIPPED_ENDPOINTS,
     limits: LimitsSettings | None = None,
     security: Security | None = None,
+    catalog: Any = None,
+    progress: Any = None,
     **settings: Any,
 ) -> LocalNode:
     """A node serving ``tables``, its group seat taken in ``cluster``; not started.
 
     ``endpoints`` are the application's routes: functions taking a ``kiq.Routes``, or
     targets; the shipped stock and word-count routes unless given. With ``security``,
-    the node checks tokens and peers as ``kiq serve --auth ...`` would.
+    the node checks tokens and peers as ``kiq serve --auth ...`` would. ``catalog`` and
+    ``progress`` go to ``create_app`` (table versions' switch and retire, pipelines' progress).
     """
     url = f"http://{node_id}.test"
     conf = ServeSettings(
@@ -209,6 +212,8 @@ def make_node(
         endpoints=endpoints,
         limits=limits,
         security=security,
+        catalog=catalog,
+        progress=progress,
     )
     cluster.network[url] = app
     return LocalNode(node, materializer, app, peers, writer)

@@ -49,6 +49,7 @@ from kiq.security import Principal, read_scope
 from kiq.stores.base import prefix_end
 from kiq.stores.rank import merge_heads
 from kiq.tables import TableRuntime
+from kiq.tables.versions import public_name
 from kiq.tables.windows import split_window_key, window_time
 
 MAX_RANGE_LIMIT = 1000
@@ -457,5 +458,6 @@ def is_descending(order: str | None) -> bool:
 
 
 def _may_read(caller: Principal | None, table: str) -> None:
-    if caller is not None and not caller.grants.may_read(table):
-        raise InsufficientScope(read_scope(table))
+    # ``table`` is a version's internal name (``NAME@v2``): scopes name the table itself
+    if caller is not None and not caller.grants.may_read(public_name(table)):
+        raise InsufficientScope(read_scope(public_name(table)))

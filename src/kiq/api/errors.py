@@ -38,6 +38,7 @@ from kiq.api.asgi import JSON, Headers, Send, respond
 from kiq.errors import KiqError
 from kiq.routing.wire import LookupResult, Outcome
 from kiq.security import read_scope
+from kiq.tables.versions import public_name
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ def lookup_error(result: LookupResult, table: str, partition: int, key: bytes) -
     if outcome is Outcome.BUSY:
         return RateLimited(f"{result.reason}: try again in {PARKED_RETRY_S} s", PARKED_RETRY_S)
     if outcome is Outcome.FORBIDDEN:
-        return InsufficientScope(read_scope(table))
+        return InsufficientScope(read_scope(public_name(table)))
     if outcome is Outcome.BAD_KEY:
         return BadRequest(result.reason)
     # NO_REPLICA, and FAILED or HEDGED should a caller hand one over as it came

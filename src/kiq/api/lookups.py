@@ -39,6 +39,7 @@ from kiq.routing.local import MOVED
 from kiq.routing.wire import DecodeError, Lookup, decode_lookups, encode
 from kiq.security import Principal
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
+from kiq.tables.versions import public_name
 
 log = logging.getLogger(__name__)
 OCTETS = (b"content-type", b"application/octet-stream")
@@ -194,7 +195,7 @@ class Lookups:
             if runtime is None:
                 results.append(_NO_TABLE)
                 continue
-            if caller is not None and not caller.grants.may_read(item.table):
+            if caller is not None and not caller.grants.may_read(public_name(item.table)):
                 results.append(_NO_SCOPE)
                 continue
             key = item.key

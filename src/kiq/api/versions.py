@@ -28,7 +28,7 @@ from kiq.routing import NodeStatus, PeerError, Peers
 from kiq.routing.wire import ReplicaStatus
 from kiq.tables import TableRuntime
 from kiq.tables.declared import catalog_key
-from kiq.tables.versions import Alias, run_name
+from kiq.tables.versions import DEFAULT_VERSION, Alias, run_name, versioned_topic
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class VersionsApi:
             and run_name(str(t.spec.declared.get("pipeline") or ""), t.spec.version) == run
         ]
         last_of_run = bool(run) and not others
-        deleted = await catalog.delete_topics([topic, f"{topic}-dlq"])
+        deleted = await catalog.delete_topics([topic, _dead_letters(topic, version)])
         checkpoint = None
         if last_of_run:
             # The pipeline version is gone with its last table: its start and progress too.
@@ -253,6 +253,15 @@ class VersionsApi:
             if not waiting or time.monotonic() > deadline:
                 return said
             await asyncio.sleep(0.02)
+
+
+def _dead_letters(topic: str, version: str) -> str:
+    """Where ``ctx.write_table`` sends a version's dead letters unless told otherwise:
+    ``TOPIC-dlq``, ``TOPIC-dlq.V`` for a version V other than v1 (``topic`` being
+    ``TOPIC.V``: kiq.pipelines.context)."""
+    if version == DEFAULT_VERSION:
+        return f"{topic}-dlq"
+    return versioned_topic(f"{topic.removesuffix(f'.{version}')}-dlq", version)
 
 
 def _version(table: str, version: str, versions: Mapping[str, TableRuntime]) -> TableRuntime:

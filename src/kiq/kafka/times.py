@@ -21,15 +21,20 @@ class LogTimes:
     """Offsets by time of table partitions; used from one thread (the expiry sweeper's)."""
 
     def __init__(self, bootstrap: str, client_id: str, *, security: KafkaSecurity) -> None:
-        self._consumer = Consumer(
-            {
-                **client_config(bootstrap, security=security),
-                # Required by librdkafka; this consumer never joins, reads or commits.
-                "group.id": f"kiq-times-{uuid.uuid4().hex}",
-                "client.id": client_id,
-                "enable.auto.commit": False,
-            }
-        )
+        self._config = {
+            **client_config(bootstrap, security=security),
+            # Required by librdkafka; this consumer never joins, reads or commits.
+            "group.id": f"kiq-times-{uuid.uuid4().hex}",
+            "client.id": client_id,
+            "enable.auto.commit": False,
+        }
+        self._made: Consumer | None = None  # at the first question: most nodes never ask
+
+    @property
+    def _consumer(self) -> Consumer:
+        if self._made is None:
+            self._made = Consumer(self._config)
+        return self._made
 
     def first_offsets_since(
         self, topic: str, partitions: Sequence[int], timestamp_ms: int, timeout_s: float = 5.0
@@ -72,4 +77,5 @@ class LogTimes:
         }
 
     def close(self) -> None:
-        self._consumer.close()
+        if self._made is not None:
+            self._made.close()

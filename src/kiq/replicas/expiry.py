@@ -102,10 +102,12 @@ class ExpirySweeper:
             name: sweep_interval_s(t.spec.ttl_ms, t.spec.retention_ms, interval_s)
             for name, t in self._tables.items()
         }
+        self._setting_s = interval_s
         self._chunk = chunk
         self._pause_s = pause_s
         self._now_ms = now_ms
         self._stop = threading.Event()
+        self._started = False
         self._thread = threading.Thread(target=self._run, name="kiq-expiry", daemon=True)
 
     @property
@@ -113,8 +115,25 @@ class ExpirySweeper:
         return bool(self._tables)
 
     def start(self) -> None:
+        self._started = True
         if self._tables:
             self._thread.start()
+
+    def add_table(self, runtime: TableRuntime) -> None:
+        """Age ``runtime``'s keys too, if it ages (a version added while the node runs)."""
+        spec = runtime.spec
+        if spec.ttl_ms is None and spec.retention_ms is None:
+            return
+        self._intervals = {
+            **self._intervals,
+            spec.name: sweep_interval_s(spec.ttl_ms, spec.retention_ms, self._setting_s),
+        }
+        self._tables = {**self._tables, spec.name: runtime}
+        if self._started and not self._thread.is_alive() and not self._stop.is_set():
+            self._thread.start()
+
+    def drop_table(self, name: str) -> None:
+        self._tables = {n: t for n, t in self._tables.items() if n != name}
 
     def stop(self) -> None:
         self._stop.set()
@@ -123,22 +142,26 @@ class ExpirySweeper:
         self._times.close()
 
     def _run(self) -> None:
-        due = dict.fromkeys(self._tables, 0.0)
+        due: dict[str, float] = {}
         while not self._stop.is_set():
             now = time.monotonic()
-            for name in self._tables:
-                if due[name] <= now:
+            tables = self._tables  # replaced, never changed, as versions come and go
+            for name in tables:
+                if due.setdefault(name, 0.0) <= now:
                     try:
                         self.sweep(name)
                     except Exception:  # keep aging; an operator sees the stack in the log
                         log.exception("expiry sweep failed table=%s; retrying", name)
                     due[name] = time.monotonic() + self._intervals[name]
-            self._stop.wait(max(0.05, min(due.values()) - time.monotonic()))
+            nearest = min((due[n] for n in tables), default=time.monotonic() + 1.0)
+            self._stop.wait(max(0.05, nearest - time.monotonic()))
 
     # -- one interval ---------------------------------------------------------------
 
     def sweep(self, table: str) -> None:
         """One interval of ``table``: refresh the cutoffs, then a pass over each partition."""
+        if table not in self._tables:
+            return  # retired since
         runtime = self._tables[table]
         spec = runtime.spec
         replicas = [

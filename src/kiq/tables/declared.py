@@ -300,4 +300,5 @@ def declared_fields(declared: Declared) -> Mapping[str, object]:
         "retention_ms": declared.retention_ms,
         "rank_by": declared.rank_by,
         "version": declared.version,
+        "checkpoint": declared.checkpoint or None,
     }
