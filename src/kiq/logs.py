@@ -11,3 +11,5 @@ def setup_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level.upper(), format=FORMAT)
     # py4j logs every gateway call at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # A line per request at INFO: the CLI's own output says what was asked and answered.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -356,7 +356,11 @@ class NodeView:
         self.metrics = node.metrics
         self.taps = node.taps  # where watches hear what a local replica applied (kiq.live)
         self.forward_timeout_ms = node.settings.forward_timeout_ms
-        self._partitions: dict[str, dict[str, int]] = {name: {} for name in node.tables}
+        # Each version's keys' partitions, with the runtime they were computed for: a version
+        # retired and declared again (its topic made anew) may have another partition count.
+        self._partitions: dict[str, tuple[TableRuntime, dict[str, int]]] = {
+            name: (t, {}) for name, t in node.tables.items()
+        }
 
     @property
     def view(self) -> ClusterView:
@@ -367,9 +371,10 @@ class NodeView:
 
     def partition_of(self, runtime: TableRuntime, key: str) -> int:
         # murmur2 in Python costs microseconds; hot keys repeat, so remember them.
-        cache = self._partitions.get(runtime.spec.name)
-        if cache is None:  # a version added since (kiq.node_catalog)
-            cache = self._partitions.setdefault(runtime.spec.name, {})
+        entry = self._partitions.get(runtime.spec.name)
+        if entry is None or entry[0] is not runtime:  # a version added since (kiq.node_catalog)
+            entry = self._partitions[runtime.spec.name] = (runtime, {})
+        cache = entry[1]
         partition = cache.get(key)
         if partition is None:
             partition = partition_for(runtime.spec.partition_key(key), runtime.partitions)

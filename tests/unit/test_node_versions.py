@@ -379,7 +379,7 @@ def test_a_retired_version_is_dropped_and_its_stores_deleted(
 def test_v1_declared_before_the_node_started_can_be_retired_too(
     running, monkeypatch: pytest.MonkeyPatch
 ):
-    cluster, local = running
+    _, local = running
     node = local.node
     catalog = follower(local, monkeypatch, Topics(totals=4, totals_v2=4))
     # The follower reads the catalog from its start: what the node serves already is noted.

@@ -156,7 +156,8 @@ class VersionsApi:
                 f"(kiq switch {table} VERSION)"
             )
         declared = dict(target.spec.declared or {})
-        run = run_name(str(declared.get("pipeline") or ""), version) if declared else ""
+        pipeline = str(declared.get("pipeline") or "")
+        run = run_name(pipeline, version) if pipeline else ""
         query = str(declared.get("query") or "")
         for q in await self._queries():
             if q.get("pipeline") == run and q.get("state") == "running" and not q.get("stale"):
@@ -178,7 +179,10 @@ class VersionsApi:
             and run_name(str(t.spec.declared.get("pipeline") or ""), t.spec.version) == run
         ]
         last_of_run = bool(run) and not others
-        deleted = await catalog.delete_topics([topic, _dead_letters(topic, version)])
+        # Its query's dead letters, unless a table still served shares that query.
+        letters = _letters(declared) or [_dead_letters(topic, version)]
+        kept = {d for t in others for d in _letters(t.spec.declared or {})}
+        deleted = await catalog.delete_topics([topic, *(d for d in letters if d not in kept)])
         checkpoint = None
         if last_of_run:
             # The pipeline version is gone with its last table: its start and progress too.
@@ -255,6 +259,12 @@ class VersionsApi:
             await asyncio.sleep(0.02)
 
 
+def _letters(declared: Mapping[str, object]) -> list[str]:
+    """The dead-letter topics a declaration records (none in a record older than that)."""
+    found = declared.get("dead_letters")
+    return [str(d) for d in found] if isinstance(found, list | tuple) else []
+
+
 def _dead_letters(topic: str, version: str) -> str:
     """Where ``ctx.write_table`` sends a version's dead letters unless told otherwise:
     ``TOPIC-dlq``, ``TOPIC-dlq.V`` for a version V other than v1 (``topic`` being
@@ -296,7 +306,9 @@ def _describe(
     keys = size = lag = 0
     serving = True
     for p in range(runtime.partitions):
-        active = node.view.of(name, p).active
+        # A global table has no active in the view: every node answers from its own copy
+        # (this one's counted, once).
+        active = node.node_id if spec.global_ else node.view.of(name, p).active
         held = by_node.get((active, p)) if active is not None else None
         if held is None or held.state != _SERVING:
             serving = False

@@ -328,6 +328,11 @@ class Context:
         # Declared before their topics are made: whoever sees a table's topic finds its
         # declaration too (a node started once the topic exists serves it as declared).
         self.declared.extend(o.name for o in outputs)
+        # Where this query's bad records go, its inputs' included (`kiq retire` deletes them
+        # with the last table of the pipeline version).
+        dead_letters = tuple(
+            dict.fromkeys([letters, *(r.dead_letters for r in reads if r.dead_letters)])
+        )
         self._io.declare(
             [
                 Declared(
@@ -346,6 +351,7 @@ class Context:
                     window=o.window,
                     retention_ms=o.retention_ms,
                     rank_by=o.rank_by,
+                    dead_letters=dead_letters,
                 )
                 for o in outputs
             ]

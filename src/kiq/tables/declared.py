@@ -59,6 +59,8 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
     # Where the pipeline version that writes it checkpoints (``kiq retire`` deletes it once
     # no table of that version is left); "" when not recorded.
     checkpoint: str = ""
+    # The dead-letter topics of the query that writes it (its inputs' too).
+    dead_letters: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -301,4 +303,5 @@ def declared_fields(declared: Declared) -> Mapping[str, object]:
         "rank_by": declared.rank_by,
         "version": declared.version,
         "checkpoint": declared.checkpoint or None,
+        "dead_letters": list(declared.dead_letters),
     }

@@ -25,13 +25,19 @@ from kiq.replicas import ReplicaState
 from kiq.security import ClusterKey, Security, TokenCache, TokenVerifier
 from kiq.security.keys import SecretKey
 from kiq.tables.declared import Declared, parse_served
-from kiq.tables.versions import Alias
 from tests.unit.security.keys import hs256, secret_file
 from tests.unit.stand_ins import Cluster, LocalNode, call, make_node, serving, wait_until
 
 APP = "shop"
 PARTITIONS = 4
-TOPICS = {"totals": PARTITIONS, "totals.v2": PARTITIONS, "counts.v2": 2, "totals.v3": PARTITIONS}
+TOPICS = {
+    "totals": PARTITIONS,
+    "totals.v2": PARTITIONS,
+    "counts.v2": 2,
+    "totals.v3": PARTITIONS,
+    "ref": 2,
+    "ref.v2": 2,
+}
 
 
 def declared(table: str, version: str, topic: str, pipeline: str = "orders") -> Declared:
@@ -51,6 +57,7 @@ V1 = declared("totals", "v1", "totals")
 V2 = declared("totals", "v2", "totals.v2")
 V3 = declared("totals", "v3", "totals.v3")
 COUNTS_V2 = declared("counts", "v2", "counts.v2")
+REF_V1, REF_V2 = declared("ref", "v1", "ref", "refs"), declared("ref", "v2", "ref.v2", "refs")
 
 # Keys on either node's partitions, and their values in each version.
 V1_ROWS = {"alice": b'{"n":1}', "bob": b'{"n":10}', "carol": b'{"n":100}'}
@@ -115,6 +122,7 @@ class Pair:
     def __init__(self, cluster: Cluster, nodes: list[LocalNode], catalog: Catalog, progress):
         self.cluster, self.nodes, self.catalog, self.progress = cluster, nodes, catalog, progress
         self.n1, self.n2 = nodes
+        self.topics: dict[str, int] = {}
 
     def owner(self, key: str, partitions: int = PARTITIONS) -> LocalNode:
         return self.nodes[partition_for(key, partitions) % 2]
@@ -129,9 +137,14 @@ class Pair:
 
 
 def start_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **node_args: Any) -> Pair:
-    monkeypatch.setattr(node_catalog, "topic_partitions", lambda _b, topic, **_: TOPICS.get(topic))
+    topics = dict(TOPICS)  # the broker's topics and their partition counts
+    monkeypatch.setattr(node_catalog, "topic_partitions", lambda _b, topic, **_: topics.get(topic))
     cluster, catalog, progress = Cluster(), Catalog(), Progress()
-    served = [parse_served("totals,store=memory,standby=0"), parse_served("counts,store=memory")]
+    served = [
+        parse_served("totals,store=memory,standby=0"),
+        parse_served("counts,store=memory"),
+        parse_served("ref,store=memory,global"),
+    ]
     nodes = []
     for node_id in ("n1", "n2"):
         local = make_node(
@@ -149,6 +162,7 @@ def start_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **node_args: Any
         )
         nodes.append(local)
     pair = Pair(cluster, nodes, catalog, progress)
+    pair.topics = topics
     catalog.declare(V1, V2)
     for local in nodes:
         local.node.start()
@@ -417,7 +431,7 @@ def test_a_node_without_a_catalog_moves_no_versions(tmp_path: Path):
         assert "does not follow a table catalog" in r.json()["message"]
 
 
-# -- POST /v1/tables/{t}/retire ----------------------------------------------------------------------
+# -- POST /v1/tables/{t}/retire ---------------------------------------------------------------
 
 
 def test_retire_the_current_version_is_a_409(pair: Pair):
@@ -534,9 +548,75 @@ def test_a_token_that_reads_the_table_reads_each_of_its_versions(
             local.node.stop()
 
 
-def test_an_alias_record_is_what_a_switch_writes(pair: Pair):
-    post(pair.n1, "/v1/tables/totals/switch", {"version": "v2"})
-    (_, _, value) = pair.catalog.records[-1]
-    assert value is not None
-    alias = orjson.loads(value)
-    assert Alias(**alias).catalog_key == "alias:shop/totals"
+# -- more of switch and retire -------------------------------------------------------------------
+
+
+def test_switch_answers_for_the_nodes_it_reaches(pair: Pair):
+    pair.cluster.down.add("http://n2.test")
+    r = post(pair.n1, "/v1/tables/totals/switch", {"version": "v2"})
+    assert r.status == 409, "n2's partitions: no serving replica known"
+    r = post(pair.n1, "/v1/tables/totals/switch", {"version": "v2", "force": True})
+    assert r.status == 200, r.body
+    assert r.json()["nodes"] == {"n1": "v2", "n2": "unreachable"}
+    assert pair.n2.node.current["totals"].spec.version == "v2", "it follows the catalog anyway"
+
+
+def test_retire_v1_deletes_its_own_topics_and_its_runs_records(pair: Pair):
+    assert post(pair.n1, "/v1/tables/totals/switch", {"version": "v2"}).status == 200
+    r = post(pair.n1, "/v1/tables/totals/retire", {"version": "v1"})
+    assert r.status == 200, r.body
+    answer = r.json()
+    assert (answer["topics_deleted"], answer["checkpoint"], answer["last_of_run"]) == (
+        ["totals", "totals-dlq"],
+        "/ck/orders",
+        True,
+    )
+    assert pair.catalog.keys()[1:] == [("table:shop/totals", True), ("pipeline:shop/orders", True)]
+    assert pair.catalog.keys(PROGRESS_TOPIC) == [("shop/orders/totals", True)]
+    for local in pair.nodes:
+        assert list(local.node.tables) == ["totals@v2"]
+    r = get(pair.n2, "/v1/tables/totals/keys/bob")
+    assert (r.status, r.body, r.headers["x-kiq-version"]) == (200, V2_ROWS["bob"], "v2")
+
+
+def test_a_version_retired_and_declared_again_reads_its_new_partitions(pair: Pair):
+    # bob is in partition 2 of 4, and in partition 0 of 2
+    for node in pair.nodes:
+        assert get(node, "/v1/tables/totals/keys/bob?version=v2").body == V2_ROWS["bob"]
+    assert post(pair.n1, "/v1/tables/totals/retire", {"version": "v2"}).status == 200
+    pair.topics["totals.v2"] = 2  # the pipeline's v2 is run again, its topic made anew
+    pair.catalog.declare(V2)
+    pair.assign("totals.v2", partitions=2)
+    for i, local in enumerate(pair.nodes):
+        wait_until(
+            lambda local=local, i=i: (
+                getattr(local.node.replica("totals@v2", i), "state", None) is ReplicaState.ACTIVE
+            ),
+            what=f"{local.node.node_id} holds the new v2",
+        )
+    assert pair.n1.node.tables["totals@v2"].partitions == 2
+    pair.owner("bob", partitions=2).put("totals@v2", "bob", b'{"n":21}', 0)
+    for node in pair.nodes:
+        r = get(node, "/v1/tables/totals/keys/bob?version=v2")
+        assert (r.status, r.body) == (200, b'{"n":21}'), (node.node.node_id, r.body)
+
+
+def test_a_global_tables_versions_are_served_by_every_nodes_own_copy(pair: Pair):
+    pair.catalog.declare(REF_V1, REF_V2)
+    for local in pair.nodes:
+        for name in ("ref", "ref@v2"):
+            for p in range(2):
+                wait_until(
+                    lambda local=local, name=name, p=p: (
+                        getattr(local.node.replica(name, p), "state", None) is ReplicaState.ACTIVE
+                    ),
+                    what=f"{local.node.node_id} holds {name}[{p}]",
+                )
+        local.put("ref@v2", "AAPL", b'{"name":"Apple"}', 0)
+    v1, v2 = get(pair.n1, "/v1/tables/ref/versions").json()["versions"]
+    assert (v2["serving"], v2["keys"], v2["nodes"], v2["caught_up"]) == (True, 1, 2, True)
+    assert (v1["serving"], v1["keys"]) == (True, 0)
+    r = post(pair.n2, "/v1/tables/ref/switch", {"version": "v2"})
+    assert (r.status, r.json().get("nodes")) == (200, {"n1": "v2", "n2": "v2"}), r.body
+    r = get(pair.n1, "/v1/tables/ref/keys/AAPL")
+    assert (r.status, r.headers["x-kiq-version"]) == (200, "v2")

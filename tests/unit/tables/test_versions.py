@@ -11,8 +11,8 @@ from kiq.tables import parse_table
 from kiq.tables.declared import (
     Declared,
     catalog_key,
-    decode_catalog,
     declared_fields,
+    decode_catalog,
     parse_served,
     resolve_tables,
     serves,
@@ -237,5 +237,5 @@ def test_spec_for_a_later_version_takes_the_entrys_options_and_checks_it():
     )
     plain = spec_for([], V2, default_standby=3)
     assert (plain.name, plain.store, plain.standby_replicas) == ("totals@v2", "rocksdb", 3)
-    with pytest.raises(ConfigError, match="'other' here, 'totals.v2' in the pipeline"):
+    with pytest.raises(ConfigError, match=r"'other' here, 'totals\.v2' in the pipeline"):
         spec_for([parse_served("totals=other")], V2, default_standby=1)
