@@ -69,6 +69,7 @@ class NodeCatalog:
         self._names: dict[str, str] = {}  # catalog key → the version's internal name
         self._pending: dict[str, Declared] = {}  # declared, topic not there yet
         self._retry_at = 0.0
+        self._warned: set[str] = set()  # versions whose failure to add was logged
         self.follower = Follower(
             bootstrap,
             CATALOG_TOPIC,
@@ -122,8 +123,10 @@ class NodeCatalog:
         try:
             spec = spec_for(self._served, declared, self._standby)
             count = topic_partitions(self._bootstrap, spec.topic, security=self._security)
-        except Exception as exc:  # a clash with [serve] tables, or Kafka: said, tried again
-            log.warning("table version not served yet table=%s error=%s", declared.name, exc)
+        except Exception as exc:  # a clash with [serve] tables, or Kafka: said once, tried again
+            if declared.name not in self._warned:
+                self._warned.add(declared.name)
+                log.warning("table version not served yet table=%s error=%s", declared.name, exc)
             return False
         if count is None:
             return False

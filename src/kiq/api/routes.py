@@ -44,7 +44,11 @@ CoreEndpoint = Callable[[Handlers, Request], Awaitable[Response]]
 _NAME = Annotated[str, Meta(min_length=1)]
 _COUNT = Annotated[int, Meta(ge=0)]
 TABLE = Param("table", _NAME, "a table this cluster serves (GET /v1/tables)", "path")
+VERSION = Param(
+    "version", str, "read this version of the table (kiq pipeline run --version) [the current]"
+)
 _LOOKUP_HEADERS = (
+    Header("X-Kiq-Version", "the version of the table that answered", True),
     Header("X-Kiq-Partition", "the key's partition", True),
     Header("X-Kiq-Served-By", "the node whose replica answered", True),
     Header("X-Kiq-Lag", "records the replica was behind its log end", True),
@@ -68,7 +72,10 @@ _EVENTS = {
         (("text/event-stream", str),),
     )
 }
-_WATCH_PARAMS = (Param("last_event_id", str, "resume after this id (as the Last-Event-ID header)"),)
+_WATCH_PARAMS = (
+    VERSION,
+    Param("last_event_id", str, "resume after this id (as the Last-Event-ID header)"),
+)
 _WATCH_OPERATION = {
     "description": "The snapshot first (each key's value, or absent), then one event per "
     "change, as the replica applies it; any node serves any watch (from its own replica, or "
@@ -92,6 +99,7 @@ LOOKUP: RouteSpec[CoreEndpoint] = RouteSpec(
         ("tables",),
         (
             TABLE,
+            VERSION,
             Param("key", _NAME, "UTF-8, at most 4 KiB", "path"),
             Param("max_lag", _COUNT, "only a replica at most this many records behind"),
             Param("min_offset", _COUNT, "read-your-writes: once this offset is applied"),
@@ -127,7 +135,7 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
         doc=Doc(
             "Many keys at once, one call per owning node",
             ("tables",),
-            (TABLE,),
+            (TABLE, VERSION),
             body=bodies.Keys,
             answers={"200": Answer.json("found values by key, the missing keys", bodies.Multiget)},
             errors=(400, 404, 413),
@@ -144,6 +152,7 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
             ("tables",),
             (
                 TABLE,
+                VERSION,
                 Param("prefix", str, "only keys starting with it"),
                 Param("from", str, "lowest key (inclusive)"),
                 Param("to", str, "highest key (exclusive)"),
@@ -174,6 +183,7 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
             ("tables",),
             (
                 TABLE,
+                VERSION,
                 Param(
                     "n",
                     Annotated[int, Meta(ge=1, le=MAX_TOP)],
@@ -214,6 +224,7 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
             ("tables",),
             (
                 TABLE,
+                VERSION,
                 Param("key", _NAME, "the key the windows belong to (no /)", "path"),
                 Param("from", str, "windows starting at or after (ISO 8601, or epoch ms)"),
                 Param("to", str, "windows starting before (ISO 8601, or epoch ms)"),

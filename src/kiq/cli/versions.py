@@ -206,7 +206,7 @@ def _versions_table(found: dict[str, Any]) -> Table:
         ("version", False),
         ("current", False),
         ("topic", False),
-        ("keys", True),
+        ("keys ~", True),  # the stores' own estimates (RocksDB counts overwrites until compacted)
         ("lag", True),
         ("behind", True),
         ("pipeline", False),

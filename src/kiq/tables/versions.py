@@ -11,7 +11,7 @@ for ``v1``): its replicas, stores, forwards and metrics carry that internal name
 ``NAME``; which version it means is the table's alias, an ``Alias`` record in the table
 catalog (key ``alias:APP/NAME``) that every node follows: ``kiq switch`` writes one, and
 each node moves the name at once. Without an alias the name means ``v1`` if it exists,
-else the first version declared (in name order).
+else the first version in natural order (v2 before v10).
 """
 
 from __future__ import annotations
@@ -106,10 +106,19 @@ def decode_aliases(records: Mapping[str, bytes], app: str | None = None) -> dict
 
 def current_version(versions: Iterable[str], alias: Alias | None) -> str | None:
     """The version a table's name means: its alias's when that version exists, else
-    ``v1``, else the first in name order; None when there is none."""
-    known = sorted(versions)
+    ``v1``, else the first in natural order (``v2`` before ``v10``); None when there is none."""
+    known = sorted(versions, key=natural)
     if not known:
         return None
     if alias is not None and alias.version in known:
         return alias.version
     return DEFAULT_VERSION if DEFAULT_VERSION in known else known[0]
+
+
+def natural(version: str) -> tuple[tuple[int, str], ...]:
+    """A sort key that orders numbers within names by value: v2 < v10."""
+    return tuple(
+        (int(part), "") if part.isdigit() else (-1, part)
+        for part in re.split(r"(\d+)", version)
+        if part
+    )

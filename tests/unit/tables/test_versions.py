@@ -135,8 +135,8 @@ def test_current_version_follows_an_alias_whose_version_exists():
 
 def test_without_v1_the_current_version_is_the_first_in_name_order():
     assert current_version(["v3", "v2"], None) == "v2"
-    # name order, not numeric: documented in kiq.tables.versions
-    assert current_version(["v2", "v10"], None) == "v10"
+    # natural order: v2 before v10
+    assert current_version(["v2", "v10"], None) == "v2"
     assert current_version(iter(["v3", "v2"]), Alias(table="t", version="v3")) == "v3"
 
 
