@@ -143,6 +143,8 @@ def test_the_catalog_declarations_and_the_partition_of_each_record(run):
             partitions=PARTITIONS,
             pipeline=f"{__name__}.orders_pipeline",
             query="customer-totals",
+            # its query's dead letters, then its input's
+            dead_letters=("customer-totals-dlq", "orders-dlq"),
         ),
         Declared(
             table="orders-by-time",
@@ -152,6 +154,7 @@ def test_the_catalog_declarations_and_the_partition_of_each_record(run):
             partitions=PARTITIONS,
             pipeline=f"{__name__}.orders_pipeline",
             query="orders-by-time",
+            dead_letters=("orders-by-time-dlq", "orders-dlq"),
         ),
     )
     assert run.queries == ("customer-totals", "orders-by-time")
