@@ -203,7 +203,7 @@ class Follower:
         consumer = Consumer(
             consumer_config(
                 self._bootstrap,
-                f"kiq-follower-{self._topic}",
+                f"kiq-reader-{self._topic}",  # never joined: Describe on kiq-reader-* covers it
                 security=self._security,
                 **{"enable.auto.offset.store": False, "fetch.wait.max.ms": 50},
             )
