@@ -46,6 +46,7 @@ from kiq.settings import NodeSettings, ServeSettings, TlsSettings
 from kiq.stores import MemoryBudget
 from kiq.tables import TableRuntime, TableSpec, codec_for
 from kiq.tables.declared import Served, decode_catalog, parse_serve_tables, resolve_tables
+from kiq.tables.versions import Alias, decode_aliases
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +82,11 @@ def build_node(settings: NodeSettings) -> BuiltNode:
     endpoints = app_endpoints(settings)
     kafka = KafkaSecurity.from_settings(settings.kafka)  # reads the password file now
     budget = MemoryBudget.of_mib(serve.store_memory_mb)
-    tables = catalog_tables(serve, served, settings.app.name, kafka)
+    tables, aliases = catalog_tables(serve, served, settings.app.name, kafka)
     writer = LogWriter(serve.bootstrap, kafka)
     node = _node(serve, tables, kafka, budget, writer)
+    for alias in aliases.values():  # what each name means from the first request on
+        node.set_alias(alias.table, alias)
     # The catalog followed while the node runs: versions, aliases, retirements.
     follower = NodeCatalog(
         node,
@@ -202,9 +205,10 @@ def catalog_tables(
     app: str,
     kafka: KafkaSecurity,
     wait_s: float = CATALOG_WAIT_S,
-) -> list[TableSpec]:
-    """The tables this node serves: the table catalog's, filtered and overridden by
-    ``served``. With none to serve yet, waits ``wait_s`` for a pipeline to declare some."""
+) -> tuple[list[TableSpec], dict[str, Alias]]:
+    """The tables this node serves, every version of each: the table catalog's, filtered and
+    overridden by ``served``; and the aliases that say which version each name means. With
+    none to serve yet, waits ``wait_s`` for a pipeline to declare some."""
     deadline = time.monotonic() + wait_s
     said = False
     while True:
@@ -218,7 +222,7 @@ def catalog_tables(
         )
         if tables:
             check_tables(tables)
-            return tables
+            return tables, decode_aliases(found, app)
         if time.monotonic() > deadline:
             raise ConfigError(
                 f"no tables to serve: [serve] tables names none and the table catalog "

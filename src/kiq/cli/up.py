@@ -413,7 +413,7 @@ class Running:
         a table still empty waits for input (the word counts, for a first POST).
         """
         started = time.monotonic()
-        waiting = {t.name for t in self.tables}
+        waiting = {t.table for t in self.tables}  # by name: /v1/metadata shows current versions
         warming = "Spark warming up" if self.pipeline is not None else "waiting for data"
         with self._progress(f"{warming} ...") as progress:
             while waiting:
@@ -424,7 +424,11 @@ class Running:
                     waiting -= arrived
                     _done(f"data in {', '.join(sorted(arrived))} ({elapsed:.0f}s)")
                 if waiting:
-                    what = warming if len(waiting) == len(self.tables) else "waiting"
+                    what = (
+                        warming
+                        if len(waiting) == len({t.table for t in self.tables})
+                        else "waiting"
+                    )
                     names = ", ".join(sorted(waiting))
                     progress.update(f"{what} ({elapsed:.0f}s): no data yet in {names}")
                     if self.stopping.wait(1.0):
