@@ -413,7 +413,8 @@ class Running:
         a table still empty waits for input (the word counts, for a first POST).
         """
         started = time.monotonic()
-        waiting = {t.table for t in self.tables}  # by name: /v1/metadata shows current versions
+        names = {t.table for t in self.tables}  # by name: /v1/metadata shows current versions
+        waiting = set(names)
         warming = "Spark warming up" if self.pipeline is not None else "waiting for data"
         with self._progress(f"{warming} ...") as progress:
             while waiting:
