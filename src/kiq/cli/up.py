@@ -425,11 +425,7 @@ class Running:
                     waiting -= arrived
                     _done(f"data in {', '.join(sorted(arrived))} ({elapsed:.0f}s)")
                 if waiting:
-                    what = (
-                        warming
-                        if len(waiting) == len({t.table for t in self.tables})
-                        else "waiting"
-                    )
+                    what = warming if waiting == names else "waiting"
                     names = ", ".join(sorted(waiting))
                     progress.update(f"{what} ({elapsed:.0f}s): no data yet in {names}")
                     if self.stopping.wait(1.0):
