@@ -413,8 +413,8 @@ class Running:
         a table still empty waits for input (the word counts, for a first POST).
         """
         started = time.monotonic()
-        names = {t.table for t in self.tables}  # by name: /v1/metadata shows current versions
-        waiting = set(names)
+        every = {t.table for t in self.tables}  # by name: /v1/metadata shows current versions
+        waiting = set(every)
         warming = "Spark warming up" if self.pipeline is not None else "waiting for data"
         with self._progress(f"{warming} ...") as progress:
             while waiting:
@@ -425,7 +425,7 @@ class Running:
                     waiting -= arrived
                     _done(f"data in {', '.join(sorted(arrived))} ({elapsed:.0f}s)")
                 if waiting:
-                    what = warming if waiting == names else "waiting"
+                    what = warming if waiting == every else "waiting"
                     names = ", ".join(sorted(waiting))
                     progress.update(f"{what} ({elapsed:.0f}s): no data yet in {names}")
                     if self.stopping.wait(1.0):
