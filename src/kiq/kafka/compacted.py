@@ -156,8 +156,9 @@ class Follower:
     time, on the follower's own thread.
 
     Nodes follow the table catalog so: a version a pipeline declares, an alias ``kiq
-    switch`` moves, a version ``kiq retire`` removes, all reach every node within a poll
-    (``poll_s``) of being written, with no coordinator but the topic. With ``idle_s``,
+    switch`` moves, a version ``kiq retire`` removes, all reach every node within a fetch
+    (at most 100 ms) of being written, with no coordinator but the topic; ``poll_s`` only
+    bounds how soon ``stop`` is heard. With ``idle_s``,
     ``on_records`` is also called with no records at most that often while none arrive
     (for work that waits on something else). ``position`` is the
     next offset not yet handed over, so a writer that knows its record's offset can wait
@@ -171,7 +172,7 @@ class Follower:
         on_records: Callable[[list[tuple[str, bytes | None]]], None],
         *,
         security: KafkaSecurity = PLAINTEXT,
-        poll_s: float = 0.05,
+        poll_s: float = 0.5,
         idle_s: float | None = None,
         name: str = "kiq-follow",
     ) -> None:
@@ -205,14 +206,17 @@ class Follower:
                 self._bootstrap,
                 f"kiq-reader-{self._topic}",  # never joined: Describe on kiq-reader-* covers it
                 security=self._security,
-                **{"enable.auto.offset.store": False, "fetch.wait.max.ms": 50},
+                # the broker may hold an empty fetch this long: what a switch can wait, at most
+                **{"enable.auto.offset.store": False, "fetch.wait.max.ms": 100},
             )
         )
         try:
             consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
             called = time.monotonic()
             while not self._stop.is_set():
-                messages = consumer.consume(500, timeout=self._poll_s)
+                # poll returns at the first record; consume(0) takes what came with it
+                first = consumer.poll(self._poll_s)
+                messages = [] if first is None else [first, *consumer.consume(500, timeout=0)]
                 records: list[tuple[str, bytes | None]] = []
                 last = -1
                 for msg in messages:
