@@ -27,7 +27,8 @@ import orjson
 
 from kiq.bench.cluster import start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import TABLE, key_of, load_quotes, quote
-from kiq.bench.reader import ReaderLoad
+from kiq.bench.progress import Reporter, reporter
+from kiq.bench.reader import ReaderLoad, watch_reads
 from kiq.bench.stack import local_stack
 from kiq.errors import ConfigError, KiqError
 from kiq.kafka.records import JsonProducer
@@ -46,14 +47,19 @@ class BrokerRestartConfig:
     visible_within_s: float = 30.0  # give up waiting for a write after this
 
 
-def run_broker_restart(cfg: BrokerRestartConfig) -> dict[str, object]:
+def run_broker_restart(
+    cfg: BrokerRestartConfig, progress: Reporter | None = None
+) -> dict[str, object]:
     if cfg.restarts < 1 or cfg.outage_s < 0 or cfg.nodes < 1:
         raise ConfigError("--restarts and --nodes must be positive, --outage not negative")
-    with local_stack() as stack:
+    with reporter(progress, "broker-restart") as show, local_stack(progress=show) as stack:
         keys = [key_of(i) for i in range(cfg.keys)]
+        show.phase(f"loading {cfg.keys:,} keys")
         last = load_quotes(stack.bootstrap, TOPIC, keys)
+        show.phase(f"starting {cfg.nodes} nodes")
         nodes = start_nodes(stack, cfg.nodes, [f"{TABLE}={TOPIC}"])
         wait_settled(nodes)
+        show.phase("catching up")
         wait_applied(nodes, TABLE, last)
         outages: list[dict[str, object]] = []
         live = lambda: [n.url for n in nodes if n.running]  # noqa: E731
@@ -61,13 +67,18 @@ def run_broker_restart(cfg: BrokerRestartConfig) -> dict[str, object]:
             cfg.outage_s + 180
         )  # a bound, not a duration: stopped at the end
         with ReaderLoad(live, TABLE, keys, cfg.rate, max_s=reading_s) as load:
+            watch_reads(show, load)
+            show.watch("nodes alive", lambda: sum(n.running for n in nodes))
             for i in range(cfg.restarts):
                 marks = {n.node_id: _lines(n.log_file) for n in nodes}
+                show.phase(f"broker down ({i + 1}/{cfg.restarts})", cfg.outage_s)
                 stopped_at = time.monotonic()
                 stack.broker.stop()
                 time.sleep(cfg.outage_s)
+                show.phase(f"broker starting ({i + 1}/{cfg.restarts})")
                 stack.broker.start()
                 started_at = time.monotonic()
+                show.phase("a fresh write, until every node serves it")
                 visible_s = _write_and_wait(stack.bootstrap, nodes, f"chaos-{i}", cfg)
                 outages.append(
                     {

@@ -33,7 +33,8 @@ from typing import Any
 
 import orjson
 
-from kiq.bench.reader import ReaderLoad
+from kiq.bench.progress import Reporter, reporter
+from kiq.bench.reader import ReaderLoad, watch_reads
 from kiq.bench.stack import Stack, local_stack
 from kiq.errors import ConfigError, KiqError
 from kiq.kafka import create_topics, delete_topics
@@ -54,8 +55,8 @@ class DataChaosConfig:
     within_s: float = 90.0  # give up waiting for a recovery after this
 
 
-def run_data_chaos(cfg: DataChaosConfig) -> dict[str, object]:
-    runs: dict[str, Callable[[Stack, DataChaosConfig], dict[str, object]]] = {
+def run_data_chaos(cfg: DataChaosConfig, progress: Reporter | None = None) -> dict[str, object]:
+    runs: dict[str, Callable[[Stack, DataChaosConfig, Reporter], dict[str, object]]] = {
         "disk-full": _disk_full,
         "large-values": _large_values,
         "topic-recreated": _topic_recreated,
@@ -64,11 +65,11 @@ def run_data_chaos(cfg: DataChaosConfig) -> dict[str, object]:
         raise ConfigError(f"{cfg.scenario!r}: choose one of {', '.join(DATA_SCENARIOS)}")
     if cfg.rate < 10:
         raise ConfigError("--rate must be at least 10 reads a second")
-    with local_stack() as stack:
-        return {"scenario": cfg.scenario, **runs[cfg.scenario](stack, cfg)}
+    with reporter(progress, cfg.scenario) as show, local_stack(progress=show) as stack:
+        return {"scenario": cfg.scenario, **runs[cfg.scenario](stack, cfg, show)}
 
 
-def _disk_full(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
+def _disk_full(stack: Stack, cfg: DataChaosConfig, show: Reporter) -> dict[str, object]:
     disk = stack.root / "disk"
     disk.mkdir()
     mounted = subprocess.run(
@@ -82,15 +83,16 @@ def _disk_full(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
         )
     node = _node(stack, "n1", ["big=chaos-big", "small=chaos-small"], disk / "n1")
     try:
-        return _fill_the_disk(stack, cfg, node, disk)
+        return _fill_the_disk(stack, cfg, node, disk, show)
     finally:
         node.stop()
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def _fill_the_disk(
-    stack: Stack, cfg: DataChaosConfig, node: LocalNode, disk: Path
+    stack: Stack, cfg: DataChaosConfig, node: LocalNode, disk: Path, show: Reporter
 ) -> dict[str, object]:
+    show.phase("loading the tables")
     create_topics(stack.bootstrap, {"chaos-big": 1, "chaos-small": 1})
     small = [{"k": f"s{i}", "i": i} for i in range(50)]
     _produce(stack.bootstrap, "chaos-small", small)
@@ -100,6 +102,7 @@ def _fill_the_disk(
         "chaos-big",
         [{"k": f"b{i}", "v": 0, "pad": pad} for i in range(20)],
     )
+    show.phase("starting the node")
     node.start()
     node.wait_ready(cfg.within_s)
     urls = lambda: [node.url]  # noqa: E731
@@ -110,7 +113,10 @@ def _fill_the_disk(
         ) as small_load,
         ReaderLoad(urls, "big", big_keys, cfg.rate // 2, max_s=600) as big_load,
     ):
+        watch_reads(show, small_load, big_load)
+        show.phase("reading", 2)
         time.sleep(2)
+        show.phase("disk full: 400 updates, until the node is not ready")
         free = subprocess.run(["df", "-B1", "--output=avail", str(disk)], capture_output=True)
         filler = disk / "filler"
         filler.write_bytes(b"\0" * max(0, int(free.stdout.split()[-1]) - _MIB))
@@ -121,7 +127,9 @@ def _fill_the_disk(
         latest = {str(u["k"]): int(str(u["v"])) for u in updates}
         refused = _until(lambda: _ready(node) == 503, cfg.within_s)
         not_ready_after_s = round(time.monotonic() - filled_at, 1) if refused else None
+        show.phase("reading against the full disk", 2)
         time.sleep(2)  # reads go on against the full disk
+        show.phase("disk freed: catching up")
         filler.unlink()
         freed_at = time.monotonic()
         caught_up = _until(
@@ -129,6 +137,7 @@ def _fill_the_disk(
         )
         recovery_s = round(time.monotonic() - freed_at, 1) if caught_up else None
     stats = small_load.stats.merged(big_load.stats)
+    show.phase("restarting the node")
     node.stop()
     node.start()
     node.wait_ready(cfg.within_s)
@@ -144,22 +153,27 @@ def _fill_the_disk(
     }
 
 
-def _large_values(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
+def _large_values(stack: Stack, cfg: DataChaosConfig, show: Reporter) -> dict[str, object]:
     topic = "chaos-large"
     keys = [f"doc-{i:02d}" for i in range(16)]
+    show.phase("loading 16 values of 1 MiB")
     create_topics(stack.bootstrap, {topic: 4}, config={"max.message.bytes": str(4 * _MIB)})
     _produce(
         stack.bootstrap, topic, [_document(k, 1) for k in keys], **{"message.max.bytes": 4 * _MIB}
     )
     nodes = [_node(stack, f"n{i}", [f"docs={topic}"], stack.root / f"n{i}") for i in (1, 2)]
+    show.phase("starting 2 nodes")
     for node in nodes:
         node.start()
     for node in nodes:
         node.wait_ready(cfg.within_s)
     urls = lambda: [n.url for n in nodes]  # noqa: E731
     with ReaderLoad(urls, "docs", keys, max(1, cfg.rate // 10), max_s=600, concurrency=8) as load:
+        watch_reads(show, load)
+        show.phase("reading the first values")
         _until(lambda: all(_version(n, k) == 1 for n in nodes for k in keys), cfg.within_s)
         time.sleep(3)  # reads of the first values
+        show.phase("every value rewritten: until both nodes serve the new ones")
         written_at = time.monotonic()
         _produce(
             stack.bootstrap,
@@ -169,7 +183,9 @@ def _large_values(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
         )
         _until(lambda: all(_version(n, k) == 2 for n in nodes for k in keys), cfg.within_s)
         recovery_s = round(time.monotonic() - written_at, 1)
+        show.phase("reading the new values", 2)
         time.sleep(2)
+    show.phase("checking every value, multiget and range")
     lost = sorted(
         {k for n in nodes for k in keys if _raw(n, "docs", k) != orjson.dumps(_document(k, 2))}
     )
@@ -184,11 +200,13 @@ def _large_values(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
     }
 
 
-def _topic_recreated(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
+def _topic_recreated(stack: Stack, cfg: DataChaosConfig, show: Reporter) -> dict[str, object]:
     topic = f"chaos-recreated-{uuid.uuid4().hex[:6]}"
+    show.phase("loading the table")
     create_topics(stack.bootstrap, {topic: 3})
     _produce(stack.bootstrap, topic, [{"k": f"k{i}", "v": 1} for i in range(60)])
     nodes = [_node(stack, f"n{i}", [f"t={topic}"], stack.root / f"n{i}") for i in (1, 2)]
+    show.phase("starting 2 nodes")
     for node in nodes:
         node.start()
     for node in nodes:
@@ -197,7 +215,10 @@ def _topic_recreated(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
     _until(lambda: all(_got(n, "k59") == 1 for n in nodes), cfg.within_s)
     urls = lambda: [n.url for n in nodes if n.running]  # noqa: E731
     with ReaderLoad(urls, "t", both, cfg.rate, max_s=600) as load:
+        watch_reads(show, load)
+        show.phase("reading", 2)
         time.sleep(2)
+        show.phase("topic deleted and made again: until the nodes serve the new log")
         delete_topics(stack.bootstrap, [topic])
         create_topics(stack.bootstrap, {topic: 3})
         _produce(stack.bootstrap, topic, [{"k": k, "v": 2} for k in both])
@@ -209,7 +230,9 @@ def _topic_recreated(stack: Stack, cfg: DataChaosConfig) -> dict[str, object]:
 
         replaced = _until(lambda: all(serves_new_log(n) for n in nodes), cfg.within_s)
         recovery_s = round(time.monotonic() - made_at, 1) if replaced else None
+        show.phase("reading the new log", 2)
         time.sleep(2)
+    show.phase("checking the old records are gone")
     lost = sorted({k for n in nodes for k in both if _got(n, k) != 2})
     old = sorted({f"k{i}" for n in nodes for i in range(10, 60) if _got(n, f"k{i}") != 404})
     return {

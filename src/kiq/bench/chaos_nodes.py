@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from kiq.bench.chaos import wait_markers, write_markers
 from kiq.bench.cluster import start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import TABLE, key_of, load_quotes
-from kiq.bench.reader import LoadStats, ReaderLoad
+from kiq.bench.progress import Reporter, reporter
+from kiq.bench.reader import LoadStats, ReaderLoad, watch_reads
 from kiq.bench.stack import CLUSTER, Stack, local_stack
 from kiq.errors import ConfigError, KiqError
 from kiq.runtime import LocalNode
@@ -80,7 +81,7 @@ class _Rotation:
         self.urls = [*self.urls, node.url]
 
 
-def run_node_chaos(cfg: NodeChaosConfig) -> dict[str, object]:
+def run_node_chaos(cfg: NodeChaosConfig, progress: Reporter | None = None) -> dict[str, object]:
     if cfg.scenario not in NODE_SCENARIOS:
         raise ConfigError(f"{cfg.scenario!r}: choose one of {', '.join(NODE_SCENARIOS)}")
     if cfg.keys < MARKED_KEYS or cfg.rate < 1 or cfg.readers < 1 or cfg.fault_s < 0:
@@ -89,20 +90,31 @@ def run_node_chaos(cfg: NodeChaosConfig) -> dict[str, object]:
     if cfg.session_timeout_ms is not None:
         env["KIQ_SERVE_SESSION_TIMEOUT_MS"] = str(cfg.session_timeout_ms)
     scenario = _SCENARIOS[cfg.scenario]
-    with local_stack() as stack:
+    with reporter(progress, cfg.scenario) as show, local_stack(progress=show) as stack:
         keys = [key_of(i) for i in range(cfg.keys)]
+        show.phase(f"loading {cfg.keys:,} keys")
         last = load_quotes(stack.bootstrap, TOPIC, keys)
+        show.phase("starting 3 nodes")
         nodes = start_nodes(stack, 3, [f"{TABLE}={TOPIC}"], env)
         _settled_after(nodes, time.monotonic())
+        show.phase("catching up")
         wait_applied(nodes, TABLE, last)
         rotation = _Rotation(nodes)
-        run = _Run(stack, nodes, rotation, cfg, env)
+        run = _Run(stack, nodes, rotation, cfg, env, show)
         with ReaderLoad(rotation, TABLE, keys, cfg.rate, concurrency=cfg.readers) as load:
+            watch_reads(show, load)
+            show.watch("nodes in rotation", lambda: len(rotation.urls))
+            show.phase("reading before the fault", cfg.before_s)
             time.sleep(cfg.before_s)
             normal = _hedging(run.live())  # before any fault: what hedging costs normally
             figures = scenario(run)
+            if isinstance(recovery := figures.get("recovery_s"), float):
+                show.set("recovery", recovery, "s")
+            show.phase("reading after recovery", cfg.after_s)
             time.sleep(cfg.after_s)
+        show.phase("checking the fresh values on every node")
         lost = wait_markers(run.live(), keys[:MARKED_KEYS], run.marker, cfg.visible_within_s)
+        show.set("records lost", lost)
         hedging = _hedging(run.live())
     return {
         "scenario": cfg.scenario,
@@ -127,12 +139,14 @@ class _Run:
         rotation: _Rotation,
         cfg: NodeChaosConfig,
         env: dict[str, str],
+        show: Reporter,
     ) -> None:
         self.stack = stack
         self.nodes = nodes
         self.rotation = rotation
         self.cfg = cfg
         self.env = env
+        self.show = show
         self.marker = ""
         self.fault_at = 0.0  # monotonic time the fault was done
 
@@ -187,12 +201,14 @@ def _sigstop(run: _Run) -> dict[str, object]:
     run.fault_at = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     try:
+        run.show.phase(f"{VICTIM} stopped (SIGSTOP)", run.cfg.fault_s, since=run.fault_at)
         time.sleep(run.cfg.fault_s / 2)
         run.write("sigstop")
         time.sleep(run.cfg.fault_s / 2)
     finally:
         os.kill(pid, signal.SIGCONT)
     resumed = time.monotonic()
+    run.show.phase(f"{VICTIM} continued: settling")
     recovery = _settled_after(run.nodes, resumed)
     run.rotation.adding(victim)
     return {"stopped_s": run.cfg.fault_s, "recovery_s": recovery}
@@ -204,10 +220,13 @@ def _kill(run: _Run) -> dict[str, object]:
     time.sleep(IN_FLIGHT_GRACE_S)  # what was sent to it directly is answered first
     killed = run.fault_at = time.monotonic()
     victim.kill()
+    run.show.phase(f"{VICTIM} killed (-9): the survivors settling", run.cfg.fault_s, since=killed)
     run.write("kill")
     survivors = [n for n in run.nodes if n is not victim]
     recovery = _settled_after(survivors, killed)
+    run.show.phase(f"{VICTIM} down", run.cfg.fault_s, since=killed)
     time.sleep(max(0.0, run.cfg.fault_s - (time.monotonic() - killed)))
+    run.show.phase(f"{VICTIM} rejoining")
     started = time.monotonic()
     victim.start()
     rejoin = _settled_after(run.nodes, started)
@@ -219,6 +238,7 @@ def _rolling_restart(run: _Run) -> dict[str, object]:
     per_node: dict[str, dict[str, float]] = {}
     run.fault_at = time.monotonic()
     for node in run.nodes:
+        run.show.phase(f"restart {node.node_id}")
         run.rotation.without(node)
         stopped = time.monotonic()
         node.stop()
@@ -247,11 +267,14 @@ def _add_remove(run: _Run) -> dict[str, object]:
     stack.nodes.append(node)
     run.nodes.append(node)
     started = run.fault_at = time.monotonic()
+    run.show.phase("n4 joining")
     node.start()
     join = _settled_after(run.nodes, started)
     run.rotation.adding(node)
+    run.show.phase("n4 serving", run.cfg.fault_s)
     run.write("add-remove")
     time.sleep(run.cfg.fault_s)
+    run.show.phase("n4 leaving")
     run.rotation.without(node)
     stopped = time.monotonic()
     node.stop()

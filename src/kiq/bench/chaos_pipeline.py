@@ -27,7 +27,8 @@ from kiq import catalog
 from kiq.bench import stock_reference as reference
 from kiq.bench.cluster import start_nodes, wait_settled
 from kiq.bench.probes import Prober
-from kiq.bench.reader import ReaderLoad
+from kiq.bench.progress import Reporter, reporter
+from kiq.bench.reader import ReaderLoad, watch_reads
 from kiq.bench.stack import TickFeed, local_stack
 from kiq.errors import ConfigError, KiqError
 from kiq.feeds.symbols import SYMBOLS
@@ -49,30 +50,41 @@ class DriverKillConfig:
     within_s: float = 240  # give up waiting for the pipeline or the reference after this
 
 
-def run_driver_kill(cfg: DriverKillConfig) -> dict[str, object]:
+def run_driver_kill(cfg: DriverKillConfig, progress: Reporter | None = None) -> dict[str, object]:
     if cfg.kills < 1 or cfg.feed_rate <= 0 or cfg.rate < 1:
         raise ConfigError("--kills, the feed rate and --rate must be positive")
     symbols = [listing.symbol for listing in SYMBOLS[: cfg.symbols]]
-    with local_stack() as stack:
+    with reporter(progress, "driver-kill") as show, local_stack(progress=show) as stack:
+        show.phase(f"starting the pipeline ({cfg.trigger})")
         stack.create_stock_topics(cfg.partitions)
         pipeline = stack.add_stock_pipeline(cfg.trigger, cfg.partitions)
+        show.phase("starting 3 nodes")
         nodes = start_nodes(stack, 3, stack.stock_tables())
         wait_settled(nodes, cfg.within_s)
+        show.phase("waiting for a first probe (Spark starting)")
         prober = Prober(nodes[0].url, stack.bootstrap)
         asyncio.run(prober.warm_up(cfg.within_s))
 
         feed = TickFeed(stack.bootstrap, cfg.symbols, cfg.feed_rate, seed=5)
+        show.watch("ticks", lambda: feed.producer.delivered, rate=True)
+        show.phase(f"feeding until all {len(symbols)} symbols are quoted")
         _until_quoted(nodes[0].url, symbols, cfg.within_s)  # before reads count
         urls = lambda: [n.url for n in nodes]  # noqa: E731
         kills: list[dict[str, object]] = []
         with ReaderLoad(urls, catalog.STOCK_QUOTES, symbols, cfg.rate, max_s=3600) as load:
-            for pause_s in itertools.islice(itertools.cycle(_PAUSES), cfg.kills):
+            watch_reads(show, load)
+            show.watch("kills", kills.__len__)
+            for n, pause_s in enumerate(itertools.islice(itertools.cycle(_PAUSES), cfg.kills)):
+                show.phase(f"driver running until kill {n + 1}/{cfg.kills}", pause_s)
                 time.sleep(pause_s)
                 pipeline.kill()
                 pipeline.start()
+                show.phase(f"driver restarting after kill {n + 1}/{cfg.kills}")
                 recovered_ms = asyncio.run(prober.warm_up(cfg.within_s))
                 kills.append({"after_s": pause_s, "recovery_s": round(recovered_ms / 1000, 1)})
+            show.phase("stopping the feed")
             feed.stop()
+            show.phase("until every node serves the reference")
             settled_at = time.monotonic()
             differ = _wait_for_reference(stack.bootstrap, nodes, cfg.within_s)
             exact_after_s = round(time.monotonic() - settled_at, 1)

@@ -34,6 +34,7 @@ import orjson
 
 from kiq.bench.cluster import actives, start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import PARTITIONS, TABLE, key_of, load_quotes
+from kiq.bench.progress import Reporter, reporter
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import cpu_seconds, percentile
 from kiq.client import AsyncClient
@@ -59,16 +60,19 @@ class ClientBenchConfig:
     nodes: int = 3
 
 
-def run_client_bench(cfg: ClientBenchConfig) -> dict[str, object]:
+def run_client_bench(cfg: ClientBenchConfig, progress: Reporter | None = None) -> dict[str, object]:
     if cfg.via not in VIA:
         raise ConfigError(f"--via must be one of {', '.join(VIA)}, not {cfg.via!r}")
     if cfg.keys < 1 or cfg.tasks < 1 or cfg.duration_s <= 0 or cfg.nodes < 2:
         raise ConfigError("--keys, --tasks and --duration must be positive, --nodes at least 2")
-    with local_stack() as stack:
+    with reporter(progress, cfg.via) as show, local_stack(progress=show) as stack:
         keys = [key_of(i) for i in range(cfg.keys)]
+        show.phase(f"loading {cfg.keys:,} keys")
         last = load_quotes(stack.bootstrap, TOPIC, keys)
+        show.phase(f"starting {cfg.nodes} nodes")
         nodes = start_nodes(stack, cfg.nodes, [f"{TABLE}={TOPIC}"])
         wait_settled(nodes)
+        show.phase("catching up")
         wait_applied(nodes, TABLE, last)
         urls = {n.node_id: n.url for n in nodes}
         owners = actives(nodes[0], TABLE)
@@ -76,9 +80,10 @@ def run_client_bench(cfg: ClientBenchConfig) -> dict[str, object]:
         node_urls = list(urls.values())
         proxy = None
         if cfg.via == "proxy":
+            show.phase("starting the proxy")
             proxy = LocalProxy(node_urls, stack.root / "proxy.log").start()
         try:
-            runs = _runs(cfg, nodes, keys, owner_url, node_urls, proxy.url if proxy else None)
+            runs = _runs(cfg, nodes, keys, owner_url, node_urls, proxy.url if proxy else None, show)
         finally:
             if proxy is not None:
                 proxy.stop()
@@ -118,12 +123,16 @@ def _runs(
     owner_url: dict[str, str],
     node_urls: list[str],
     proxy_url: str | None,
+    show: Reporter,
 ) -> dict[str, dict[str, float]]:
     """Each way warmed up, then measured in ``ROUNDS`` interleaved rounds (a busy machine's
     drift spread over all of them alike), one figure per way from all its rounds."""
     import uvloop
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
+    # The lookups of the run going on: its list's length, read when the line is drawn.
+    current: list[list[float]] = [[]]
+    show.watch("lookups", lambda: len(current[0]), rate=True)
 
     async def main() -> dict[str, dict[str, float]]:
         # The raw ways' httpx set up as the client's is (kiq.client.core.http_options: a
@@ -143,14 +152,20 @@ def _runs(
                 ways["client"] = lambda key: client.get(TABLE, key)
             else:
                 ways["proxy"] = _raw(http, lambda _key: proxy_url)
-            for get in ways.values():
-                await _drive(get, keys, cfg.tasks, cfg.warmup_s)
+            for name, get in ways.items():
+                show.phase(f"warming up {name}", cfg.warmup_s)
+                current[0] = []
+                await _drive(get, keys, cfg.tasks, cfg.warmup_s, current[0])
             totals = {name: _Totals() for name in ways}
-            for _ in range(ROUNDS):
+            for round_ in range(1, ROUNDS + 1):
                 for name, get in ways.items():
+                    show.phase(f"round {round_}/{ROUNDS}: {name}", cfg.duration_s / ROUNDS)
+                    current[0] = []
                     forwards, cpu = _forwards(nodes), cpu_seconds(_pids(nodes))
                     started, own = time.perf_counter(), time.process_time()
-                    latencies = await _drive(get, keys, cfg.tasks, cfg.duration_s / ROUNDS)
+                    latencies = await _drive(
+                        get, keys, cfg.tasks, cfg.duration_s / ROUNDS, current[0]
+                    )
                     elapsed = time.perf_counter() - started
                     totals[name].own_cpu += time.process_time() - own
                     cpu_after = cpu_seconds(_pids(nodes))
@@ -160,6 +175,7 @@ def _runs(
                     if cpu is not None and cpu_after is not None:
                         total.cpu += cpu_after - cpu
                     total.forwards += _forwards(nodes) - forwards
+                    show.set(f"{name}/s", round(len(total.latencies) / total.elapsed, 1))
             return {name: total.figures() for name, total in totals.items()}
 
     return uvloop.run(main())
@@ -185,9 +201,12 @@ class _Totals:
         }
 
 
-async def _drive(get: Get, keys: list[str], tasks: int, duration_s: float) -> list[float]:
-    """``tasks`` loops, each one lookup in flight, random keys, for ``duration_s``."""
-    latencies: list[float] = []
+async def _drive(
+    get: Get, keys: list[str], tasks: int, duration_s: float, into: list[float] | None = None
+) -> list[float]:
+    """``tasks`` loops, each one lookup in flight, random keys, for ``duration_s``; the
+    latencies go ``into`` a list the caller holds, if given, to be counted as they come."""
+    latencies: list[float] = [] if into is None else into
     deadline = time.perf_counter() + duration_s
 
     async def loop(seed: int) -> None:

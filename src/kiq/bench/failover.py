@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from kiq.bench.cluster import actives, start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import TABLE, key_of, load_quotes
-from kiq.bench.reader import LoadStats, ReaderLoad
+from kiq.bench.progress import Reporter, reporter
+from kiq.bench.reader import LoadStats, ReaderLoad, watch_reads
 from kiq.bench.stack import local_stack
 from kiq.errors import ConfigError
 
@@ -41,27 +42,33 @@ class FailoverConfig:
     session_timeout_ms: int | None = None  # None: kiq's default
 
 
-def run_failover(cfg: FailoverConfig) -> dict[str, object]:
+def run_failover(cfg: FailoverConfig, progress: Reporter | None = None) -> dict[str, object]:
     """Three nodes, one killed under load: what readers going through the others saw."""
     if cfg.keys < 1 or cfg.rate < 1:
         raise ConfigError("--keys and --rate must be positive")
     env = {}
     if cfg.session_timeout_ms is not None:
         env["KIQ_SERVE_SESSION_TIMEOUT_MS"] = str(cfg.session_timeout_ms)
-    with local_stack() as stack:
+    with reporter(progress, "failover") as show, local_stack(progress=show) as stack:
         keys = [key_of(i) for i in range(cfg.keys)]
+        show.phase(f"loading {cfg.keys:,} keys")
         last = load_quotes(stack.bootstrap, TOPIC, keys)
+        show.phase("starting 3 nodes")
         nodes = start_nodes(stack, 3, [f"{TABLE}={TOPIC}"], env)
         wait_settled(nodes)
+        show.phase("catching up")
         wait_applied(nodes, TABLE, last)
         victim = next(n for n in nodes if n.node_id == VICTIM)
         lost = sorted(p for p, owner in actives(nodes[0], TABLE).items() if owner == VICTIM)
         rotation = [n.url for n in nodes]
         with ReaderLoad(lambda: rotation, TABLE, keys, rate=cfg.rate) as load:
+            watch_reads(show, load)
+            show.phase("reading", cfg.before_s)
             time.sleep(cfg.before_s)
             rotation = [n.url for n in nodes if n is not victim]  # out of rotation as it dies
             killed_at = time.monotonic()
             victim.kill()
+            show.phase(f"{VICTIM} killed (-9), reading", cfg.after_s)
             time.sleep(cfg.after_s)
         stats = load.stats
     answered, unanswered = _recovery(stats, killed_at, lost, cfg.after_s)

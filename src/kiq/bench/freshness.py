@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from kiq import catalog
 from kiq.bench.probes import FEED_LINGER_MS, Prober
+from kiq.bench.progress import Reporter, reporter
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import percentile
 from kiq.feeds import TickProducer, TickSimulator, pace
@@ -37,11 +38,13 @@ class FreshnessConfig:
     serving: bool = False
 
 
-def run_freshness(cfg: FreshnessConfig) -> dict[str, object]:
-    with local_stack() as stack:
+def run_freshness(cfg: FreshnessConfig, progress: Reporter | None = None) -> dict[str, object]:
+    with reporter(progress, "freshness") as show, local_stack(progress=show) as stack:
         stack.create_stock_topics(cfg.partitions)
         if not cfg.serving:
+            show.phase(f"starting the pipeline ({cfg.trigger})")
             stack.add_stock_pipeline(cfg.trigger, cfg.partitions)
+        show.phase("starting the node")
         node = stack.add_node("f1", stack.stock_tables())
         node.wait_ready(120)
         stop = threading.Event()
@@ -56,12 +59,20 @@ def run_freshness(cfg: FreshnessConfig) -> dict[str, object]:
 
         thread = threading.Thread(target=run_feed, daemon=True)
         prober = Prober(node.url, stack.bootstrap, topic)
+        show.watch("ticks", lambda: feed.delivered, rate=True)
+        show.watch("probes", lambda: len(prober.samples))
+        show.watch("last probe", lambda: _last(prober.samples), "ms")
+        show.watch("probe errors", lambda: len(prober.errors))
         try:
             # Spark first (a probe alone), then the load, then a settling time, then measure.
+            show.phase("waiting for a first probe" + ("" if cfg.serving else " (Spark starting)"))
             asyncio.run(prober.warm_up(cfg.startup_timeout_s))
             thread.start()
+            show.phase(f"warming up at {cfg.rate:,.0f} ticks/s", cfg.warmup_s)
             time.sleep(cfg.warmup_s)
+            show.phase("measuring", cfg.duration_s)
             asyncio.run(prober.measure(cfg.duration_s, cfg.probe_every_s))
+            show.phase("stopping the feed")
         finally:
             stop.set()
             if thread.is_alive():
@@ -79,3 +90,8 @@ def run_freshness(cfg: FreshnessConfig) -> dict[str, object]:
         "max_ms": round(max(samples), 1) if samples else float("nan"),
         "errors": len(prober.errors),
     }
+
+
+def _last(samples: list[float]) -> float | None:
+    """The latest probe's wait: a list read from another thread, never indexed when empty."""
+    return round(samples[-1], 1) if samples else None

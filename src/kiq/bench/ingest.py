@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from kiq import catalog
 from kiq.bench.probes import FEED_LINGER_MS, Prober
+from kiq.bench.progress import Reporter, reporter
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import percentile
 from kiq.errors import ConfigError, KiqError
@@ -41,30 +42,41 @@ class IngestConfig:
     startup_timeout_s: float = 120  # until a first probe is visible: Spark has started
 
 
-def run_ingest(cfg: IngestConfig) -> dict[str, object]:
+def run_ingest(cfg: IngestConfig, progress: Reporter | None = None) -> dict[str, object]:
     """Rising feed rates, freshness probed at each: where the pipeline stops keeping up."""
     if not cfg.rates or any(r <= 0 for r in cfg.rates):
         raise ConfigError("--rates must be positive ticks per second")
     steps: list[dict[str, object]] = []
-    with local_stack() as stack:
+    with reporter(progress, "ingest") as show, local_stack(progress=show) as stack:
+        show.phase(f"starting the pipeline ({cfg.trigger})")
         stack.create_stock_topics(cfg.partitions)
         stack.add_stock_pipeline(cfg.trigger, cfg.partitions)
+        show.phase("starting the node")
         node = stack.add_node("i1", stack.stock_tables())
         node.wait_ready(120)
         feed = TickProducer(stack.bootstrap, catalog.STOCK_TICKS, linger_ms=FEED_LINGER_MS)
         sim = TickSimulator(cfg.symbols, list(catalog.STOCK_EXCHANGES), seed=7).ticks()
         prober = Prober(node.url, stack.bootstrap)
+        show.watch("ticks", lambda: feed.delivered, rate=True)
+        show.watch("probes", lambda: len(prober.samples))
+        show.watch("probe errors", lambda: len(prober.errors))
+        show.phase("waiting for a first probe (Spark starting)")
         asyncio.run(prober.warm_up(cfg.startup_timeout_s))
+        show.phase(f"settling at {cfg.rates[0]:,.0f} ticks/s", max(cfg.settle_max_s, cfg.warmup_s))
         settle_s = _settle(prober, sim, feed, cfg)
-        for rate in cfg.rates:
+        for i, rate in enumerate(cfg.rates, 1):
             prober.reset()
+            show.phase(f"step {i}/{len(cfg.rates)}: {rate:,.0f} ticks/s", cfg.step_s)
             with ThreadPoolExecutor(1) as pool:  # the feed beside the probes' event loop
                 fed = pool.submit(_feed, sim, feed, rate, cfg.step_s)
                 asyncio.run(prober.measure(cfg.step_s, cfg.probe_every_s, give_up_s=10))
                 step = _step(rate, fed.result(60), prober, cfg.max_p99_ms)
             steps.append(step)
+            if isinstance(p99 := step["p99_ms"], float):
+                show.set("last p99", p99, "ms")
             if not step["held"]:
                 break
+            show.set("held", f"{rate:,.0f} ticks/s")
         feed.flush(10)
     held = [s for s in steps if s["held"]]
     return {

@@ -32,6 +32,7 @@ from kiq.bench.auth import bench_auth
 from kiq.bench.cluster import actives, start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import PARTITIONS, TABLE, key_of, load_quotes
 from kiq.bench.floor import LocalFloor
+from kiq.bench.progress import Reporter, reporter
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import cpu_seconds
 from kiq.bench.wrk import WrkResult, run_wrk, write_script, wrk_executable
@@ -56,7 +57,7 @@ class LookupsConfig:
     auth: str = "none"  # jwt: nodes with --auth jwt, a bearer token on every request
 
 
-def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
+def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[str, object]:
     """Measure kiq, then the floor, with the same wrk run; the figures of both and their ratio."""
     if cfg.mode not in MODES:
         raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {cfg.mode!r}")
@@ -65,9 +66,11 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
     if cfg.nodes < 1 or cfg.keys < 1 or cfg.connections < 1:
         raise ConfigError("--nodes, --keys and --connections must be positive")
     wrk_executable()  # fail before starting anything
-    with local_stack() as stack:
+    with reporter(progress, "lookups") as show, local_stack(progress=show) as stack:
         keys = [key_of(i) for i in range(cfg.keys)]
+        show.phase(f"loading {cfg.keys:,} keys")
         last = load_quotes(stack.bootstrap, TOPIC, keys)
+        show.phase(f"starting {cfg.nodes} node(s)")
         auth = bench_auth(stack.root / "secrets") if cfg.auth == "jwt" else None
         nodes = start_nodes(
             stack,
@@ -78,6 +81,7 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
         )
         headers = [f"Authorization: {auth.authorization}"] if auth else []
         wait_settled(nodes)
+        show.phase("catching up")
         wait_applied(nodes, TABLE, last)
         drawn = keys + [key_of(i) for i in range(cfg.keys, cfg.keys + cfg.missing_keys)]
         owners = actives(nodes[0], TABLE)
@@ -90,23 +94,31 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
         pids = [n.proc.pid if n.proc else None for n in nodes]
         local: dict[str, object] = {}
         if cfg.mode == "random" and cfg.nodes > 1:
-            local = _local_baseline(stack.root, n1_keys, nodes, pids, cfg, headers)
+            local = _local_baseline(stack.root, n1_keys, nodes, pids, cfg, headers, show)
         ports = [n.port for n in targets]
-        kiq, kiq_cpu = _measure(stack.root / "wrk-kiq", paths, ports, pids, cfg, headers)
+        kiq, kiq_cpu = _measure(
+            "kiq", stack.root / "wrk-kiq", paths, ports, pids, cfg, headers, show
+        )
+        show.phase("stopping the nodes")
         for node in nodes:
             node.stop()
         floors = [LocalFloor(cfg.keys, stack.root / f"floor{i}.log") for i in range(len(targets))]
         try:
+            show.phase("starting the floor")
             for floor in floors:
                 floor.start()
             floor_run, floor_cpu = _measure(
+                "floor",
                 stack.root / "wrk-floor",
                 paths,
                 [f.port for f in floors],
                 [f.proc.pid if f.proc else None for f in floors],
                 cfg,
                 headers,
+                show,
             )
+            if floor_run.rps:
+                show.set("ratio", round(kiq.rps / floor_run.rps, 3))
         finally:
             for floor in floors:
                 floor.stop()
@@ -144,22 +156,32 @@ def run_lookups(cfg: LookupsConfig) -> dict[str, object]:
 
 
 def _measure(
+    label: str,
     directory: Path,
     paths: list[str],
     ports: list[int],
     pids: list[int | None],
     cfg: LookupsConfig,
     headers: list[str],
+    show: Reporter,
 ) -> tuple[WrkResult, float | None]:
     """One measured wrk run, and the CPU seconds the server processes spent in it."""
     directory.mkdir(parents=True, exist_ok=True)
     targets = [("127.0.0.1", port) for port in ports]
     script = write_script(directory, paths, targets, count_redirects=cfg.mode == "redirect")
+    # CPU seconds, and per second the cores busy serving: gone (not shown) once they stop
+    show.watch("server CPU", lambda: cpu_seconds(pids), "s", rate=True)
     if cfg.warmup_s >= 1:
+        show.phase(f"{label}: warming up", cfg.warmup_s)
         run_wrk(script, targets, cfg.connections, cfg.warmup_s, headers)
+    show.phase(f"{label}: measuring", cfg.duration_s)
     before = cpu_seconds(pids)
     result = run_wrk(script, targets, cfg.connections, cfg.duration_s, headers)
     after = cpu_seconds(pids)
+    # wrk reports at its end only: its figures, once a run
+    show.set(f"{label} req/s", round(result.rps, 1))
+    show.set(f"{label} p99", result.p99_ms, "ms")
+    show.set(f"{label} errors", result.errors)
     return result, None if before is None or after is None else after - before
 
 
@@ -170,10 +192,13 @@ def _local_baseline(
     pids: list[int | None],
     cfg: LookupsConfig,
     headers: list[str],
+    show: Reporter,
 ) -> dict[str, object]:
     """The same cluster, wrk on n1 with keys n1 owns: what forwarding is measured against."""
     paths = [f"/v1/tables/{TABLE}/keys/{k}" for k in n1_keys]
-    run, cpu = _measure(root / "wrk-local", paths, [nodes[0].port], pids, cfg, headers)
+    run, cpu = _measure(
+        "local on n1", root / "wrk-local", paths, [nodes[0].port], pids, cfg, headers, show
+    )
     return {"rps": run.rps, "cpu_us": _per_request(cpu, run.requests)}
 
 

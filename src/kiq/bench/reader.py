@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from kiq.bench.progress import Reporter
 from kiq.bench.stats import percentile
 
 
@@ -131,3 +132,11 @@ class ReaderLoad:
             self.stats.failures.append((now, url, -1, repr(exc)))
         finally:
             sem.release()
+
+
+def watch_reads(show: Reporter, *loads: ReaderLoad) -> None:
+    """The reads sent (and their rate), failed and stale so far, over ``loads``: counters the
+    load keeps anyway, read when the progress line is drawn."""
+    show.watch("reads", lambda: sum(load.stats.sent for load in loads), rate=True)
+    show.watch("failed", lambda: sum(len(load.stats.failures) for load in loads))
+    show.watch("stale", lambda: sum(load.stats.stale for load in loads))

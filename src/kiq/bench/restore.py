@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from kiq.bench.cluster import restored_records, start_nodes, wait_applied
 from kiq.bench.dataset import TABLE, key_of, load_quotes
+from kiq.bench.progress import Reporter, reporter, rss_mb
 from kiq.bench.stack import local_stack
 from kiq.errors import ConfigError, KiqError
 from kiq.runtime import LocalNode
@@ -37,21 +38,30 @@ class RestoreConfig:
     ready_timeout_s: float = 120
 
 
-def run_restore(cfg: RestoreConfig) -> dict[str, object]:
+def run_restore(cfg: RestoreConfig, progress: Reporter | None = None) -> dict[str, object]:
     """Fresh start, then restart from the same data dir: the two ways a node comes up."""
     if cfg.keys < 1:
         raise ConfigError("--keys must be positive")
-    with local_stack() as stack:
+    with reporter(progress, "restore") as show, local_stack(progress=show) as stack:
+        show.phase(f"loading {cfg.keys:,} keys")
         last = load_quotes(stack.bootstrap, TOPIC, (key_of(i) for i in range(cfg.keys)))
+        show.phase("restoring on a fresh node")
         started = time.monotonic()
         (node,) = start_nodes(stack, 1, [f"{TABLE}={TOPIC}"])
+        # /proc, not the node's API: a figure that costs the node under test nothing
+        show.watch("node RSS", lambda: rss_mb(node.proc.pid if node.proc else None), "MB")
         fresh_endpoint_s, fresh_s = until_serving(node, started, cfg.ready_timeout_s)
+        show.set("fresh ready", round(fresh_s, 2), "s")
+        show.set("records/s", round(cfg.keys / fresh_s))
         fresh_restored, materialize_s = restored_records(node, TABLE)
+        show.phase("catching up")
         wait_applied([node], TABLE, last)  # all of it in the stores before the restart
+        show.phase("restarting from its data dir")
         node.stop()
         started = time.monotonic()
         node.start()
         restart_endpoint_s, restart_s = until_serving(node, started, cfg.ready_timeout_s)
+        show.set("restart ready", round(restart_s, 2), "s")
         restart_restored, _ = restored_records(node, TABLE)
     return {
         "scenario": "restore",

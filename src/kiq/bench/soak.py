@@ -31,6 +31,7 @@ import aiohttp
 
 from kiq import catalog
 from kiq.bench.probes import Prober
+from kiq.bench.progress import Reporter, reporter, rss_mb
 from kiq.bench.stack import TickFeed, local_stack
 from kiq.bench.stats import percentile
 from kiq.errors import ConfigError
@@ -61,25 +62,31 @@ class _Reads:
     latencies_ms: list[float] = field(default_factory=list)
 
 
-def run_soak(cfg: SoakConfig) -> dict[str, object]:
+def run_soak(cfg: SoakConfig, progress: Reporter | None = None) -> dict[str, object]:
     if cfg.duration_s <= 0 or cfg.rate < 1 or cfg.sample_every_s <= 0:
         raise ConfigError("--duration, --rate and --sample-every must be positive")
     symbols = [listing.symbol for listing in SYMBOLS[: cfg.symbols]]
-    with local_stack() as stack:
+    with reporter(progress, "soak") as show, local_stack(progress=show) as stack:
+        show.phase("starting the pipeline")
         stack.create_stock_topics(cfg.partitions)
         pipeline = stack.add_stock_pipeline("microbatch", cfg.partitions)
+        show.phase("starting n1, n2, n3")
         nodes = [stack.add_node(f"n{i}", stack.stock_tables()) for i in (1, 2, 3)]
         for node in nodes:
             node.wait_ready(120)
+        show.phase("waiting for a first probe (Spark starting)")
         prober = Prober(nodes[0].url, stack.bootstrap)
         asyncio.run(prober.warm_up(cfg.startup_timeout_s))
 
         stop = threading.Event()
         feed = TickFeed(stack.bootstrap, cfg.symbols, cfg.feed_rate, seed=11)
-        time.sleep(min(30.0, cfg.duration_s / 10))  # every symbol quoted before reads count
+        reads = _Reads()
+        _watch(show, feed, reads, prober, nodes[0])
+        quoting_s = min(30.0, cfg.duration_s / 10)
+        show.phase("feeding before reads count", quoting_s)
+        time.sleep(quoting_s)  # every symbol quoted before reads count
 
         rotation = [n.url for n in nodes]
-        reads = _Reads()
         probing = threading.Thread(
             target=lambda: asyncio.run(prober.measure(cfg.duration_s, cfg.probe_every_s)),
             daemon=True,
@@ -91,6 +98,7 @@ def run_soak(cfg: SoakConfig) -> dict[str, object]:
         started = time.monotonic()
         probing.start()
         reading.start()
+        show.phase("measuring", cfg.duration_s, since=started)
         samples: list[dict[str, object]] = []
         restarts: list[dict[str, object]] = []
         next_restart = started + cfg.restart_every_s
@@ -99,18 +107,24 @@ def run_soak(cfg: SoakConfig) -> dict[str, object]:
             samples.append(
                 _sample(round(now - started), stack.broker.status().pid, pipeline, nodes)
             )
+            _show_sample(show, samples[-1])
             if now >= next_restart:
                 victim = nodes[1 + turn % 2]
                 turn += 1
                 rotation = [n.url for n in nodes if n is not victim]
+                show.phase(f"restart {victim.node_id}", cfg.duration_s, since=started)
                 restarts.append(_restart(victim, round(now - started)))
                 rotation = [n.url for n in nodes]
+                show.set("restarts", len(restarts))
+                show.phase("measuring", cfg.duration_s, since=started)
                 next_restart += cfg.restart_every_s
             time.sleep(
                 max(0.0, min(cfg.sample_every_s, started + cfg.duration_s - time.monotonic()))
             )
         end_s = round(time.monotonic() - started)
         samples.append(_sample(end_s, stack.broker.status().pid, pipeline, nodes))
+        _show_sample(show, samples[-1])
+        show.phase("draining the readers and the feed")
         stop.set()
         reading.join(60)
         probing.join(60)
@@ -127,6 +141,24 @@ def run_soak(cfg: SoakConfig) -> dict[str, object]:
         "growth_second_half_mb": _growth(samples),
         "samples": samples,
     }
+
+
+def _watch(show: Reporter, feed: TickFeed, reads: _Reads, prober: Prober, n1: LocalNode) -> None:
+    """The running figures: counters the threads keep anyway, read when the line is drawn."""
+    show.watch("reads", lambda: reads.sent, rate=True)
+    show.watch("read errors", lambda: len(reads.errors))
+    show.watch("probes", lambda: len(prober.samples))
+    show.watch("probe errors", lambda: len(prober.errors))
+    show.watch("ticks", lambda: feed.producer.delivered, rate=True)
+    show.watch("n1 RSS", lambda: rss_mb(n1.proc.pid if n1.proc else None), "MB")
+
+
+def _show_sample(show: Reporter, sample: dict[str, object]) -> None:
+    """The processes a watched figure does not cover, as of the last sample."""
+    for name in ("pipeline", "broker"):
+        figures = sample.get(name)
+        if isinstance(figures, dict):
+            show.set(f"{name} RSS", figures["rss_mb"], "MB")
 
 
 async def _read(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kiq import catalog
 from kiq.bench.probes import FEED_LINGER_MS
+from kiq.bench.progress import Reporter
 from kiq.catalog import CATALOG_TOPIC
 from kiq.errors import KiqError
 from kiq.feeds import TickProducer, TickSimulator, pace
@@ -109,14 +110,21 @@ def wait_declared(
 
 
 @contextmanager
-def local_stack(keep: bool = False) -> Iterator[Stack]:
-    """Broker on free loopback ports in a temporary directory; everything stops at the end."""
+def local_stack(keep: bool = False, progress: Reporter | None = None) -> Iterator[Stack]:
+    """Broker on free loopback ports in a temporary directory; everything stops at the end.
+
+    ``progress``: told when the broker starts and, after a run that did not fail, when
+    everything stops (a failed one keeps the phase it failed in)."""
     root = Path(tempfile.mkdtemp(prefix="kiq-bench-"))
     broker = LocalBroker.on_free_ports(root / "broker")
     stack = Stack(root, broker)
     try:
+        if progress is not None:
+            progress.phase("starting the broker")
         broker.start()  # a broker that never answers is stopped below too
         yield stack
+        if progress is not None:
+            progress.phase("stopping the stack")
     finally:
         for node in stack.nodes:
             node.stop()

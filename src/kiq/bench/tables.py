@@ -32,6 +32,7 @@ import orjson
 
 from kiq.bench.cluster import restored_records, start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import PARTITIONS, key_of, load_quotes, quote
+from kiq.bench.progress import Reporter, reporter
 from kiq.bench.restore import until_serving
 from kiq.bench.stack import Stack, local_stack
 from kiq.bench.stats import percentile
@@ -59,13 +60,14 @@ class TablesConfig:
     ttl_s: float = 5.0
 
 
-def run_tables(cfg: TablesConfig) -> dict[str, object]:
+def run_tables(cfg: TablesConfig, progress: Reporter | None = None) -> dict[str, object]:
     if min(cfg.keys, cfg.entities, cfg.windows, cfg.requests, cfg.concurrency) < 1:
         raise ConfigError("--keys, --entities, --windows, --requests must be positive")
     out: dict[str, object] = {"scenario": "tables", "keys": cfg.keys}
-    with local_stack() as stack:
+    with reporter(progress, "tables") as show, local_stack(progress=show) as stack:
         keys = [key_of(i) for i in range(cfg.keys)]
         last = {}
+        show.phase(f"loading 3 x {cfg.keys:,} keys")
         for topic in ("bench-plain", "bench-ranked", "bench-ttl"):
             last[topic] = load_quotes(stack.bootstrap, topic, keys)
         _declare(
@@ -79,7 +81,9 @@ def run_tables(cfg: TablesConfig) -> dict[str, object]:
         rates: dict[str, float] = {}
         for round_ in (1, 2):
             for table in ("plain", "ranked", "aged"):
+                show.phase(f"ingest into {table}, round {round_}/2")
                 rates[table] = max(rates.get(table, 0.0), _ingest(stack, table, round_))
+                show.set(f"{table} records/s", rates[table])
         out |= {
             "ingest_plain_records_per_s": rates["plain"],
             "ingest_ranked_records_per_s": rates["ranked"],
@@ -88,10 +92,13 @@ def run_tables(cfg: TablesConfig) -> dict[str, object]:
             "ingest_ttl_ratio": round(rates["aged"] / rates["plain"], 3),
         }
 
-        out |= _expiry(stack, cfg)
+        out |= _expiry(stack, cfg, show)
+        show.phase(f"loading {cfg.entities:,} x {cfg.windows} windows")
         windowed_last = _load_windows(stack.bootstrap, cfg.entities, cfg.windows)
+        show.phase("starting 3 nodes")
         nodes = start_nodes(stack, 3, ["plain", "ranked", "minutes"])
         wait_settled(nodes)
+        show.phase("catching up")
         wait_applied(nodes, "plain", last["bench-plain"])
         wait_applied(nodes, "ranked", last["bench-ranked"])
         wait_applied(nodes, "minutes", windowed_last)
@@ -109,7 +116,13 @@ def run_tables(cfg: TablesConfig) -> dict[str, object]:
                 for _ in range(cfg.requests)
             ],
         }
-        reads = {name: asyncio.run(_load(front, p, cfg.concurrency)) for name, p in paths.items()}
+        reads: dict[str, dict[str, float]] = {}
+        for name, some in paths.items():
+            show.phase(f"reads: {name}")
+            done: list[float] = []
+            show.watch("requests", done.__len__, rate=True)  # counted while it fills
+            reads[name] = asyncio.run(_load(front, some, cfg.concurrency, done))
+            show.set(f"{name}/s", reads[name]["per_s"])
         base = reads["lookup"]
         for name, figures in reads.items():
             out |= {f"{name}_{k}": v for k, v in figures.items()}
@@ -171,25 +184,31 @@ def _load_windows(bootstrap: str, entities: int, windows: int) -> dict[int, int]
     return {p: end - 1 for p, end in end_offsets(bootstrap, topic).items() if end}
 
 
-def _expiry(stack: Stack, cfg: TablesConfig) -> dict[str, object]:
+def _expiry(stack: Stack, cfg: TablesConfig, show: Reporter) -> dict[str, object]:
     """Quotes declared with a TTL they have all outlived by the time one node serves them:
     how long, from the moment it serves them, until every key's tombstone is in the topic."""
     topic = "bench-aging"
+    show.phase(f"expiry: loading {cfg.keys:,} keys")
     last = load_quotes(stack.bootstrap, topic, (key_of(i) for i in range(cfg.keys)))
     written = sum(offset + 1 for offset in last.values())
     ttl_ms = int(cfg.ttl_s * 1000)
     _declare(stack.bootstrap, Declared(table="aging", topic=topic, key=("symbol",), ttl_ms=ttl_ms))
+    show.phase("expiry: outliving the TTL", cfg.ttl_s)
     time.sleep(cfg.ttl_s)  # every key has outlived the TTL now
+    show.phase("expiry: a node restoring")
     started = time.monotonic()
     (node,) = start_nodes(stack, 1, ["aging"], prefix="aging-")
     until_serving(node, started, 180, "aging")
     serving = time.monotonic()
     deadline = serving + 600
+    show.phase("expiry: tombstoning")
     while (ends := sum(end_offsets(stack.bootstrap, topic).values())) < 2 * written:
+        show.set("tombstones", ends - written)
         if time.monotonic() > deadline:
             raise KiqError(f"{ends - written} of {written} tombstones after 600 s")
         time.sleep(0.2)
     took = max(time.monotonic() - serving, 1e-3)
+    show.set("tombstones", written)
     _retire(stack, node)
     return {
         "expiry_keys": written,
@@ -211,9 +230,11 @@ def _get(url: str) -> bytes:
         return body
 
 
-async def _load(base: str, paths: list[str], concurrency: int) -> dict[str, float]:
-    """GET every path, ``concurrency`` at a time: requests/s, p50 and p99 (ms), errors."""
-    latencies: list[float] = []
+async def _load(
+    base: str, paths: list[str], concurrency: int, latencies: list[float]
+) -> dict[str, float]:
+    """GET every path, ``concurrency`` at a time: requests/s, p50 and p99 (ms), errors.
+    ``latencies``: the caller's list, counted while it fills."""
     errors = 0
     queue = iter(paths)
     async with aiohttp.ClientSession(base) as session:

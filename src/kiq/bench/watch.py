@@ -29,6 +29,7 @@ import orjson
 
 from kiq.bench.cluster import start_nodes, wait_applied
 from kiq.bench.dataset import key_of, load_quotes
+from kiq.bench.progress import Reporter, reporter, rss_mb
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import cpu_seconds, percentile
 from kiq.errors import ConfigError, KiqError
@@ -46,7 +47,7 @@ class WatchConfig:
     duration_s: float = 20.0
 
 
-def run_watch(cfg: WatchConfig) -> dict[str, object]:
+def run_watch(cfg: WatchConfig, progress: Reporter | None = None) -> dict[str, object]:
     if min(cfg.subscribers, cfg.keys) < 1 or cfg.rate <= 0 or cfg.duration_s <= 0:
         raise ConfigError("--subscribers, --keys, --rate and --duration must be positive")
     out: dict[str, object] = {
@@ -55,21 +56,27 @@ def run_watch(cfg: WatchConfig) -> dict[str, object]:
         "keys": cfg.keys,
         "rate_per_s": cfg.rate,
     }
-    with local_stack() as stack:
+    with reporter(progress, "watch") as show, local_stack(progress=show) as stack:
         keys = [key_of(i) for i in range(cfg.keys)]
+        show.phase(f"loading {cfg.keys:,} keys")
         last = load_quotes(stack.bootstrap, "bench-watch", keys)
+        show.phase("starting the node")
         env = {"KIQ_LIMITS_MAX_CONNECTIONS": str(cfg.subscribers + 256)}
         (node,) = start_nodes(stack, 1, ["watched=bench-watch"], env=env)
         node.wait_ready(120)
         wait_applied([node], "watched", last)
         pid = node.proc.pid if node.proc is not None else None
+        # From /proc: the node's memory, and its CPU seconds whose rate is the cores it uses
+        show.watch("node RSS", lambda: rss_mb(pid), "MB")
+        show.watch("node CPU", lambda: cpu_seconds([pid]), "s", rate=True)
         # The same updates with nobody watching: what the node spends on ingest alone.
+        show.phase("updates, nobody watching", cfg.duration_s / 2)
         before = cpu_seconds([pid])
-        _produce(stack.bootstrap, keys, cfg.rate, cfg.duration_s / 2)
+        _produce(stack.bootstrap, keys, cfg.rate, cfg.duration_s / 2, show)
         idle_cpu = cpu_seconds([pid])
         if before is not None and idle_cpu is not None:
             out["node_cores_without_watches"] = round((idle_cpu - before) / (cfg.duration_s / 2), 3)
-        out |= asyncio.run(_watched(node.url, pid, stack.bootstrap, keys, cfg))
+        out |= asyncio.run(_watched(node.url, pid, stack.bootstrap, keys, cfg, show))
         with_watches, without = (
             out.get("node_cores_with_watches"),
             out.get("node_cores_without_watches"),
@@ -82,7 +89,7 @@ def run_watch(cfg: WatchConfig) -> dict[str, object]:
 
 
 async def _watched(
-    url: str, pid: int | None, bootstrap: str, keys: list[str], cfg: WatchConfig
+    url: str, pid: int | None, bootstrap: str, keys: list[str], cfg: WatchConfig, show: Reporter
 ) -> dict[str, object]:
     rss_before = _rss(pid)
     delays: list[float] = []
@@ -122,7 +129,11 @@ async def _watched(
             if snapshots + failed == cfg.subscribers:
                 opened.set()
 
+    show.watch("subscribed", lambda: snapshots)
+    show.watch("subscribers failed", lambda: failed)
+    show.watch("events", delays.__len__, rate=True)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        show.phase(f"connecting {cfg.subscribers:,} subscribers")
         started = time.monotonic()
         tasks = [asyncio.create_task(subscriber(i, session)) for i in range(cfg.subscribers)]
         try:
@@ -139,9 +150,11 @@ async def _watched(
         gc.freeze()
         await asyncio.sleep(1.0)
         rss_with = _rss(pid)
+        show.phase(f"updates, {cfg.subscribers:,} watching", cfg.duration_s)
         cpu_before = cpu_seconds([pid])
-        sent = await asyncio.to_thread(_produce, bootstrap, keys, cfg.rate, cfg.duration_s)
+        sent = await asyncio.to_thread(_produce, bootstrap, keys, cfg.rate, cfg.duration_s, show)
         cpu_after = cpu_seconds([pid])
+        show.phase("the last events in flight", 2.0)
         await asyncio.sleep(2.0)  # the last events in flight
         for task in tasks:
             task.cancel()
@@ -176,7 +189,9 @@ async def _watched(
     return out
 
 
-def _produce(bootstrap: str, keys: list[str], rate: float, duration_s: float) -> dict[str, float]:
+def _produce(
+    bootstrap: str, keys: list[str], rate: float, duration_s: float, show: Reporter
+) -> dict[str, float]:
     """Random keys at ``rate`` per second for ``duration_s``; each key's last stamp."""
     producer = JsonProducer(bootstrap, "bench-watch", key_field="symbol", linger_ms=1)
     # Connected, its producer id acquired: the first stamped record must not wait for that.
@@ -201,7 +216,9 @@ def _produce(bootstrap: str, keys: list[str], rate: float, duration_s: float) ->
         n += 1
         if n % 100 == 0:
             producer.poll(0)
+            show.set("updates", n)
     producer.flush(30)
+    show.set("updates", n)
     return last
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, cast
 import typer
 from rich.table import Table
 
-from kiq.cli.context import console, run_or_exit
+from kiq.cli.context import console, err_console, run_or_exit
 from kiq.errors import ConfigError, SetupError
 
 # The modules pyproject.toml's `bench` extra brings: kiq.bench imports them, the runtime does not.
@@ -304,8 +304,8 @@ def ingest(
     cfg = IngestConfig(
         rates=steps, step_s=duration, max_p99_ms=max_p99_ms, warmup_s=warmup, trigger=trigger
     )
-    with console.status(f"measuring ingest at {rates} ticks/s ..."):
-        result = run_or_exit(lambda: run_ingest(cfg))
+    _announce("ingest", f"at {rates} ticks/s")
+    result = run_or_exit(lambda: run_ingest(cfg))
     summary = {k: v for k, v in result.items() if k != "steps"}
     rows = cast(list[dict[str, object]], result["steps"])  # one row of figures per rate
     from kiq.bench.stats import report
@@ -332,9 +332,15 @@ def _rates(text: str) -> tuple[float, ...]:
 def _measure(
     name: str, what: str, run: Callable[[], dict[str, object]], json_out: Path | None
 ) -> None:
-    """Run one scenario under a status line; print its figures and write them as JSON."""
+    """Run one scenario, its progress on stderr; print its figures and write them as JSON."""
     from kiq.bench.stats import report
 
-    with console.status(f"measuring {name} ({what}) ..."):
-        result = run_or_exit(run)
+    _announce(name, what)
+    result = run_or_exit(run)
     report(name, result, json_out, console)
+
+
+def _announce(name: str, what: str) -> None:
+    """What is measured, on stderr above the scenario's own progress (kiq.bench.progress):
+    stdout keeps the figures alone."""
+    err_console.print(f"measuring {name} ({what})", highlight=False, markup=False)
