@@ -264,6 +264,19 @@ def rss_mb(pid: int | None) -> float | None:
         return None
 
 
+def peak_rss_mb(pid: int | None) -> float | None:
+    """A process's peak resident memory so far in MB (the kernel's VmHWM); None: unknown."""
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)  # kB
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
+
+
 def _clock_text(seconds: float) -> str:
     whole = max(0, int(seconds))
     hours, rest = divmod(whole, 3600)

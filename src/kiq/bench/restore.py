@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kiq.bench.cluster import restored_records, start_nodes, wait_applied
 from kiq.bench.dataset import TABLE, key_of, load_quotes
-from kiq.bench.progress import Reporter, reporter, rss_mb
+from kiq.bench.progress import Reporter, peak_rss_mb, reporter, rss_mb
 from kiq.bench.stack import local_stack
 from kiq.errors import ConfigError, KiqError
 from kiq.runtime import LocalNode
@@ -56,6 +56,9 @@ def run_restore(cfg: RestoreConfig, progress: Reporter | None = None) -> dict[st
         fresh_restored, materialize_s = restored_records(node, TABLE)
         show.phase("catching up")
         wait_applied([node], TABLE, last)  # all of it in the stores before the restart
+        pid = node.proc.pid if node.proc else None
+        held_mb, peak_mb = rss_mb(pid), peak_rss_mb(pid)  # holding every key, and the most
+        show.set("peak RSS", peak_mb, "MB")
         show.phase("restarting from its data dir")
         node.stop()
         started = time.monotonic()
@@ -63,6 +66,8 @@ def run_restore(cfg: RestoreConfig, progress: Reporter | None = None) -> dict[st
         restart_endpoint_s, restart_s = until_serving(node, started, cfg.ready_timeout_s)
         show.set("restart ready", round(restart_s, 2), "s")
         restart_restored, _ = restored_records(node, TABLE)
+        pid = node.proc.pid if node.proc else None
+        restart_peak_mb = peak_rss_mb(pid)
     return {
         "scenario": "restore",
         "keys": cfg.keys,
@@ -77,6 +82,11 @@ def run_restore(cfg: RestoreConfig, progress: Reporter | None = None) -> dict[st
         "restart_ready_s": round(restart_s, 3),
         "restart_restored_records": restart_restored,
         "restart_ready_endpoint_s": round(restart_endpoint_s, 3),
+        # resident memory of the node holding every key once restored, its peak while
+        # restoring, and its peak when restarted from its data dir (/proc: VmRSS, VmHWM)
+        "fresh_rss_mb": held_mb,
+        "fresh_peak_rss_mb": peak_mb,
+        "restart_peak_rss_mb": restart_peak_mb,
     }
 
 
