@@ -19,7 +19,13 @@ import msgspec
 
 from kiq.errors import ConfigError
 from kiq.tables.spec import TableSpec, parse_table
-from kiq.tables.versions import DEFAULT_VERSION, internal_name, run_name, versioned_topic
+from kiq.tables.versions import (
+    DEFAULT_VERSION,
+    catalog_records,
+    internal_name,
+    run_name,
+    versioned_topic,
+)
 
 Partitioning = Literal["key", "input"]
 _PREFIX = "table:"
@@ -112,36 +118,17 @@ class Started(msgspec.Struct, frozen=True, kw_only=True):
 def decode_started(records: Mapping[str, bytes], app: str | None = None) -> dict[str, Started]:
     """The pipelines' start records in a catalog read (``app``'s only, when given), by
     pipeline name."""
-    found: dict[str, Started] = {}
-    for key, value in records.items():
-        if key.startswith(_STARTED):
-            try:
-                started = msgspec.json.decode(value, type=Started)
-            except msgspec.DecodeError:
-                continue
-            if app is None or started.app == app:
-                found[started.pipeline] = started
-    return found
+    started = catalog_records(records, _STARTED, Started)
+    return {s.pipeline: s for s in started if app in (None, s.app)}
 
 
 def decode_catalog(records: Mapping[str, bytes], app: str | None = None) -> dict[str, Declared]:
     """The tables in a catalog read (``kiq.kafka.compacted.read_latest``) of ``app`` (every
     application's, when None), by the name nodes keep them under (``Declared.name``: the
-    table's own for ``v1``, ``NAME@VERSION`` for another version).
-
-    A record kiq cannot read (written by a newer kiq, say) is skipped, not fatal.
-    """
-    found: dict[str, Declared] = {}
-    for key, value in records.items():
-        if not key.startswith(_PREFIX):
-            continue
-        try:
-            declared = msgspec.json.decode(value, type=Declared)
-        except msgspec.DecodeError:
-            continue
-        if app is None or declared.app == app:
-            found[declared.name] = declared
-    return found
+    table's own for ``v1``, ``NAME@VERSION`` for another version). A record kiq cannot
+    read (written by a newer kiq, say) is skipped, not fatal."""
+    declared = catalog_records(records, _PREFIX, Declared)
+    return {d.name: d for d in declared if app in (None, d.app)}
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,14 @@ else the first version in natural order (v2 before v10).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TypeVar
 
 import msgspec
 
 from kiq.errors import ConfigError
+
+_R = TypeVar("_R", bound=msgspec.Struct)
 
 DEFAULT_VERSION = "v1"
 # Between a table's name and its version, in the names nodes use internally.
@@ -89,19 +92,19 @@ def alias_key(table: str, app: str) -> str:
 
 
 def decode_aliases(records: Mapping[str, bytes], app: str | None = None) -> dict[str, Alias]:
-    """The aliases in a catalog read (``app``'s only, when given), by table name; a record
-    kiq cannot read is skipped."""
-    found: dict[str, Alias] = {}
+    """The aliases in a catalog read (``app``'s only, when given), by table name."""
+    return {a.table: a for a in catalog_records(records, _ALIAS, Alias) if app in (None, a.app)}
+
+
+def catalog_records(records: Mapping[str, bytes], prefix: str, kind: type[_R]) -> Iterator[_R]:
+    """The records of one kind in a catalog read (their keys start with ``prefix``); one kiq
+    cannot read (written by a newer kiq, say) is skipped, not fatal."""
     for key, value in records.items():
-        if not key.startswith(_ALIAS):
-            continue
-        try:
-            alias = msgspec.json.decode(value, type=Alias)
-        except msgspec.DecodeError:
-            continue
-        if app is None or alias.app == app:
-            found[alias.table] = alias
-    return found
+        if key.startswith(prefix):
+            try:
+                yield msgspec.json.decode(value, type=kind)
+            except msgspec.DecodeError:
+                continue
 
 
 def current_version(versions: Iterable[str], alias: Alias | None) -> str | None:
