@@ -143,6 +143,11 @@ def _node(url: str, token: str | None, config: Path | None) -> Node:
     return Node(url, client)
 
 
+def _one_node(url: str | None, token: str | None, config: Path | None) -> Node:
+    """The node a one-node command asks: ``--url``, else the config's own address."""
+    return _node(_urls([url] if url else None, config)[0], token, config)
+
+
 def _urls(given: list[str] | None, config: Path | None) -> list[str]:
     urls = [u.rstrip("/") for u in given or []]
     if not urls:
@@ -189,7 +194,7 @@ def versions(
     conf = state.config_file(config)
 
     def run() -> int:
-        with _node(_urls([url] if url else None, conf)[0], token, conf) as node:
+        with _one_node(url, token, conf) as node:
             found = node.versions(table)
         if as_json:
             _echo_json(found)
@@ -246,7 +251,7 @@ def switch(
     conf = state.config_file(config)
 
     def run() -> int:
-        with _node(_urls([url] if url else None, conf)[0], token, conf) as node:
+        with _one_node(url, token, conf) as node:
             answer = node.json(
                 "POST", f"{_path(table)}/switch", body={"version": version, "force": force}
             )
@@ -299,7 +304,7 @@ def retire(
     conf = state.config_file(config)
 
     def run() -> int:
-        with _node(_urls([url] if url else None, conf)[0], token, conf) as node:
+        with _one_node(url, token, conf) as node:
             answer = node.json("POST", f"{_path(table)}/retire", body={"version": version})
         nodes: dict[str, str] = answer.get("nodes") or {}
         late = {n: v for n, v in sorted(nodes.items()) if v != "dropped"}
