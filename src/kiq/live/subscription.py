@@ -4,14 +4,18 @@ Changes are offered as their partitions apply them and are kept, one per key, un
 subscriber's connection takes them: a slow subscriber gets the latest state of each key
 (coalesced), never a growing queue. A change already told (by its offset) is not told
 again, so the snapshot, the changes that raced it and a failover's catch-up never repeat
-one. A subscriber with more than ``max_pending`` keys waiting is dropped: its connection
-is closed with the reason, and it may resume from its last event id.
+one. Whatever reaches the subscriber while its partition's snapshot is being taken, and
+the first state told of each of its keys (coalesced or not), is its snapshot (a value, or
+absent), whichever source told it first. A subscriber with more than ``max_pending`` keys
+waiting is dropped: its connection is closed with the reason, and it may resume from its
+last event id.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 
 from kiq.live.events import Cursor, Event, Kind
 
@@ -29,6 +33,7 @@ class Subscription:
         "prefixes",
         "present",
         "snapshot_through",
+        "snapshotting",
         "table",
         "through_of",
     )
@@ -50,6 +55,7 @@ class Subscription:
         self.last: dict[bytes, int] = {}  # key → offset of the state last offered
         self.present: dict[bytes, bool] = {}  # key → whether that state was a value
         self.snapshot_through: dict[int, int] = {}  # partition → what its snapshot held
+        self.snapshotting: set[int] = set()  # partitions whose snapshot is being taken
         # partition → what its feed has applied (the hub's, read when a cursor is written)
         self.through_of: Callable[[int], int] = lambda p: -1
         self.dropped: str | None = None
@@ -79,6 +85,13 @@ class Subscription:
         if not value and last is not None and not self.present.get(key, True):
             self.last[key] = event.offset  # absent before, absent now: nothing to tell
             return
+        if not event.snapshot and (
+            event.partition in self.snapshotting
+            or (key in self.keys and key not in self.last)
+            or ((waiting := self._pending.get(key)) is not None and waiting.snapshot)
+        ):
+            kind = event.kind if event.kind is Kind.VALUE else Kind.ABSENT
+            event = replace(event, kind=kind, snapshot=True)
         self.last[key] = event.offset
         self.present[key] = value
         self._pending[key] = event

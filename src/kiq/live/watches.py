@@ -83,6 +83,7 @@ class Watches:
         )
         sub.through_of = lambda p: self._through(table, p)
         self._count += 1
+        sub.snapshotting.update(partitions)
         feeds = [self._feed(table, p) for p in partitions]
         for feed in feeds:
             feed.add(sub)
@@ -91,6 +92,7 @@ class Watches:
                 await self._snapshot(
                     sub, feed, keys.get(feed.partition, []), prefixes.get(feed.partition, [])
                 )
+                sub.snapshotting.discard(feed.partition)
         except BaseException:
             self.unsubscribe(sub)
             raise

@@ -87,3 +87,36 @@ def test_a_one_key_cursor_is_the_last_offset_and_many_keys_one_per_partition():
 def test_a_cursor_we_did_not_write_is_refused(text: str):
     with pytest.raises(BadCursor):
         Cursor.parse(text)
+
+
+def test_a_change_that_beats_the_snapshot_is_told_as_the_snapshot():
+    # A relay already running for another subscriber tells this one's key before its own
+    # snapshot read answers: that first state is still its snapshot.
+    s = sub(keys=(b"a",), partitions=(0,))
+    s.offer(ev(b"a", 2))
+    s.offer(ev(b"a", 2))  # the snapshot read, same offset
+    s.offer(ev(b"a", 3))
+    (first,) = asyncio.run(s.take(0.01))
+    assert first.snapshot and first.offset == 3  # coalesced: the latest, still the first told
+    s.offer(ev(b"a", 4))
+    (change,) = asyncio.run(s.take(0.01))
+    assert not change.snapshot
+
+
+def test_a_prefix_key_is_a_snapshot_only_while_its_partition_snapshot_is_taken():
+    s = sub(keys=(), prefixes=(b"k",), partitions=(0, 1))
+    s.snapshotting.update({0, 1})
+    s.offer(ev(b"k1", 1, partition=0))
+    s.snapshotting.discard(0)
+    s.offer(ev(b"k2", 2, partition=0))  # a key created after partition 0's snapshot
+    s.offer(ev(b"k3", 3, partition=1))  # partition 1's snapshot is still being taken
+    told = {e.key: e.snapshot for e in asyncio.run(s.take(0.01))}
+    assert told == {b"k1": True, b"k2": False, b"k3": True}
+
+
+def test_a_delete_coalesced_into_a_waiting_snapshot_is_told_as_absent():
+    s = sub()
+    s.offer(ev(b"a", 2))
+    s.offer(ev(b"a", 3, Kind.DELETE))
+    (first,) = asyncio.run(s.take(0.01))
+    assert (first.kind, first.offset, first.snapshot) == (Kind.ABSENT, 3, True)
