@@ -26,6 +26,7 @@ from kiq.partitioning import partition_for
 from kiq.replicas import Materializer, Replica, Role
 from kiq.replicas.expiry import ExpirySweeper
 from kiq.replicas.replica import ReadOnlyReplica
+from kiq.replicas.taps import Taps
 from kiq.settings import ServeSettings
 from kiq.stores import MemoryBudget, PartitionStore, open_partition_store
 from kiq.tables import TableRuntime
@@ -324,6 +325,39 @@ def store_opener(
     return open_store
 
 
+class ServedNode(Protocol):
+    """What the API needs of the node it serves: a ``Node``, or a read worker's copy of one
+    (``kiq.workers.mirror.MirrorNode``)."""
+
+    settings: ServeSettings
+    node_id: str
+    url: str
+    metrics: NodeMetrics
+
+    @property
+    def tables(self) -> Mapping[str, TableRuntime]: ...
+
+    @property
+    def current(self) -> Mapping[str, TableRuntime]: ...
+
+    @property
+    def replicas(self) -> Mapping[tuple[str, int], ReadOnlyReplica]: ...
+
+    @property
+    def taps(self) -> Taps: ...
+
+    @property
+    def view(self) -> ClusterView: ...
+
+    def is_ready(self) -> tuple[bool, str]: ...
+
+    def versions_of(self, table: str) -> dict[str, TableRuntime]: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class NodeView:
     """The node as its request handlers see it: read-only, no lifecycle, no Kafka.
 
@@ -346,7 +380,7 @@ class NodeView:
         "url",
     )
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ServedNode) -> None:
         self._node = node
         self.node_id = node.node_id
         self.url = node.url

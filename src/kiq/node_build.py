@@ -78,7 +78,7 @@ def build_node(settings: NodeSettings) -> BuiltNode:
     served = served_tables(settings.serve)
     serve = tls_contexts.advertised(settings.serve, settings.tls)
     server_tls = tls_contexts.server_files(settings.tls)
-    peer_ssl = _peer_ssl(settings.tls)
+    peer_context = peer_ssl(settings.tls)
     endpoints = app_endpoints(settings)
     kafka = KafkaSecurity.from_settings(settings.kafka)  # reads the password file now
     budget = MemoryBudget.of_mib(serve.store_memory_mb)
@@ -105,7 +105,7 @@ def build_node(settings: NodeSettings) -> BuiltNode:
         endpoints=endpoints,
         limits=settings.limits,
         security=security,
-        peer_ssl=peer_ssl,
+        peer_ssl=peer_context,
         # GET /v1/pipelines: the application's queries, as their drivers publish them
         progress=ProgressReader(serve.bootstrap, settings.app.name, security=kafka),
         catalog=CatalogWriter(settings.app.name, writer, follower, serve.bootstrap, security=kafka),
@@ -178,7 +178,7 @@ def _node(
     return Node(serve, runtimes, materializer, metrics, group, group_changed, sweeper)
 
 
-def _peer_ssl(tls: TlsSettings) -> ssl.SSLContext | None:
+def peer_ssl(tls: TlsSettings) -> ssl.SSLContext | None:
     """What ``https://`` peers are verified with: a node serving TLS calls its peers so."""
     if tls.enabled or tls.ca is not None:
         return tls_contexts.client_context(tls.ca)

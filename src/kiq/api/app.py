@@ -37,7 +37,7 @@ from kiq.api.spec import RouteSpec
 from kiq.api.versions import CatalogAdmin, VersionsApi
 from kiq.api.watch import WatchApi
 from kiq.live import Watches
-from kiq.node import Node, NodeView
+from kiq.node import NodeView, ServedNode
 from kiq.routing import HedgePolicy, Peers, ReplicaReader, Router
 from kiq.security import Security
 from kiq.settings import LimitsSettings
@@ -66,7 +66,7 @@ AppRoutes = Iterable[str | Declare]
 class KiqApp:
     def __init__(
         self,
-        node: Node,
+        node: ServedNode,
         writer: RecordWriter,
         peers: Peers | None = None,
         start_node: bool = True,
@@ -77,6 +77,7 @@ class KiqApp:
         peer_ssl: ssl.SSLContext | None = None,
         progress: PipelineProgress | None = None,
         catalog: CatalogAdmin | None = None,
+        home: str | None = None,
     ) -> None:
         limits = limits if limits is not None else LimitsSettings()
         view = NodeView(node)
@@ -93,7 +94,7 @@ class KiqApp:
         self.limiter = RateLimiter.of(limits)
         self._node = node
         self._start_node = start_node
-        self.router = Router(view.node_id)
+        self.router = Router(view.node_id, home=home)
         if peers is None:
             peers = Peers(
                 view.node_id,
@@ -117,6 +118,7 @@ class KiqApp:
             reader,
             limits.max_watches,
             limits.max_watch_pending,
+            relay_only=home is not None,
         )
         watch_api = WatchApi(view, self.watches)
         custom = endpoints_for(
@@ -208,7 +210,7 @@ def _version() -> str:
 
 
 def create_app(
-    node: Node,
+    node: ServedNode,
     writer: RecordWriter,
     peers: Peers | None = None,
     start_node: bool = True,
@@ -219,6 +221,7 @@ def create_app(
     peer_ssl: ssl.SSLContext | None = None,
     progress: PipelineProgress | None = None,
     catalog: CatalogAdmin | None = None,
+    home: str | None = None,
 ) -> KiqApp:
     """The app serving ``node``; ``writer`` takes the application's writes.
 
@@ -232,7 +235,8 @@ def create_app(
     ``peer_ssl`` verifies ``https://`` peers (``kiq.security.tls.client_context``).
     ``progress``: where GET /v1/pipelines reads the pipelines' progress (none: it has none).
     ``catalog``: where ``kiq switch`` and ``kiq retire`` write (none: this node moves no
-    versions).
+    versions). ``home``: a read worker's node (``kiq.workers``), where what this process
+    cannot answer goes.
     """
     return KiqApp(
         node,
@@ -246,4 +250,5 @@ def create_app(
         peer_ssl,
         progress,
         catalog,
+        home,
     )

@@ -48,6 +48,10 @@ def serve(
         str | None, typer.Option(help="URL other nodes use [http://host:port]")
     ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="local stores [.kiq/node-1]")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="processes answering the port, this one included [0: one per core]"),
+    ] = None,
     table: Annotated[
         list[str] | None,
         typer.Option(
@@ -136,6 +140,7 @@ def serve(
                 "port": port,
                 "advertise": advertise,
                 "data_dir": data_dir,
+                "workers": workers,
                 "tables": table or None,
                 "standby_replicas": standby_replicas,
                 "cluster": cluster,
@@ -171,38 +176,34 @@ def serve(
 
 
 async def _serve(built: BuiltNode) -> None:
-    """Serve ``built.app`` until SIGINT or SIGTERM."""
-    from granian.constants import Interfaces
-    from granian.http import HTTP1Settings
-    from granian.server.embed import Server
+    """Serve ``built.app`` (and start its read workers) until SIGINT or SIGTERM."""
+    from kiq.runtime.ports import free_port
+    from kiq.workers.home import HomeApp, Workers, new_token
+    from kiq.workers.server import http_server
 
-    logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
     conf, limits, security = built.settings.serve, built.settings.limits, built.security
-    cert, key = built.server_tls or (None, None)
-    server = Server(
-        built.app,
-        address=conf.host,
-        port=conf.port,
-        interface=Interfaces.ASGI,
-        log_enabled=False,
-        backlog=2048,
-        # granian holds a permit per open connection: these many at once, the rest wait.
-        backpressure=limits.max_connections,
-        # Its HTTP/1 header timer also runs while a kept-alive connection idles.
-        http1_settings=HTTP1Settings(
-            header_read_timeout=max(1, round(limits.header_timeout_s * 1000))
-        ),
-        ssl_cert=cert,
-        ssl_key=key,
-    )
+    server = http_server(built.app, conf.host, conf.port, limits, built.server_tls)
+    servers = [server]
+    count = worker_count(conf.workers)
+    workers: Workers | None = None
+    if count > 1:
+        token = new_token()
+        private = free_port()
+        servers.append(
+            http_server(HomeApp(built.app, built.node, token), "127.0.0.1", private, limits)
+        )
+        workers = Workers(count - 1, built.settings.as_env(), f"http://127.0.0.1:{private}", token)
     loop = asyncio.get_running_loop()
 
     def shut_down() -> None:
         log.info("stopping node=%s (signal)", conf.node_id)
+        if workers is not None:
+            workers.stop()
         # Watch streams never end by themselves: the server waits for open requests first.
         built.app.end_streams()
-        stop_server: Callable[[], None] = server.stop  # granian's method is untyped
-        stop_server()
+        for each in servers:
+            stop_server: Callable[[], None] = each.stop  # granian's method is untyped
+            stop_server()
         # Leaving the group and closing stores is quick when Kafka answers; when it does
         # not, an operator still expects the process to end.
         watchdog = threading.Timer(SHUTDOWN_DEADLINE_S, _give_up, args=(conf.node_id,))
@@ -212,10 +213,28 @@ async def _serve(built: BuiltNode) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, shut_down)
     log.info(
-        "serving node=%s url=%s auth=%s node-to-node=%s",
+        "serving node=%s url=%s auth=%s node-to-node=%s processes=%d",
         conf.node_id,
         conf.advertised_url,
         "jwt" if security.tokens is not None else "none",
         "signed" if security.cluster is not None else "open",
+        count,
     )
-    await server.serve()
+    if workers is not None:
+        workers.start()
+    try:
+        await asyncio.gather(*(each.serve() for each in servers))
+    finally:
+        if workers is not None:
+            workers.stop()
+            await asyncio.to_thread(workers.wait)
+
+
+def worker_count(setting: int) -> int:
+    """Processes to answer the port: ``setting``, or one per core this process may use."""
+    if setting > 0:
+        return setting
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)

@@ -34,7 +34,8 @@ CHECK_S = 0.25  # how often each feed's source is checked
 
 class Watches:
     """``max_watches``: subscribers at once on this node; ``max_pending``: keys a subscriber
-    may have waiting before it is dropped."""
+    may have waiting before it is dropped. ``relay_only``: no replica here is tapped (a
+    read worker's, ``kiq.workers``): every feed is relayed, from the local copy too."""
 
     def __init__(
         self,
@@ -44,8 +45,10 @@ class Watches:
         reader: ReplicaReader,
         max_watches: int = 20_000,
         max_pending: int = 10_000,
+        relay_only: bool = False,
     ) -> None:
         self.node_id = node_id
+        self._relay_only = relay_only
         self.max_watches = max_watches
         self.max_pending = max_pending
         self._replicas = replicas
@@ -143,6 +146,8 @@ class Watches:
             self._taps.remove(feed.table, feed.partition)
 
     def _usable(self, table: str, partition: int) -> ReadOnlyReplica | None:
+        if self._relay_only:
+            return None
         replica = self._replicas.get((table, partition))
         return replica if replica is not None and servable(replica, None) else None
 

@@ -28,8 +28,12 @@ _UNTIL_IT_ANSWERS = math.inf
 
 
 class Router:
-    def __init__(self, node_id: str, penalty_s: float = 1.0) -> None:
+    """``home``: where this node's own replicas are read when the local ones cannot answer
+    (a read worker's node, ``kiq.workers``); None: this process is the node."""
+
+    def __init__(self, node_id: str, penalty_s: float = 1.0, home: str | None = None) -> None:
         self.node_id = node_id
+        self.home = home
         self._penalty_s = penalty_s
         self._down_until: dict[str, float] = {}
         self._unanswered: dict[str, int] = {}
@@ -51,6 +55,8 @@ class Router:
             if node_id == self.node_id:
                 if local_ok:
                     order.append(LOCAL)
+                elif self.home is not None:
+                    order.append(self.home)
                 continue
             url = view.url(node_id)
             if url is None:

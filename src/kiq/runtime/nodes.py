@@ -46,6 +46,8 @@ class LocalNode:
     # given here (kiq's benchmarks and tests), and with no tables given, the routes of the
     # settings it is handed (`env`, as `kiq up` does), which then decide the tables too.
     endpoints: tuple[str, ...] | None = None
+    # Processes answering its port (`--workers`): one, as several nodes share a machine here.
+    workers: int = 1
     _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
 
     @property
@@ -68,7 +70,8 @@ class LocalNode:
             return self
         cmd = [sys.executable, "-m", "kiq", "serve", "--bootstrap", self.bootstrap]
         cmd += ["--node-id", self.node_id, "--port", str(self.port)]
-        cmd += ["--data-dir", str(self.data_dir), *self.extra_args]
+        cmd += ["--data-dir", str(self.data_dir), "--workers", str(self.workers)]
+        cmd += self.extra_args
         if self.tls is not None:
             for flag, path in (("--tls-cert", self.tls.cert), ("--tls-key", self.tls.key)):
                 if path is not None:

@@ -1,0 +1,3 @@
+from kiq.workers.main import main
+
+main()

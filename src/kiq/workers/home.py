@@ -1,0 +1,165 @@
+"""The writer's side of ``kiq serve --workers N``: its private listener and its workers.
+
+The node process (the writer: Kafka, materializer, group) serves the public port as
+before, and N-1 read workers serve the same port beside it: each binds it with
+SO_REUSEPORT (granian's own listener does), and the kernel spreads new connections
+over the processes. The writer also listens on a loopback port of its own, which only
+its workers call (``HomeApp``): their snapshot polls, the requests they hand over
+(watches, admin, writes, what peers forward) and the reads their copies cannot answer.
+
+``Workers`` starts them (``python -m kiq.workers``, with the node's settings as their
+environment), starts one again when it dies, and stops them with the node. A worker
+whose node is gone (killed, even with -9) exits on its own: the kernel tells it
+(PR_SET_PDEATHSIG), and it stops hearing from its node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import hmac
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from kiq.api.asgi import Receive, Scope, Send, header, query, respond
+from kiq.node import Node
+from kiq.workers.state import CLIENT_HEADER, STATE_PATH, TOKEN_HEADER, snapshot
+
+log = logging.getLogger(__name__)
+
+RESPAWN_DELAY_S = 1.0
+_TOKEN = TOKEN_HEADER.encode()
+_CLIENT = CLIENT_HEADER.encode()
+_OCTETS = ((b"content-type", b"application/json"),)
+
+
+class HomeApp:
+    """The private listener: ``app`` (the node's own), with the workers' snapshot route.
+
+    A request carrying the node's worker token is a worker's: the caller's address it
+    forwards (``x-kiq-client``) becomes the request's, for rate limits and logs.
+    """
+
+    def __init__(self, app: Any, node: Node, token: str) -> None:
+        self._app = app
+        self._node = node
+        self._token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":  # the public listener's lifespan runs the node
+            await _ack_lifespan(receive, send)
+            return
+        if scope["type"] == "http":
+            given = header(scope, _TOKEN)
+            trusted = given is not None and hmac.compare_digest(given.encode(), self._token)
+            if scope["path"] == STATE_PATH:
+                if not trusted:
+                    await respond(send, 403, b'{"error":"forbidden","detail":"workers only"}')
+                    return
+                await respond(send, 200, self._snapshot(scope), _OCTETS)
+                return
+            if trusted:
+                client = header(scope, _CLIENT)
+                if client:
+                    scope["client"] = (client, 0)
+        await self._app(scope, receive, send)
+
+    def _snapshot(self, scope: Scope) -> bytes:
+        node = self._node
+        try:
+            have = int(query(scope).get("view", "-1"))
+        except ValueError:
+            have = -1
+        return snapshot(node.tables, node.current, node.replicas, node.view, node.is_ready(), have)
+
+
+async def _ack_lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class Workers:
+    """``count`` read workers of one node, kept running until ``stop``."""
+
+    def __init__(self, count: int, env: dict[str, str], home: str, token: str) -> None:
+        self._count = count
+        self._env = {**os.environ, **env, "KIQ_WORKER_HOME": home, "KIQ_WORKER_TOKEN": token}
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._stopping = False
+        self._watch: asyncio.Task[None] | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs.values()]
+
+    def start(self) -> None:
+        for index in range(1, self._count + 1):
+            self._spawn(index)
+        self._watch = asyncio.get_running_loop().create_task(self._keep())
+
+    def _spawn(self, index: int) -> None:
+        env = {**self._env, "KIQ_WORKER_INDEX": str(index)}
+        self._procs[index] = subprocess.Popen(
+            [sys.executable, "-m", "kiq.workers"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        log.info("read worker started index=%d pid=%d", index, self._procs[index].pid)
+
+    async def _keep(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(RESPAWN_DELAY_S)
+            for index, proc in list(self._procs.items()):
+                code = proc.poll()
+                if code is not None and not self._stopping:
+                    log.warning(
+                        "read worker exited index=%d pid=%d code=%s: starting it again",
+                        index,
+                        proc.pid,
+                        code,
+                    )
+                    self._spawn(index)
+
+    def stop(self) -> None:
+        """SIGTERM to each (they finish their open requests), then wait, then SIGKILL."""
+        self._stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout_s: float = 20.0) -> None:
+        for proc in self._procs.values():
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("read worker pid=%d did not stop: killing it", proc.pid)
+                proc.kill()
+                proc.wait(5)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the node's process ends, however it ends."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -1,0 +1,107 @@
+"""One read worker's process (``python -m kiq.workers``), started by its node.
+
+It loads the node's settings from its environment, as a child kiq command does, follows
+its node (``mirror.Follower``) and, once it has the node's first snapshot, serves the
+node's port beside it with the node's own API over its copies (``app.WorkerApp``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+import httpx
+
+from kiq import settings
+from kiq.api.app import create_app
+from kiq.kafka import KafkaSecurity
+from kiq.logs import setup_logging
+from kiq.node_build import LogWriter, app_endpoints, peer_ssl
+from kiq.security import security_for
+from kiq.security import tls as tls_contexts
+from kiq.stores import MemoryBudget
+from kiq.workers.app import HomeProxy, WorkerApp
+from kiq.workers.mirror import Follower, MirrorNode
+from kiq.workers.server import http_server
+from kiq.workers.state import STATE_PATH, TOKEN_HEADER, Snapshot, decode
+
+log = logging.getLogger(__name__)
+
+FIRST_SNAPSHOT_S = 60.0  # how long a new worker waits for its node to answer
+
+
+def main() -> None:
+    setup_logging(os.environ.get("KIQ_LOG_LEVEL", "INFO"))
+    import uvloop
+
+    uvloop.run(_run())
+
+
+async def _run() -> None:
+    conf = settings.NodeSettings.load(None)
+    serve = conf.serve
+    index = int(os.environ["KIQ_WORKER_INDEX"])
+    home = os.environ["KIQ_WORKER_HOME"]
+    token = os.environ["KIQ_WORKER_TOKEN"]
+    loop = asyncio.get_running_loop()
+    node = MirrorNode(serve)
+    poller = httpx.Client(base_url=home, headers={TOKEN_HEADER: token}, timeout=2.0)
+
+    def fetch(have_view: int) -> Snapshot | None:
+        try:
+            response = poller.get(STATE_PATH, params={"view": have_view})
+        except httpx.HTTPError:
+            return None
+        return decode(response.content) if response.status_code == 200 else None
+
+    stop = asyncio.Event()
+
+    def lost() -> None:
+        loop.call_soon_threadsafe(stop.set)
+
+    follower = Follower(
+        node,
+        fetch,
+        serve.data_dir / "workers" / str(index),
+        MemoryBudget.of_mib(serve.store_memory_mb),
+        on_lost=lost,
+    )
+    follower.start()
+    if not await asyncio.to_thread(follower.first.wait, FIRST_SNAPSHOT_S):
+        log.error("worker=%d had no answer from its node at %s: exiting", index, home)
+        follower.stop()
+        return
+    security = security_for(conf.auth, serve.host)
+    writer = LogWriter(serve.bootstrap, KafkaSecurity.from_settings(conf.kafka))
+    app = create_app(
+        node,
+        writer,
+        start_node=False,
+        endpoints=app_endpoints(conf),
+        limits=conf.limits,
+        security=security,
+        peer_ssl=peer_ssl(conf.tls),
+        home=home,
+    )
+    worker = WorkerApp(app, HomeProxy(home, token))
+    server = http_server(
+        worker, serve.host, serve.port, conf.limits, tls_contexts.server_files(conf.tls)
+    )
+
+    def shut_down() -> None:
+        worker.end_streams()
+        server.stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stopping = loop.create_task(stop.wait())
+    stopping.add_done_callback(lambda _: shut_down())
+    log.info("read worker serving worker=%d node=%s pid=%d", index, serve.node_id, os.getpid())
+    try:
+        await server.serve()
+    finally:
+        stopping.cancel()
+        follower.stop()
+        poller.close()
