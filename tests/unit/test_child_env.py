@@ -96,6 +96,7 @@ def _changed(tmp: Path) -> list[settings._Section]:
             advertise="https://n7.example:9001",
             data_dir=Path("n7"),
             store_memory_mb=64,
+            workers=3,
             tables=["q=quotes,store=memory,standby=2", "b=bars,format=avro,schema=b.avsc"],
             standby_replicas=2,
             cluster="blue",

@@ -20,9 +20,10 @@ def start_nodes(
     env: dict[str, str] | None = None,
     authorization: str | None = None,
     prefix: str = "n",
+    workers: int = 1,
 ) -> list[LocalNode]:
     """``count`` nodes n1..nN (``prefix`` for n) in one cluster; registered with the stack
-    before they start.
+    before they start. ``workers``: processes answering each node's port (``--workers``).
 
     ``authorization``: what ``metadata()`` sends, for nodes started with authentication.
     """
@@ -37,6 +38,7 @@ def start_nodes(
             extra_args=["--cluster", CLUSTER],
             env=dict(env or {}),
             authorization=authorization,
+            workers=workers,
         )
         stack.nodes.append(node)
         nodes.append(node.start())

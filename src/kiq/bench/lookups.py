@@ -34,7 +34,7 @@ from kiq.bench.dataset import PARTITIONS, TABLE, key_of, load_quotes
 from kiq.bench.floor import LocalFloor
 from kiq.bench.progress import Reporter, reporter
 from kiq.bench.stack import local_stack
-from kiq.bench.stats import cpu_seconds
+from kiq.bench.stats import cpu_seconds, with_children
 from kiq.bench.wrk import WrkResult, run_wrk, write_script, wrk_executable
 from kiq.errors import ConfigError
 from kiq.partitioning import partition_for
@@ -55,6 +55,9 @@ class LookupsConfig:
     warmup_s: float = 2  # a wrk run before each measured one: connections, caches, allocators
     missing_keys: int = 0  # never-produced keys mixed into the draw: each request a 404
     auth: str = "none"  # jwt: nodes with --auth jwt, a bearer token on every request
+    # Processes answering each node's port (kiq serve --workers). Above 1, the same nodes are
+    # measured again with one, in the same run: what the workers add.
+    workers: int = 1
 
 
 def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[str, object]:
@@ -63,8 +66,8 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {cfg.mode!r}")
     if cfg.auth not in AUTH_MODES:
         raise ConfigError(f"--auth must be one of {', '.join(AUTH_MODES)}, not {cfg.auth!r}")
-    if cfg.nodes < 1 or cfg.keys < 1 or cfg.connections < 1:
-        raise ConfigError("--nodes, --keys and --connections must be positive")
+    if cfg.nodes < 1 or cfg.keys < 1 or cfg.connections < 1 or cfg.workers < 1:
+        raise ConfigError("--nodes, --keys, --connections and --workers must be positive")
     wrk_executable()  # fail before starting anything
     with reporter(progress, "lookups") as show, local_stack(progress=show) as stack:
         keys = [key_of(i) for i in range(cfg.keys)]
@@ -78,6 +81,7 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
             [f"{TABLE}={TOPIC}"],
             env=auth.env if auth else None,
             authorization=auth.authorization if auth else None,
+            workers=cfg.workers,
         )
         headers = [f"Authorization: {auth.authorization}"] if auth else []
         wait_settled(nodes)
@@ -91,7 +95,7 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
             targets, drawn = nodes[:1], n1_keys
         suffix = "?redirect=true" if cfg.mode == "redirect" else ""
         paths = [f"/v1/tables/{TABLE}/keys/{k}{suffix}" for k in drawn]
-        pids = [n.proc.pid if n.proc else None for n in nodes]
+        pids = with_children([n.proc.pid if n.proc else None for n in nodes])
         local: dict[str, object] = {}
         if cfg.mode == "random" and cfg.nodes > 1:
             local = _local_baseline(stack.root, n1_keys, nodes, pids, cfg, headers, show)
@@ -102,6 +106,9 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         show.phase("stopping the nodes")
         for node in nodes:
             node.stop()
+        single: dict[str, object] = {}
+        if cfg.workers > 1:
+            single = _single_worker(nodes, paths, ports, cfg, headers, show, stack.root, last)
         floors = [LocalFloor(cfg.keys, stack.root / f"floor{i}.log") for i in range(len(targets))]
         try:
             show.phase("starting the floor")
@@ -125,6 +132,7 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
     return {
         "scenario": "lookups",
         "nodes": cfg.nodes,
+        "workers": cfg.workers,
         "mode": cfg.mode,
         "auth": cfg.auth,
         "keys": cfg.keys,
@@ -152,6 +160,7 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         "cpu_us_per_request": _per_request(kiq_cpu, kiq.requests),
         "floor_cpu_us_per_request": _per_request(floor_cpu, floor_run.requests),
         **_forwarding_figures(local, kiq.rps, _per_request(kiq_cpu, kiq.requests), cfg.nodes),
+        **_worker_figures(single, kiq.rps),
     }
 
 
@@ -183,6 +192,46 @@ def _measure(
     show.set(f"{label} p99", result.p99_ms, "ms")
     show.set(f"{label} errors", result.errors)
     return result, None if before is None or after is None else after - before
+
+
+def _single_worker(
+    nodes: list[LocalNode],
+    paths: list[str],
+    ports: list[int],
+    cfg: LookupsConfig,
+    headers: list[str],
+    show: Reporter,
+    root: Path,
+    last: dict[int, int],
+) -> dict[str, object]:
+    """The same nodes started again from their stores with one process each, measured with
+    the same wrk run: what ``--workers`` is compared with."""
+    show.phase("starting the nodes with one process each")
+    for node in nodes:
+        node.workers = 1
+        node.start()
+    try:
+        wait_settled(nodes)
+        wait_applied(nodes, TABLE, last)
+        pids = [n.proc.pid if n.proc else None for n in nodes]
+        label, where = "kiq, 1 process", root / "wrk-single"
+        run, cpu = _measure(label, where, paths, ports, pids, cfg, headers, show)
+    finally:
+        for node in nodes:
+            node.stop()
+    return {"rps": run.rps, "p99_ms": run.p99_ms, "cpu_us": _per_request(cpu, run.requests)}
+
+
+def _worker_figures(single: dict[str, object], rps: float) -> dict[str, object]:
+    if not single:
+        return {}
+    single_rps = float(single["rps"])  # type: ignore[arg-type]
+    return {
+        "single_process_rps": round(single_rps, 1),
+        "single_process_p99_ms": single["p99_ms"],
+        "single_process_cpu_us_per_request": single["cpu_us"],
+        "workers_vs_single": round(rps / single_rps, 3) if single_rps else 0.0,
+    }
 
 
 def _local_baseline(

@@ -36,6 +36,22 @@ def cpu_seconds(pids: Sequence[int | None]) -> float | None:
     return total / tick
 
 
+def with_children(pids: Sequence[int | None]) -> list[int | None]:
+    """``pids`` and their children now (a node's read workers), for ``cpu_seconds``."""
+    wanted = {pid for pid in pids if pid is not None}
+    children: list[int | None] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) in wanted and fields[0] != "Z":
+            children.append(int(entry.name))
+    return [*pids, *children]
+
+
 def report(title: str, result: dict[str, Any], json_path: Path | None, console: Console) -> None:
     table = Table(title=title)
     table.add_column("figure")

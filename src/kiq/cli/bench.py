@@ -89,6 +89,12 @@ def lookups(
         ),
     ] = "local",
     warmup: Annotated[float, typer.Option(help="seconds of wrk before each run (0: none)")] = 2,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="processes per node (kiq serve --workers); above 1, also measured with 1"
+        ),
+    ] = 1,
     auth: Annotated[
         str,
         typer.Option(help="none, or jwt: nodes check a bearer token wrk sends on every request"),
@@ -106,8 +112,9 @@ def lookups(
         mode=mode,
         warmup_s=warmup,
         auth=auth,
+        workers=workers,
     )
-    status = f"{nodes} node(s), {mode}, {connections} conns, auth {auth}"
+    status = f"{nodes} node(s) x {workers} process(es), {mode}, {connections} conns, auth {auth}"
     _measure("lookups", status, lambda: run_lookups(cfg), json_out)
 
 

@@ -267,6 +267,8 @@ class Running:
                 env=self.env,
                 authorization=f"Bearer {watch}" if watch else None,
                 tls=plan.tls,
+                # several nodes share this machine: one process each unless [serve] workers says
+                workers=plan.node.serve.workers or 1,
             )
             for i in range(1, app.nodes + 1)
         ]

@@ -124,6 +124,8 @@ def view_of(rows: ViewRows) -> ClusterView:
 def _path(kind: type, value: Any) -> Any:
     if kind is Path:
         return Path(value)
+    if kind is object:  # ``declared``'s values, as the catalog gave them
+        return value
     raise NotImplementedError(kind)
 
 

@@ -216,3 +216,12 @@ def test_an_answer_in_between_resets_the_count_of_races_lost():
     r.succeeded(URL["b"])
     assert not r.unanswered(URL["b"])
     assert not r.suspect(URL["b"])
+
+
+def test_a_read_workers_own_node_takes_its_place_when_the_local_copy_cannot_answer():
+    home = "http://127.0.0.1:9999"
+    worker = Router("a", home=home)
+    assert worker.targets(view("a", "b"), "t", 0, None) == [home, URL["b"]]
+    restoring = local(ReplicaState.RESTORING)
+    assert worker.targets(view("b", "a"), "t", 0, restoring) == [URL["b"], home]
+    assert worker.targets(view("a", "b"), "t", 0, local(ReplicaState.ACTIVE)) == [LOCAL, URL["b"]]

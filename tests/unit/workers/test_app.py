@@ -1,0 +1,53 @@
+"""What a read worker answers itself, and what it hands to its node."""
+
+from __future__ import annotations
+
+import pytest
+
+from kiq.workers.app import answers_here
+
+
+def scope(method: str, path: str, *headers: tuple[bytes, bytes]) -> dict:
+    return {"type": "http", "method": method, "path": path, "headers": list(headers)}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/tables/quotes/keys/AAPL"),
+        ("GET", "/v1/tables/bars/keys/AAPL/windows"),
+        ("POST", "/v1/tables/quotes/multiget"),
+        ("GET", "/v1/tables/quotes/range"),
+        ("GET", "/v1/tables/quotes/top"),
+        ("GET", "/v1/stocks/AAPL"),  # the application's own routes
+        ("POST", "/v1/bookings"),
+    ],
+)
+def test_reads_of_the_tables_and_the_applications_routes_are_answered_here(method, path):
+    assert answers_here(scope(method, path))
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/tables/quotes/keys/AAPL/watch"),
+        ("GET", "/v1/tables/quotes/watch"),
+        ("POST", "/v1/tables/quotes/watch"),
+        ("GET", "/v1/tables/quotes/versions"),
+        ("POST", "/v1/tables/quotes/switch"),
+        ("GET", "/v1/tables"),
+        ("GET", "/v1/status"),
+        ("GET", "/v1/metadata"),
+        ("GET", "/metrics"),
+        ("GET", "/v1/health/ready"),
+        ("POST", "/v1/internal/lookups"),
+        ("GET", "/openapi.json"),
+    ],
+)
+def test_what_needs_the_node_goes_to_it(method, path):
+    assert not answers_here(scope(method, path))
+
+
+def test_a_lookup_another_node_forwarded_goes_to_the_node():
+    forwarded = scope("GET", "/v1/tables/quotes/keys/AAPL", (b"x-kiq-forwarded", b"n2"))
+    assert not answers_here(forwarded)
