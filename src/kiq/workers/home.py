@@ -25,15 +25,18 @@ import secrets
 import signal
 import subprocess
 import sys
+import time
 from typing import Any
 
 from kiq.api.asgi import Receive, Scope, Send, header, query, respond
 from kiq.node import Node
-from kiq.workers.state import CLIENT_HEADER, STATE_PATH, TOKEN_HEADER, snapshot
+from kiq.workers.state import CLIENT_HEADER, STATE_PATH, TOKEN_HEADER, digest, snapshot
 
 log = logging.getLogger(__name__)
 
 RESPAWN_DELAY_S = 1.0
+HOLD_S = 1.0  # the longest a worker's poll is held while nothing changes
+CHANGE_CHECK_S = 0.005  # how often a held poll looks for a change
 _TOKEN = TOKEN_HEADER.encode()
 _CLIENT = CLIENT_HEADER.encode()
 _OCTETS = ((b"content-type", b"application/json"),)
@@ -62,7 +65,7 @@ class HomeApp:
                 if not trusted:
                     await respond(send, 403, b'{"error":"forbidden","detail":"workers only"}')
                     return
-                await respond(send, 200, self._snapshot(scope), _OCTETS)
+                await respond(send, 200, await self._snapshot(scope), _OCTETS)
                 return
             if trusted:
                 client = header(scope, _CLIENT)
@@ -70,13 +73,24 @@ class HomeApp:
                     scope["client"] = (client, 0)
         await self._app(scope, receive, send)
 
-    def _snapshot(self, scope: Scope) -> bytes:
+    async def _snapshot(self, scope: Scope) -> bytes:
+        """The snapshot once it differs from the one the worker has (``since``: its digest),
+        or after ``HOLD_S`` regardless: a worker idles at one poll a second, and still
+        hears that its node lives."""
         node = self._node
+        asked = query(scope)
         try:
-            have = int(query(scope).get("view", "-1"))
+            have, since = int(asked.get("view", "-1")), int(asked.get("since", "0"))
         except ValueError:
-            have = -1
-        return snapshot(node.tables, node.current, node.replicas, node.view, node.is_ready(), have)
+            have, since = -1, 0
+        held = time.monotonic() + HOLD_S
+        while True:
+            ready = node.is_ready()
+            now = digest(node.tables, node.current, node.replicas, node.view, ready)
+            if now != since or time.monotonic() > held:
+                break
+            await asyncio.sleep(CHANGE_CHECK_S)
+        return snapshot(node.tables, node.current, node.replicas, node.view, ready, have, taken=now)
 
 
 async def _ack_lifespan(receive: Receive, send: Send) -> None:

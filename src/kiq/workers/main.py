@@ -8,11 +8,11 @@ node's port beside it with the node's own API over its copies (``app.WorkerApp``
 from __future__ import annotations
 
 import asyncio
+import http.client
 import logging
 import os
 import signal
-
-import httpx
+from urllib.parse import urlsplit
 
 from kiq import settings
 from kiq.api.app import create_app
@@ -30,6 +30,35 @@ from kiq.workers.state import STATE_PATH, TOKEN_HEADER, Snapshot, decode
 log = logging.getLogger(__name__)
 
 FIRST_SNAPSHOT_S = 60.0  # how long a new worker waits for its node to answer
+POLL_TIMEOUT_S = 5.0  # a poll is held up to a second (workers.home.HOLD_S)
+
+
+class StatePoller:
+    """The worker's one keep-alive connection to its node's private listener, for polls."""
+
+    def __init__(self, home: str, token: str) -> None:
+        parts = urlsplit(home)
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._headers = {TOKEN_HEADER: token}
+        self._conn: http.client.HTTPConnection | None = None
+
+    def fetch(self, have_view: int, since: int) -> Snapshot | None:
+        if self._conn is None:
+            self._conn = http.client.HTTPConnection(self._host, self._port, timeout=POLL_TIMEOUT_S)
+        try:
+            path = f"{STATE_PATH}?view={have_view}&since={since}"
+            self._conn.request("GET", path, headers=self._headers)
+            response = self._conn.getresponse()
+            body = response.read()
+        except (OSError, http.client.HTTPException):
+            self.close()
+            return None
+        return decode(body) if response.status == 200 else None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def main() -> None:
@@ -47,15 +76,7 @@ async def _run() -> None:
     token = os.environ["KIQ_WORKER_TOKEN"]
     loop = asyncio.get_running_loop()
     node = MirrorNode(serve)
-    poller = httpx.Client(base_url=home, headers={TOKEN_HEADER: token}, timeout=2.0)
-
-    def fetch(have_view: int) -> Snapshot | None:
-        try:
-            response = poller.get(STATE_PATH, params={"view": have_view})
-        except httpx.HTTPError:
-            return None
-        return decode(response.content) if response.status_code == 200 else None
-
+    poller = StatePoller(home, token)
     stop = asyncio.Event()
 
     def lost() -> None:
@@ -63,7 +84,7 @@ async def _run() -> None:
 
     follower = Follower(
         node,
-        fetch,
+        poller.fetch,
         serve.data_dir / "workers" / str(index),
         MemoryBudget.of_mib(serve.store_memory_mb),
         on_lost=lost,

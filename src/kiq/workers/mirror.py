@@ -6,7 +6,8 @@ router, the peers. Its replicas are ``MirrorReplica``s: the node's RocksDB store
 as secondary instances (``stores/secondary.py``), each with the state and log end the
 writer last reported.
 
-``Follower`` keeps it so: every ``poll_s`` it asks the writer for a ``Snapshot`` and
+``Follower`` keeps it so: it asks the writer for a ``Snapshot`` (the writer holds the
+poll until something changed, up to a second; at most one poll each ``poll_s``) and
 applies it (tables, aliases, view, replicas), and catches up each store whose writer
 moved on, then wakes the reads parked for that offset (read-your-writes works across
 processes). A worker that hears nothing from its node for ``STALE_S`` stops answering
@@ -45,6 +46,7 @@ POLL_S = 0.01  # how often a worker asks its writer how far the stores are
 # Without a snapshot for this long, a worker's copies stop answering (its node's reads go
 # to the node, or to another replica) until one comes: nothing says how far behind they are.
 STALE_S = 2.0
+RETRY_S = 0.1  # between polls its node did not answer
 
 
 class MirrorReplica:
@@ -130,7 +132,8 @@ def mirrored(runtime: TableRuntime) -> bool:
 class Follower:
     """Applies the writer's snapshots to ``node`` on a thread of its own.
 
-    ``fetch(have_view)`` asks the writer (None: it did not answer); ``own_dir`` holds this
+    ``fetch(have_view, since)`` asks the writer for a snapshot unlike the one whose digest is
+    ``since`` (None: it did not answer); ``own_dir`` holds this
     worker's secondary instances' files; ``lost_s``: how long without an answer before
     ``on_lost`` (the worker exits: a node's workers end with it).
     """
@@ -138,7 +141,7 @@ class Follower:
     def __init__(
         self,
         node: MirrorNode,
-        fetch: Callable[[int], Snapshot | None],
+        fetch: Callable[[int, int], Snapshot | None],
         own_dir: Path,
         budget: MemoryBudget,
         on_lost: Callable[[], None],
@@ -168,9 +171,11 @@ class Follower:
 
     def _run(self) -> None:
         answered = time.monotonic()
+        since = 0
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
-                snap = self._fetch(self._node.view.version)
+                snap = self._fetch(self._node.view.version, since)
             except Exception:
                 log.exception("worker poll failed")
                 snap = None
@@ -182,14 +187,19 @@ class Follower:
                     log.error("worker lost its node: no answer for %.0fs", self._lost_s)
                     self._on_lost()
                     return
-            else:
-                answered = time.monotonic()
-                try:
-                    self.apply(snap)
-                except Exception:
-                    log.exception("worker could not apply its node's snapshot")
-                self.first.set()
-            self._stop.wait(self._poll_s)
+                self._stop.wait(RETRY_S)
+                continue
+            answered = time.monotonic()
+            since = snap.digest
+            try:
+                self.apply(snap)
+            except Exception:
+                log.exception("worker could not apply its node's snapshot")
+                since = 0  # ask again for the whole of it
+            self.first.set()
+            # The node holds a poll until something changes: this caps how often a busy
+            # node is asked (and each store caught up), not how long an idle one waits.
+            self._stop.wait(max(0.0, self._poll_s - (time.monotonic() - started)))
 
     def _unserve(self) -> None:
         for mirror in list(self._node.replicas.values()):

@@ -61,6 +61,29 @@ class Snapshot(msgspec.Struct, frozen=True):
     ready: bool
     reason: str
     view: ViewRows | None = None  # None: unchanged since the worker's
+    digest: int = 0  # what the worker sends back: the node answers once it differs
+
+
+def digest(
+    tables: Mapping[str, TableRuntime],
+    current: Mapping[str, TableRuntime],
+    replicas: Mapping[tuple[str, int], Replica],
+    view: ClusterView,
+    ready: tuple[bool, str],
+) -> int:
+    """A hash of everything a snapshot says: cheap to take often, to answer only changes."""
+    return hash(
+        (
+            tuple(tables),
+            tuple((name, rt.spec.name) for name, rt in list(current.items())),
+            tuple(
+                (r.table, r.partition, r.state, r.position, r.end_offset, r.opened_at)
+                for r in list(replicas.values())
+            ),
+            view.version,
+            ready,
+        )
+    )
 
 
 def snapshot(
@@ -70,8 +93,10 @@ def snapshot(
     view: ClusterView,
     ready: tuple[bool, str],
     have_view: int,
+    taken: int = 0,
 ) -> bytes:
-    """The encoded snapshot; the view only when it is not version ``have_view``."""
+    """The encoded snapshot; the view only when it is not version ``have_view``; ``taken``:
+    its ``digest``."""
     rows = [
         ReplicaRow(r.table, r.partition, r.state.value, r.position, r.end_offset, r.opened_at)
         for r in list(replicas.values())
@@ -97,6 +122,7 @@ def snapshot(
             ready[0],
             ready[1],
             shown,
+            taken,
         )
     )
 

@@ -136,7 +136,7 @@ def test_a_worker_that_hears_nothing_stops_answering_then_gives_up(tmp_path, mon
     lost: list[bool] = []
     follower = Follower(
         node,
-        lambda _: answers.pop() if answers else None,
+        lambda _, __: answers.pop() if answers else None,
         tmp_path / "worker",
         MemoryBudget.of_mib(16),
         lambda: lost.append(True),

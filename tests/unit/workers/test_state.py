@@ -51,3 +51,23 @@ def test_a_snapshot_carries_each_table_version_and_what_names_mean():
 def test_the_view_is_left_out_when_the_worker_has_it():
     raw = snapshot({}, {}, {}, VIEW, (False, "joining"), have_view=7)
     assert decode(raw).view is None
+
+
+def test_the_digest_moves_with_what_a_worker_follows_and_only_then():
+    from kiq.workers.state import digest
+
+    runtime = _runtime(TableSpec("quotes", "t-quotes"))
+    replica = Replica("quotes", "t-quotes", 0, MemoryPartitionStore(), Role.ACTIVE)
+    replica.state = ReplicaState.ACTIVE
+
+    def taken() -> int:
+        tables = {"quotes": runtime}
+        return digest(tables, tables, {("quotes", 0): replica}, VIEW, (True, "ready"))
+
+    first = taken()
+    assert taken() == first
+    replica.position += 1
+    moved = taken()
+    assert moved != first
+    replica.end_offset = 99
+    assert taken() != moved
