@@ -76,6 +76,12 @@ class RouteStats:
         self.buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
         self.sum += seconds
 
+    def add(self, other: RouteStats) -> None:
+        for status, count in list(other.statuses.items()):
+            self.statuses[status] = self.statuses.get(status, 0) + count
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+        self.sum += other.sum
+
 
 class _Seconds(Protocol):
     @property
@@ -114,15 +120,59 @@ class HedgeStats:
         self.probes = 0  # requests sent to such peers to see them answer again
         self.delay: _Seconds | None = None
 
+    def counts(self) -> list[int]:
+        """The counters, in ``__slots__`` order less ``delay`` (a read worker's report)."""
+        return [getattr(self, name) for name in _HEDGE_COUNTS]
+
+    def add(self, counts: list[int]) -> None:
+        for name, count in zip(_HEDGE_COUNTS, counts, strict=False):
+            setattr(self, name, getattr(self, name) + count)
+
+
+_HEDGE_COUNTS = tuple(name for name in HedgeStats.__slots__ if name != "delay")
+
+
+class Reported:
+    """The counters of a node's read workers (``kiq.workers``), as each last reported
+    them: a node's /metrics counts every process answering its port. A worker started
+    again reports from zero, so what its predecessor counted is kept (``retire``) and
+    the sums never go down."""
+
+    def __init__(self) -> None:
+        self.by_worker: dict[int, tuple[int, dict[str, RouteStats], list[int]]] = {}
+        self.retired_routes: dict[str, RouteStats] = {}
+        self.retired_hedges = HedgeStats()
+
+    def report(
+        self, worker: int, pid: int, routes: dict[str, RouteStats], hedges: list[int]
+    ) -> None:
+        last = self.by_worker.get(worker)
+        if last is not None and last[0] != pid:
+            for name, stats in last[1].items():
+                self.retired_routes.setdefault(name, RouteStats()).add(stats)
+            self.retired_hedges.add(last[2])
+        self.by_worker[worker] = (pid, routes, hedges)
+
+    def routes(self) -> Iterable[tuple[str, RouteStats]]:
+        yield from list(self.retired_routes.items())
+        for _, routes, _ in list(self.by_worker.values()):
+            yield from routes.items()
+
+    def hedges(self) -> Iterable[list[int]]:
+        yield self.retired_hedges.counts()
+        for _, _, hedges in list(self.by_worker.values()):
+            yield hedges
+
 
 class NodeMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.routes: dict[str, RouteStats] = {}
-        r.register(_RouteCollector(self.routes))
+        self.reported = Reported()
+        r.register(_RouteCollector(self.routes, self.reported))
         self.hedges = HedgeStats()
-        r.register(_HedgeCollector(self.hedges))
+        r.register(_HedgeCollector(self.hedges, self.reported))
         self.forwards = Counter(
             "kiq_forwards", "requests forwarded to another node", ["outcome"], registry=r
         )
@@ -156,8 +206,9 @@ class NodeMetrics:
 
 
 class _RouteCollector(Collector):
-    def __init__(self, routes: dict[str, RouteStats]) -> None:
+    def __init__(self, routes: dict[str, RouteStats], reported: Reported) -> None:
         self._routes = routes
+        self._reported = reported
 
     def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
         requests = CounterMetricFamily(
@@ -166,7 +217,10 @@ class _RouteCollector(Collector):
         latency = HistogramMetricFamily(
             "kiq_request_seconds", "HTTP request latency", labels=["route"]
         )
-        for name, stats in list(self._routes.items()):
+        summed: dict[str, RouteStats] = {}
+        for name, own in [*list(self._routes.items()), *self._reported.routes()]:
+            summed.setdefault(name, RouteStats()).add(own)
+        for name, stats in summed.items():
             for status, count in list(stats.statuses.items()):
                 requests.add_metric([name, str(status)], count)
             cumulative, buckets = 0, []
@@ -179,11 +233,16 @@ class _RouteCollector(Collector):
 
 
 class _HedgeCollector(Collector):
-    def __init__(self, stats: HedgeStats) -> None:
+    def __init__(self, stats: HedgeStats, reported: Reported) -> None:
         self._stats = stats
+        self._reported = reported
 
     def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
-        s = self._stats
+        s = HedgeStats()
+        s.add(self._stats.counts())
+        for counts in self._reported.hedges():
+            s.add(counts)
+        s.delay = self._stats.delay
         yield CounterMetricFamily(
             "kiq_forward_lookups", "point lookups forwarded to another node", value=s.lookups
         )

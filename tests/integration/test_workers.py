@@ -5,7 +5,8 @@ the node's RocksDB stores as secondary instances). Every answer through fresh
 connections (which the kernel spreads over both) is right; a write is read back at once
 with min_offset through either; what the worker hands to its node (watches, status,
 multiget) answers; a worker answers while its node is stopped (SIGSTOP), so the
-worker's answers are its own; a killed worker is started again; the node's end ends it.
+worker's answers are its own; the node's /metrics counts both processes' answers; a
+killed worker is started again; the node's end ends it.
 """
 
 from __future__ import annotations
@@ -68,6 +69,15 @@ def _serving_workers(node: LocalNode) -> int:
     return node.log_file.read_text(errors="replace").count("read worker serving")
 
 
+def _gets_counted(node: LocalNode) -> float:
+    text = _get(node.url, "/metrics").text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('kiq_requests_total{route="get",status="200"}')
+    )
+
+
 def _get(url: str, path: str, timeout_s: float = 5.0) -> httpx.Response:
     """One request on a connection of its own: the kernel picks the process."""
     with httpx.Client(timeout=timeout_s) as client:
@@ -110,6 +120,9 @@ def test_two_processes_answer_one_port(node, bootstrap):
         assert resp.status_code == 200, resp.text
         assert resp.json() == {"k": key, "v": 1}
         assert resp.headers["x-kiq-served-by"] == "w1"
+
+    # The node's /metrics counts what both processes answered.
+    _until(lambda: _gets_counted(n) >= len(KEYS[::5]), timeout_s=10, what="the worker's counts")
 
     # A write is read back at once with min_offset, whichever process a connection reaches.
     producer = Producer(producer_config(bootstrap))

@@ -30,7 +30,14 @@ from typing import Any
 
 from kiq.api.asgi import Receive, Scope, Send, header, query, respond
 from kiq.node import Node
-from kiq.workers.state import CLIENT_HEADER, STATE_PATH, TOKEN_HEADER, digest, snapshot
+from kiq.workers.state import (
+    CLIENT_HEADER,
+    STATE_PATH,
+    TOKEN_HEADER,
+    digest,
+    snapshot,
+    take_report,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +72,12 @@ class HomeApp:
                 if not trusted:
                     await respond(send, 403, b'{"error":"forbidden","detail":"workers only"}')
                     return
+                body = await _body(receive)
+                if body:
+                    try:
+                        take_report(body, self._node.metrics)
+                    except Exception as exc:  # counters lost, the snapshot still goes
+                        log.warning("worker report unreadable error=%s", exc)
                 await respond(send, 200, await self._snapshot(scope), _OCTETS)
                 return
             if trusted:
@@ -91,6 +104,15 @@ class HomeApp:
                 break
             await asyncio.sleep(CHANGE_CHECK_S)
         return snapshot(node.tables, node.current, node.replicas, node.view, ready, have, taken=now)
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 async def _ack_lifespan(receive: Receive, send: Send) -> None:

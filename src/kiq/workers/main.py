@@ -12,6 +12,7 @@ import http.client
 import logging
 import os
 import signal
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from kiq import settings
@@ -25,7 +26,7 @@ from kiq.stores import MemoryBudget
 from kiq.workers.app import HomeProxy, WorkerApp
 from kiq.workers.mirror import Follower, MirrorNode
 from kiq.workers.server import http_server
-from kiq.workers.state import STATE_PATH, TOKEN_HEADER, Snapshot, decode
+from kiq.workers.state import STATE_PATH, TOKEN_HEADER, Snapshot, decode, report_of
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,11 @@ POLL_TIMEOUT_S = 5.0  # a poll is held up to a second (workers.home.HOLD_S)
 
 
 class StatePoller:
-    """The worker's one keep-alive connection to its node's private listener, for polls."""
+    """The worker's one keep-alive connection to its node's private listener, for polls;
+    each carries ``report()``, the worker's counters."""
 
-    def __init__(self, home: str, token: str) -> None:
+    def __init__(self, home: str, token: str, report: Callable[[], bytes]) -> None:
+        self._report = report
         parts = urlsplit(home)
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
         self._headers = {TOKEN_HEADER: token}
@@ -47,7 +50,7 @@ class StatePoller:
             self._conn = http.client.HTTPConnection(self._host, self._port, timeout=POLL_TIMEOUT_S)
         try:
             path = f"{STATE_PATH}?view={have_view}&since={since}"
-            self._conn.request("GET", path, headers=self._headers)
+            self._conn.request("POST", path, body=self._report(), headers=self._headers)
             response = self._conn.getresponse()
             body = response.read()
         except (OSError, http.client.HTTPException):
@@ -76,7 +79,7 @@ async def _run() -> None:
     token = os.environ["KIQ_WORKER_TOKEN"]
     loop = asyncio.get_running_loop()
     node = MirrorNode(serve)
-    poller = StatePoller(home, token)
+    poller = StatePoller(home, token, lambda: report_of(index, os.getpid(), node.metrics))
     stop = asyncio.Event()
 
     def lost() -> None:

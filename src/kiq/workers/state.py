@@ -1,10 +1,11 @@
 """What a node's read workers are told by its writer: the tables, the view, each replica.
 
 The writer process (the node: Kafka, the materializer, the group) answers a worker's
-poll with one ``Snapshot``: every table version it serves and what each name means now,
-the cluster view (only when it changed since the view the worker has), and each local
-replica's state, position and log end. The worker follows the stores itself (RocksDB
-secondaries, ``mirror.py``); this says how far there is to follow, and who owns what.
+poll (which carries the worker's counters, a ``Report``) with one ``Snapshot``: every
+table version it serves and what each name means now, the cluster view (only when it
+changed since the view the worker has), and each local replica's state, position and
+log end. The worker follows the stores itself (RocksDB secondaries, ``mirror.py``);
+this says how far there is to follow, and who owns what.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import msgspec
 from kiq.cluster import ClusterView
 from kiq.cluster.members import Member
 from kiq.cluster.view import PartitionReplicas
+from kiq.metrics import NodeMetrics, RouteStats
 from kiq.replicas.replica import Replica
 from kiq.tables import TableRuntime, TableSpec, codec_for
 
@@ -62,6 +64,34 @@ class Snapshot(msgspec.Struct, frozen=True):
     reason: str
     view: ViewRows | None = None  # None: unchanged since the worker's
     digest: int = 0  # what the worker sends back: the node answers once it differs
+
+
+class Report(msgspec.Struct, frozen=True):
+    """What a worker sends with each poll: its counters, for its node's /metrics."""
+
+    worker: int
+    pid: int
+    routes: dict[str, tuple[dict[int, int], list[int], float]]
+    hedges: list[int]
+
+
+def report_of(worker: int, pid: int, metrics: NodeMetrics) -> bytes:
+    routes = {
+        name: (dict(stats.statuses), list(stats.buckets), stats.sum)
+        for name, stats in list(metrics.routes.items())
+    }
+    return _ENCODER.encode(Report(worker, pid, routes, metrics.hedges.counts()))
+
+
+def take_report(raw: bytes, metrics: NodeMetrics) -> None:
+    """A worker's report into its node's ``metrics`` (``NodeMetrics.reported``)."""
+    report = _REPORTS.decode(raw)
+    routes = {}
+    for name, (statuses, buckets, total) in report.routes.items():
+        stats = RouteStats()
+        stats.statuses, stats.buckets, stats.sum = statuses, buckets, total
+        routes[name] = stats
+    metrics.reported.report(report.worker, report.pid, routes, report.hedges)
 
 
 def digest(
@@ -157,3 +187,4 @@ def _path(kind: type, value: Any) -> Any:
 
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(Snapshot)
+_REPORTS = msgspec.json.Decoder(Report)
