@@ -121,6 +121,10 @@ def test_two_processes_answer_one_port(node, bootstrap):
         assert resp.json() == {"k": key, "v": 1}
         assert resp.headers["x-kiq-served-by"] == "w1"
 
+    # Each process answers its own liveness: connections reach both.
+    reached = {_get(n.url, "/v1/health/live").json().get("worker", 0) for _ in range(40)}
+    assert reached == {0, 1}, reached
+
     # The node's /metrics counts what both processes answered.
     _until(lambda: _gets_counted(n) >= len(KEYS[::5]), timeout_s=10, what="the worker's counts")
 

@@ -35,6 +35,7 @@ from kiq.bench.floor import LocalFloor
 from kiq.bench.progress import Reporter, reporter
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import cpu_seconds, with_children
+from kiq.bench.worker_lag import worker_lag
 from kiq.bench.wrk import WrkResult, run_wrk, write_script, wrk_executable
 from kiq.errors import ConfigError
 from kiq.partitioning import partition_for
@@ -103,6 +104,10 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         kiq, kiq_cpu = _measure(
             "kiq", stack.root / "wrk-kiq", paths, ports, pids, cfg, headers, show
         )
+        seen: dict[str, object] = {}
+        if cfg.workers > 1:
+            show.phase("how long a worker takes to see a write")
+            seen = worker_lag(nodes[0].url, stack.bootstrap, TOPIC, n1_keys[0])
         show.phase("stopping the nodes")
         for node in nodes:
             node.stop()
@@ -161,6 +166,7 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         "floor_cpu_us_per_request": _per_request(floor_cpu, floor_run.requests),
         **_forwarding_figures(local, kiq.rps, _per_request(kiq_cpu, kiq.requests), cfg.nodes),
         **_worker_figures(single, kiq.rps),
+        **seen,
     }
 
 

@@ -127,17 +127,26 @@ def _quoted(text: str) -> bytes:
     return orjson.dumps(text)
 
 
-class WorkerApp:
-    """``app`` (the worker's ``KiqApp``) for what it answers, ``home`` for the rest."""
+LIVE = "/v1/health/live"
 
-    def __init__(self, app: KiqApp, home: HomeProxy) -> None:
+
+class WorkerApp:
+    """``app`` (the worker's ``KiqApp``) for what it answers, ``home`` for the rest.
+
+    ``GET /v1/health/live`` is this process's own answer, with its worker index: whether
+    it lives, and which process a connection reached (the node's says no index)."""
+
+    def __init__(self, app: KiqApp, home: HomeProxy, index: int) -> None:
         self._app = app
         self._home = home
+        self._live = b'{"live":true,"worker":%d}' % index
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            if answers_here(scope):
+            if scope["path"] == LIVE:
+                await respond(send, 200, self._live)
+            elif answers_here(scope):
                 await self._app(scope, receive, send)
             else:
                 await self._home(scope, receive, send)

@@ -109,7 +109,7 @@ async def _run() -> None:
         peer_ssl=peer_ssl(conf.tls),
         home=home,
     )
-    worker = WorkerApp(app, HomeProxy(home, token))
+    worker = WorkerApp(app, HomeProxy(home, token), index)
     server = http_server(
         worker, serve.host, serve.port, conf.limits, tls_contexts.server_files(conf.tls)
     )

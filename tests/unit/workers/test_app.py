@@ -40,6 +40,7 @@ def test_reads_of_the_tables_and_the_applications_routes_are_answered_here(metho
         ("GET", "/v1/metadata"),
         ("GET", "/metrics"),
         ("GET", "/v1/health/ready"),
+        ("GET", "/v1/health/live"),  # the worker answers it itself, before this check
         ("POST", "/v1/internal/lookups"),
         ("GET", "/openapi.json"),
     ],
