@@ -12,7 +12,27 @@ from kiq.stores import PartitionStore
 from kiq.stores.base import ReadOnlyStore
 
 
-class Replica:
+class Positioned:
+    """A replica's offsets as readers see them: ``position`` is the next offset to read,
+    ``end_offset`` the log end last seen (-1: not known yet)."""
+
+    __slots__ = ()
+    position: int
+    end_offset: int
+
+    @property
+    def applied_offset(self) -> int:
+        return self.position - 1
+
+    @property
+    def lag(self) -> int:
+        """Records between what this replica applied and the log end (-1: not known yet)."""
+        if self.end_offset < 0:
+            return -1
+        return max(0, self.end_offset - self.position)
+
+
+class Replica(Positioned):
     """Written by the materializer thread; read (get, lag) by request handlers.
 
     ``position`` is the next offset to read; ``end_offset`` the log end last seen.
@@ -67,17 +87,6 @@ class Replica:
         self.lingering_since: float | None = None
         self.fault: str | None = None
         self.waits = OffsetWaits()
-
-    @property
-    def applied_offset(self) -> int:
-        return self.position - 1
-
-    @property
-    def lag(self) -> int:
-        """Records between what this replica applied and the log end (-1: not known yet)."""
-        if self.end_offset < 0:
-            return -1
-        return max(0, self.end_offset - self.position)
 
     def move_to(self, target: ReplicaState) -> None:
         check_transition(self.state, target)

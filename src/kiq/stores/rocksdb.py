@@ -161,12 +161,7 @@ class RocksDBPartitionStore(PartitionStore):
         if found is not None:
             return found
         generation = self._generation
-        try:
-            raw = self._db.get(key)
-        except _CLOSED:
-            if self._closed:
-                raise self._closed_error() from None
-            raise
+        raw = self._raw(key)
         if raw is None:
             return None
         found = (raw[_OFFSET_SIZE:], _OFFSET.unpack_from(raw)[0])
@@ -180,6 +175,16 @@ class RocksDBPartitionStore(PartitionStore):
             finally:
                 self._lock.release()
         return found
+
+    def _raw(self, key: bytes) -> bytes | None:
+        """The stored bytes of ``key`` (offset, then value), past any cache."""
+        try:
+            raw: bytes | None = self._db.get(key)
+        except _CLOSED:
+            if self._closed:
+                raise self._closed_error() from None
+            raise
+        return raw
 
     def apply(self, batch: Sequence[Change], applied_offset: int) -> None:
         wb = WriteBatch(raw_mode=True)

@@ -25,7 +25,6 @@ from kiq.stores.base import Change
 from kiq.stores.budget import MemoryBudget
 from kiq.stores.rocksdb import (
     _APPLIED_KEY,
-    _CLOSED,
     _META_CF,
     _OFFSET,
     _OFFSET_SIZE,
@@ -80,12 +79,7 @@ class SecondaryStore(RocksDBPartitionStore):
             return self._applied
 
     def get(self, key: bytes) -> tuple[bytes, int] | None:
-        try:
-            raw = self._db.get(key)
-        except _CLOSED:
-            if self._closed:
-                raise self._closed_error() from None
-            raise
+        raw = self._raw(key)
         if raw is None:
             return None
         return raw[_OFFSET_SIZE:], _OFFSET.unpack_from(raw)[0]

@@ -32,6 +32,7 @@ from kiq.cluster.view import EMPTY_VIEW
 from kiq.metrics import NodeMetrics
 from kiq.replicas import ReplicaState
 from kiq.replicas.aging import Aging
+from kiq.replicas.replica import Positioned
 from kiq.replicas.taps import Taps
 from kiq.replicas.waits import OffsetWaits
 from kiq.settings import ServeSettings
@@ -49,7 +50,7 @@ STALE_S = 2.0
 RETRY_S = 0.1  # between polls its node did not answer
 
 
-class MirrorReplica:
+class MirrorReplica(Positioned):
     """One store of the writer's, as this worker reads it (a ``ReadOnlyReplica``)."""
 
     __slots__ = (
@@ -74,16 +75,6 @@ class MirrorReplica:
         self.end_offset = row.end_offset
         self.position = store.applied_offset() + 1
         self.waits = OffsetWaits()
-
-    @property
-    def applied_offset(self) -> int:
-        return self.position - 1
-
-    @property
-    def lag(self) -> int:
-        if self.end_offset < 0:
-            return -1
-        return max(0, self.end_offset - self.position)
 
     def describe(self) -> dict[str, object]:
         return {
