@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 
 FOUND, MISSING, MOVED, FAILED = Outcome.FOUND, Outcome.MISSING, Outcome.MOVED, Outcome.FAILED
 _ACTIVE = ReplicaState.ACTIVE
+# A lookup whose local replica was revoked under it, with no other replica to ask, waits
+# this long for the view the rebalance brings, and asks its replicas once more.
+VIEW_WAIT_S = 1.0
+VIEW_POLL_S = 0.02
 
 
 class Holdings(Protocol):
@@ -112,48 +116,73 @@ class ReplicaReader:
         """
         revoked = "this node's replica was revoked during the request"
         last = "no replica of this partition is known"
+        moved = False  # this node's replica was revoked under the request
         local = self._replicas.get((table, partition))
         if local is not None and _answers_first(local, max_lag):
             # ``_targets``' order, the router asked only when the local replica cannot answer
             result = await self.here.lookup_in(local, key, min_offset, wait_ms, parker)
             if result.outcome is not MOVED:
                 return result
-            last = revoked
+            last, moved = revoked, True
             local = None
-        targets = self._router.targets(self._node.view, table, partition, local, max_lag)
-        i = 0
-        while i < len(targets):
-            if targets[i] == LOCAL:
-                i += 1
-                result = await self.here.lookup(
-                    table, partition, key, max_lag, min_offset, wait_ms, parker
+        view = self._node.view
+        targets = self._router.targets(view, table, partition, local, max_lag)
+        for retry in (False, True):
+            i = 0
+            while i < len(targets):
+                if targets[i] == LOCAL:
+                    i += 1
+                    result = await self.here.lookup(
+                        table, partition, key, max_lag, min_offset, wait_ms, parker
+                    )
+                    if result.outcome is not MOVED:
+                        return result
+                    last, moved = revoked, True
+                    continue
+                race = self._peers.forward(
+                    targets, i, table, key, max_lag, min_offset, wait_ms, caller
                 )
-                if result.outcome is not MOVED:
+                result = await race
+                i = race.end
+                outcome = result.outcome
+                if outcome is FOUND or outcome is MISSING:
+                    self._forward_ok.inc()
                     return result
-                last = revoked
-                continue
-            race = self._peers.forward(targets, i, table, key, max_lag, min_offset, wait_ms, caller)
-            result = await race
-            i = race.end
-            outcome = result.outcome
-            if outcome is FOUND or outcome is MISSING:
-                self._forward_ok.inc()
-                return result
-            if outcome is FAILED:
-                self._forward_failed.inc()
-                # The peer's URL and the OS's words stay in the log, out of the answer.
-                log.info(
-                    "lookup forward failed table=%s partition=%d error=%s",
-                    table,
-                    partition,
-                    result.reason,
-                )
-                last = "no other replica answered in time"
-            elif outcome is Outcome.FORBIDDEN:
-                return result
-            else:  # this replica cannot answer (yet); the next one may
-                last = f"a replica could not answer ({outcome.name.lower()}): {result.reason}"
+                if outcome is FAILED:
+                    self._forward_failed.inc()
+                    # The peer's URL and the OS's words stay in the log, out of the answer.
+                    log.info(
+                        "lookup forward failed table=%s partition=%d error=%s",
+                        table,
+                        partition,
+                        result.reason,
+                    )
+                    last = "no other replica answered in time"
+                elif outcome is Outcome.FORBIDDEN:
+                    return result
+                else:  # this replica cannot answer (yet); the next one may
+                    last = f"a replica could not answer ({outcome.name.lower()}): {result.reason}"
+            if retry or not moved:
+                break
+            # The partition moved under the request and no other replica answered: the
+            # view that says where it went is due (a rebalance is under way). Ask again.
+            moved_to = await self._next_view(view)
+            if moved_to is None:
+                break
+            view = moved_to
+            targets = self._router.targets(view, table, partition, None, max_lag)
         return LookupResult(Outcome.NO_REPLICA, partition, reason=last)
+
+    async def _next_view(self, seen: ClusterView) -> ClusterView | None:
+        """The node's next cluster view after ``seen``, within ``VIEW_WAIT_S`` (else None)."""
+        deadline = asyncio.get_running_loop().time() + VIEW_WAIT_S
+        while True:
+            view = self._node.view
+            if view.version != seen.version:
+                return view
+            if asyncio.get_running_loop().time() > deadline:
+                return None
+            await asyncio.sleep(VIEW_POLL_S)
 
     async def get_many(
         self,

@@ -151,3 +151,48 @@ def test_a_scan_goes_to_the_next_replica_and_none_when_none_answers():
     here = reader(ScriptedPeers(), ReplicaState.ACTIVE)
     page = asyncio.run(here.scan("t", 0, None, None, 10, None))
     assert page is not None and page.items == [(b"k", b"here")]
+
+
+def _revoked_under_the_request(new_owner: str | None) -> tuple[LookupResult, list[str]]:
+    """b owns partition 0 alone; its store closes (revoked) as a lookup reads it; the
+    view that moves the partition to ``new_owner`` comes 50 ms later (None: never)."""
+    peers = ScriptedPeers({URL["c"]: found("c")})
+    read = reader(peers, ReplicaState.ACTIVE, active="b")
+    node = read._node  # the stand-in node above
+    assert isinstance(node, Node)
+    only_b = ClusterView(2, node.view.members, {("t", 0): PartitionReplicas("b", ())})
+    node.view = only_b
+    replica = node.replicas[("t", 0)]
+
+    async def scenario() -> LookupResult:
+        replica.store.close()  # type: ignore[attr-defined]
+
+        async def rebalance() -> None:
+            await asyncio.sleep(0.01)
+            del node.replicas[("t", 0)]
+            if new_owner is not None:
+                await asyncio.sleep(0.04)
+                moved = PartitionReplicas(new_owner, ())
+                node.view = ClusterView(3, only_b.members, {("t", 0): moved})
+
+        task = asyncio.create_task(rebalance())
+        result = await read.lookup("t", 0, b"k")
+        await task
+        return result
+
+    return asyncio.run(scenario()), peers.asked
+
+
+def test_a_replica_revoked_under_a_lookup_waits_for_the_view_that_says_where_it_went():
+    result, asked = _revoked_under_the_request("c")
+    assert (result.outcome, result.served_by) == (Outcome.FOUND, b"c")
+    assert asked == [URL["c"]]
+
+
+def test_with_no_new_view_it_says_the_replica_was_revoked(monkeypatch):
+    from kiq.routing import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "VIEW_WAIT_S", 0.1)
+    result, asked = _revoked_under_the_request(None)
+    assert result.outcome is Outcome.NO_REPLICA and asked == []
+    assert result.reason == "this node's replica was revoked during the request"
