@@ -22,6 +22,7 @@ know). Their reads go to the writer, as the router's target for this node
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -151,6 +152,7 @@ class Follower:
         self.first = threading.Event()  # set once the first snapshot is applied
 
     def start(self) -> None:
+        shutil.rmtree(self._own_dir, ignore_errors=True)  # a predecessor's, if any
         self._thread.start()
 
     def stop(self) -> None:
@@ -272,3 +274,5 @@ class Follower:
         mirror.state = ReplicaState.REVOKED
         mirror.waits.close()
         mirror.store.close()
+        # The secondary's own files (its info log): nothing to keep once it is closed.
+        shutil.rmtree(self._own_dir / mirror.table / str(mirror.partition), ignore_errors=True)

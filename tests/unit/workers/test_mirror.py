@@ -156,3 +156,14 @@ def test_a_worker_that_hears_nothing_stops_answering_then_gives_up(tmp_path, mon
     finally:
         follower.stop()
         writer.close()
+
+
+def test_a_closed_copy_leaves_no_files_of_the_worker_behind(setup, tmp_path):
+    writer, _, follower = setup
+    writer.open(0).apply([(b"a", b"1", 0)], 0)
+    follower.apply(writer.snap())
+    own = tmp_path / "worker" / "quotes" / "0"
+    assert own.is_dir()
+    writer.stores.pop(0).close()
+    follower.apply(writer.snap())
+    assert not own.exists()
