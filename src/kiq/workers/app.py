@@ -154,7 +154,10 @@ class WorkerApp:
             await self._app(scope, receive, send)
             with contextlib.suppress(Exception):
                 await self._home.aclose()
-        # websockets: none served
+        elif kind == "websocket":
+            # A peer's lookup channel (routing/channel.py) belongs to the node: refused
+            # here, the peer sends that batch over HTTP, which the node answers.
+            await send({"type": "websocket.close", "code": 1013})
 
     def end_streams(self) -> None:
         self._app.end_streams()
