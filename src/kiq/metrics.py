@@ -204,6 +204,12 @@ class NodeMetrics:
     def watch_replicas(self, replicas: Callable[[], Iterable[WatchedReplica]]) -> None:
         self.registry.register(_ReplicaCollector(replicas))
 
+    def watch_store_memory(self, usage: Callable[[], tuple[int, int]], budget_bytes: int) -> None:
+        """The stores' shared RocksDB memory at each scrape: ``usage`` is
+        ``MemoryBudget.usage`` (used, of which memtables). A node's memory grows until
+        this fills its budget; what grows beyond it is not RocksDB's cache."""
+        self.registry.register(_StoreMemoryCollector(usage, budget_bytes))
+
 
 class _RouteCollector(Collector):
     def __init__(self, routes: dict[str, RouteStats], reported: Reported) -> None:
@@ -310,3 +316,26 @@ class _ReplicaCollector(Collector):
             keys.add_metric(lv, r.store.count())
             size.add_metric(lv, r.store.size_bytes())
         yield from (lag, applied, restored, ready, keys, size)
+
+
+class _StoreMemoryCollector(Collector):
+    def __init__(self, usage: Callable[[], tuple[int, int]], budget_bytes: int) -> None:
+        self._usage = usage
+        self._budget_bytes = budget_bytes
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        used, memtables = self._usage()
+        memory = GaugeMetricFamily(
+            "kiq_store_memory_bytes",
+            "RocksDB memory of the node's stores: the block cache with the memtables "
+            "charged to it (used), and the memtables alone",
+            labels=["kind"],
+        )
+        memory.add_metric(["used"], used)
+        memory.add_metric(["memtables"], memtables)
+        yield memory
+        yield GaugeMetricFamily(
+            "kiq_store_memory_budget_bytes",
+            "the stores' memory budget ([serve] store_memory_mb)",
+            value=self._budget_bytes,
+        )

@@ -156,6 +156,7 @@ def _node(
             session_timeout_ms=serve.session_timeout_ms,
         )
     metrics = NodeMetrics()
+    metrics.watch_store_memory(budget.usage, budget.total_bytes)  # RocksDB's, all stores
     materializer = Materializer(
         reader=PartitionReader(
             serve.bootstrap, client_id=f"kiq-reader-{serve.node_id}", security=kafka

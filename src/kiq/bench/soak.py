@@ -13,7 +13,8 @@ plainest view of a leak.
 Every ``sample_every_s`` the resident memory and open files of each process (the
 Spark driver with its JVM, the broker, every node, this process with the feed and
 the readers) are written down. ``growth_second_half_mb`` is each process's RSS at
-the end less at half time: memory that levels off shows near zero there.
+the end less at half time, ``growth_last_10_min_mb`` the same over the last ten
+minutes: memory that levels off shows near zero there.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from kiq.runtime import LocalNode
 
 _PAGE = 4096
 _DRAIN_S = 2.0  # out of the rotation this long before a restart
+_LAST_S = 600  # the window of ``growth_last_10_min_mb``
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,8 @@ def run_soak(cfg: SoakConfig, progress: Reporter | None = None) -> dict[str, obj
         "read_ms": _summary(reads.latencies_ms),
         "freshness_ms": {**_summary(prober.samples), "errors": len(prober.errors)},
         "restarts": restarts,
-        "growth_second_half_mb": _growth(samples),
+        "growth_second_half_mb": _growth(samples, samples[len(samples) // 2]),
+        "growth_last_10_min_mb": _growth(samples, _at_or_after(samples, end_s - _LAST_S)),
         "samples": samples,
     }
 
@@ -315,14 +318,19 @@ def _summary(values: list[float]) -> dict[str, float]:
     }
 
 
-def _growth(samples: list[dict[str, object]]) -> dict[str, float]:
-    """Per process, RSS at the end less RSS at half time (restarted nodes: their last run)."""
+def _at_or_after(samples: list[dict[str, object]], at_s: float) -> dict[str, object]:
+    """The first sample taken at ``at_s`` or later (the first one when ``at_s`` <= 0)."""
+    return next((s for s in samples if float(str(s["at_s"])) >= at_s), samples[-1])
+
+
+def _growth(samples: list[dict[str, object]], since: dict[str, object]) -> dict[str, float]:
+    """Per process, RSS at the end less RSS in ``since`` (restarted nodes: their last run)."""
     if len(samples) < 2:
         return {}
-    half, last = samples[len(samples) // 2], samples[-1]
+    last = samples[-1]
     growth = {}
     for name, end in last.items():
-        mid = half.get(name)
+        mid = since.get(name)
         if isinstance(end, dict) and isinstance(mid, dict):
             growth[name] = round(float(end["rss_mb"]) - float(mid["rss_mb"]), 1)
     return growth

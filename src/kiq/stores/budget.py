@@ -42,6 +42,18 @@ class MemoryBudget:
         """The budget ``[serve] store_memory_mb`` asks for."""
         return cls(mib * _MIB)
 
+    def evict_unpinned(self) -> None:
+        """Empties the block cache of every block no open store pins.
+
+        A closed store's blocks stay cached until evicted, and can never be read again: a
+        store opened anew reads its files under new cache keys. A node whose partitions
+        move kept filling its budget with them (n1 in ``kiq bench soak``). Blocks of open
+        stores go too and are read again when asked for (hot keys answer from each store's
+        read cache meanwhile); memtables and pinned blocks stay.
+        """
+        self.block_cache.set_capacity(0)
+        self.block_cache.set_capacity(self.total_bytes)
+
     def usage(self) -> tuple[int, int]:
         """(block cache bytes including memtables charged to it, memtable bytes)."""
         return self.block_cache.get_usage(), self.write_buffers.get_usage()

@@ -120,6 +120,7 @@ class RocksDBPartitionStore(PartitionStore):
 
     def __init__(self, path: Path, budget: MemoryBudget, rank_by: str | None = None) -> None:
         self._path = path
+        self._budget = budget
         self._lock = threading.Lock()  # serializes the writer's calls with close()
         self._closed = False
         self._rank_by = rank_by
@@ -458,6 +459,14 @@ class RocksDBPartitionStore(PartitionStore):
                 self._db.close()
             except Exception as exc:  # after a failed write (a full disk) RocksDB refuses
                 log.warning("store close failed path=%s error=%s", self._path, exc)
+        self._budget.evict_unpinned()  # its blocks are never read again (``budget``)
+        cache, memtables = self._budget.usage()
+        log.info(
+            "store closed path=%s budget_used_mb=%.1f memtables_mb=%.1f",
+            self._path,
+            cache / _MIB,
+            memtables / _MIB,
+        )
 
     def _int_property(self, name: str) -> int:
         try:

@@ -265,3 +265,31 @@ def test_a_watch_tap_hears_each_batch_and_one_that_fails_stops_nothing():
     m.taps.remove("t", 1)
     m._apply(Fetched({("topic-t", 1): [StandInRecord(b"d", b"3", 2)]}))
     assert len(heard) == 1  # nobody watches it any more
+
+
+def test_closing_lingering_replicas_gives_their_memory_back_once():
+    released: list[int] = []
+    stores = {p: MemoryPartitionStore() for p in range(3)}
+    spec = TableSpec(name="t", topic="topic-t")
+    m = Materializer(
+        StandInReader(),
+        {"t": TableRuntime(spec, JsonCodec(), 3)},
+        lambda table, partition: stores[partition],
+        StandInDeadLetters(),  # type: ignore[arg-type]
+        NodeMetrics(),
+        linger_s=30,
+        release_memory=lambda: released.append(len(m.replicas)),
+    )
+    m.reconcile({("t", p): Role.ACTIVE for p in range(3)})
+    m._apply_wanted()
+    m.reconcile({("t", 0): Role.ACTIVE})  # partitions 1 and 2 moved away: they linger
+    m._apply_wanted()
+    lingering = m.replicas[("t", 1)].lingering_since
+    assert lingering is not None
+    m._expire_lingering(lingering + 10)
+    assert released == [] and len(m.replicas) == 3  # still warm
+    m._expire_lingering(lingering + 31)
+    assert sorted(m.replicas) == [("t", 0)]
+    assert released == [1]  # once, after both closed
+    m._expire_lingering(lingering + 60)
+    assert released == [1]  # nothing closed, nothing to give back

@@ -252,3 +252,26 @@ def test_stores_charge_their_own_budget_only(tmp_path: Path) -> None:
         assert theirs.usage() == before == (0, 0)
     finally:
         store.close()
+
+
+def test_a_closed_stores_blocks_leave_the_shared_cache(tmp_path: Path) -> None:
+    """Blocks of a closed store are never read again (reopened, it reads under new keys):
+    closing evicts them, rather than leaving them to fill the node's budget."""
+    budget = MemoryBudget.of_mib(16)
+    kept, moved = (RocksDBPartitionStore(tmp_path / n, budget) for n in ("kept", "moved"))
+    try:
+        for store in (kept, moved):
+            store.apply([(b"k%05d" % i, bytes(500), i) for i in range(4000)], 3999)
+            store._db.flush()  # the data in table files, read through the block cache
+            store._hot.clear()
+            for i in range(0, 4000, 7):
+                assert store.get(b"k%05d" % i) is not None
+        cached = budget.usage()[0] - budget.usage()[1]
+        assert cached > 1024 * 1024  # data blocks of both stores
+        moved.close()
+        assert budget.usage()[0] - budget.usage()[1] < cached / 2
+        for i in range(0, 4000, 7):  # the open store reads on, from its files
+            assert kept.get(b"k%05d" % i) == (bytes(500), i)
+    finally:
+        kept.close()
+        moved.close()
