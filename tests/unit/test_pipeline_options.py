@@ -98,3 +98,56 @@ def test_ctx_opts_kafka_is_the_kafka_security_as_spark_options():
     options = StreamOptions("127.0.0.1:9092", "/tmp/c", security=sasl).kafka
     assert options["kafka.security.protocol"] == "SASL_PLAINTEXT"
     assert 'username="kiq"' in options["kafka.sasl.jaas.config"]
+
+
+class _Writer:
+    """Records a streaming write's options and trigger, as Spark's DataStreamWriter takes them."""
+
+    def __init__(self) -> None:
+        self.given: dict[str, str] = {}
+        self.trigger_given: dict[str, str] = {}
+
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *_args: self  # format, queryName, outputMode
+
+    def option(self, key: str, value: str) -> _Writer:
+        self.given[key] = value
+        return self
+
+    def options(self, **more: str) -> _Writer:
+        self.given.update(more)
+        return self
+
+    def trigger(self, **kind: str) -> _Writer:
+        self.trigger_given = kind
+        return self
+
+    def start(self) -> _Writer:
+        return self
+
+
+class _Frame:
+    def __init__(self) -> None:
+        self.writeStream = _Writer()
+
+
+def _write(realtime: bool, interval: str | None = None) -> _Writer:
+    from kiq.pipelines.kafka_io import write_topic
+
+    frame = _Frame()
+    opts = StreamOptions(bootstrap="b:9092", checkpoint_root="/tmp/cp")
+    write_topic(frame, opts, None, "q", realtime=realtime, interval=interval)  # type: ignore[arg-type]
+    return frame.writeStream
+
+
+def test_a_real_time_write_lingers_a_little_where_a_micro_batch_write_does_not():
+    # Real-Time Mode sends each changed row as it is made: at linger 0 each is a produce
+    # request of its own; a micro-batch flushes its batch at the end of its task anyway.
+    realtime, batch = _write(realtime=True), _write(realtime=False)
+    assert realtime.given["kafka.linger.ms"] == "5"
+    assert "kafka.linger.ms" not in batch.given
+    assert realtime.trigger_given == {"realTime": "5 minutes"}
+    assert batch.trigger_given == {"processingTime": "0 seconds"}
+    assert _write(realtime=False, interval="5 seconds").trigger_given == {
+        "processingTime": "5 seconds"
+    }

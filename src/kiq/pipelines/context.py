@@ -431,7 +431,7 @@ class Context:
         """Whether the query runs in Real-Time Mode: the trigger asks for it (or ``auto``),
         Spark runs its operators so, and its tasks fit in the free slots
         (``kiq.pipelines.realtime``). A real-time query's dead letters run beside it in a
-        real-time query of their own, whose tasks count too.
+        micro-batch query of their own, whose tasks count too.
 
         Under ``auto`` a query that runs in micro-batches holds slots as well: a real-time
         batch starts only when every one of its tasks finds a free slot, and fails the query
@@ -441,7 +441,7 @@ class Context:
         need = sum(r.partitions for r in reads)
         if stateful(df):
             need += int(self.spark.conf.get("spark.sql.shuffle.partitions") or "200")
-        letters = sum(r.partitions for r in reads if r.dead_letters and not r.carried)
+        letters = sum(self._letters_tasks(r) for r in reads if r.dead_letters and not r.carried)
         master = self.spark.sparkContext.master or ""
         slots = local_slots(master)
         total = self.spark.sparkContext.defaultParallelism if slots is None else slots
@@ -478,19 +478,27 @@ class Context:
                 frame = frame.unionByName(letters_records(letters, self._written(r.dead_letters)))
         return frame
 
+    def _letters_tasks(self, r: _Read) -> int:
+        """Tasks of the micro-batch query that carries a real-time query's dead letters."""
+        return min(self.opts.input_tasks or r.partitions, r.partitions)
+
     def _realtime_letters(self, r: _Read) -> None:
         """Spark 4.3's Real-Time Mode runs no stateful operator before a union, nor one read
         twice in a union (the good records and the dead letters come from one read): the
-        dead letters of a real-time query run in a stateless real-time query of their own,
-        reading the topic again."""
+        dead letters of a real-time query leave in a stateless query of their own, reading
+        the topic again, in micro-batches every ``letters_interval``. In Real-Time Mode it
+        took a task per input partition for the whole batch and parsed every record again
+        as it arrived: CPU the tables' query needs (docs/benchmarks.md). A dead letter
+        waits up to the interval; the tables do not wait for it."""
         assert r.dead_letters is not None
-        raw = self._io.read(r.topic, realtime=True)
+        raw = self._io.read(r.topic, realtime=False)
         schema, reject = r.realtime_args
         parsed = records.parse_records(raw, schema, reject)
         letters = letters_records(records.dead_letters(parsed), self._written(r.dead_letters))
         name = self._claim(r.dead_letters)
-        self.queries.append(self._io.start(letters, name, realtime=True))
-        self.triggers[name] = "realtime"
+        query = self._io.start(letters, name, realtime=False, interval=self.opts.letters_interval)
+        self.queries.append(query)
+        self.triggers[name] = "microbatch"
 
     def _start(
         self,

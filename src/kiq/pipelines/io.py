@@ -64,9 +64,11 @@ class PipelineIO(Protocol):
         realtime: bool,
         mode: Mode = "update",
         options: Mapping[str, str] | None = None,
+        interval: str | None = None,
     ) -> StreamingQuery:
         """Start the query ``name`` writing ``frame``'s records (topic, key, value,
-        partition, headers) to their topics."""
+        partition, headers) to their topics; a micro-batch query every ``interval`` (None:
+        the pipeline's)."""
         ...
 
 
@@ -143,7 +145,15 @@ class KafkaIO:
         realtime: bool,
         mode: Mode = "update",
         options: Mapping[str, str] | None = None,
+        interval: str | None = None,
     ) -> StreamingQuery:
         return write_topic(
-            frame, self._opts, None, name, realtime=realtime, mode=mode, options=options
+            frame,
+            self._opts,
+            None,
+            name,
+            realtime=realtime,
+            mode=mode,
+            options=options,
+            interval=interval,
         )

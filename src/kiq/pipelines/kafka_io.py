@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REALTIME_BATCH = "5 minutes"
+LETTERS_INTERVAL = "5 seconds"
 
 # auto: Real-Time Mode where the query allows it (kiq.pipelines.realtime), else micro-batches
 Trigger = Literal["auto", "microbatch", "realtime"]
@@ -38,6 +39,10 @@ class StreamOptions:
     # boundary the query commits offsets and state and starts every task again, and records
     # arriving meanwhile wait: the boundaries are the p99 (see docs/benchmarks.md).
     realtime_batch: str = REALTIME_BATCH
+    # How often the dead letters of a real-time query leave, in micro-batches of one task:
+    # as a real-time query of their own they took a task per input partition and parsed
+    # every record a second time as it arrived (docs/benchmarks.md, Real-Time Mode).
+    letters_interval: str = LETTERS_INTERVAL
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
     # Tasks that read the input per batch (None: one per Kafka partition). Each task
@@ -57,6 +62,10 @@ class StreamOptions:
     # 500. The broker still answers as soon as a record arrives (fetch.min.bytes is 1); 100
     # bounds what the wait costs the same read where ``auto`` falls back to micro-batches.
     realtime_fetch_max_wait_ms: int = 100
+    # How long a real-time query's producer holds a record for others to the same partition.
+    # Real-Time Mode writes each changed row as its tick is processed; at 0 (the client's
+    # default) each becomes a produce request of its own, which the broker answers one by one.
+    realtime_linger_ms: int = 5
     # How every source, sink and topic check connects (its password stays out of the repr);
     # the sources and sinks take it as ``kafka.`` options (``kafka``: also what a pipeline
     # passes to a reader of its own, as ``.options(**ctx.opts.kafka)``).
@@ -98,12 +107,13 @@ def write_topic(
     realtime: bool,
     mode: Literal["update", "append"] = "update",
     options: Mapping[str, str] | None = None,
+    interval: str | None = None,
 ) -> StreamingQuery:
     """Start one query writing ``frame`` (key, value[, partition][, headers]) to ``topic``,
     or, with ``topic`` None, each row to the topic of its ``topic`` column.
 
     ``realtime``: in Spark's Real-Time Mode (the caller checked that it can), else in
-    micro-batches.
+    micro-batches every ``interval`` (``opts.interval`` when None).
     """
     writer = (
         frame.writeStream.format("kafka")
@@ -120,8 +130,9 @@ def write_topic(
     if topic is not None:
         writer = writer.option("topic", topic)
     if realtime:
+        writer = writer.option("kafka.linger.ms", str(opts.realtime_linger_ms))
         # pyspark 4.3's overloads of trigger() still leave out realTime; the method takes it.
         writer = writer.trigger(realTime=opts.realtime_batch)  # type: ignore[call-overload]
     else:
-        writer = writer.trigger(processingTime=opts.interval)
+        writer = writer.trigger(processingTime=interval or opts.interval)
     return writer.start()

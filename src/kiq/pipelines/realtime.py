@@ -56,7 +56,8 @@ def local_slots(master: str) -> int | None:
 
 def realtime_tasks(partitions: int, shuffle_partitions: int) -> int:
     """Tasks at once of a stateful real-time query over ``partitions`` inputs: those, its
-    shuffle partitions, and the real-time query of its dead letters (as many as inputs)."""
+    shuffle partitions, and the micro-batch query of its dead letters (at most as many as
+    inputs; one on a local master, which reads an input in one task per micro-batch)."""
     return 2 * partitions + shuffle_partitions
 
 

@@ -238,6 +238,7 @@ class BatchIO:
         realtime: bool,
         mode: Mode = "update",
         options: Mapping[str, str] | None = None,
+        interval: str | None = None,
     ) -> StreamingQuery:
         # One collect: the rows come in the order of the input's (single) pass, which is
         # the order the rows were given, so a key written twice keeps its last value.

@@ -121,3 +121,39 @@ def test_micro_batches_alone_take_any_slots(monkeypatch: pytest.MonkeyPatch):
     ctx = _context(monkeypatch, "local[2]", blocked={"a", "b"})
     assert not ctx._realtime("a", "a", _reads(6, letters=False))  # type: ignore[arg-type]
     assert not ctx._realtime("b", "b", _reads(6, letters=False))  # type: ignore[arg-type]
+
+
+class _IO:
+    """Records the reads and queries a context starts."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[str, bool]] = []
+        self.started: list[tuple[str, bool, str | None]] = []
+
+    def read(self, topic: str, *, realtime: bool) -> str:
+        self.reads.append((topic, realtime))
+        return topic
+
+    def start(self, frame: Any, name: str, *, realtime: bool, interval: str | None = None) -> str:
+        self.started.append((name, realtime, interval))
+        return name
+
+
+def test_a_real_time_querys_dead_letters_leave_in_micro_batches_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # In Real-Time Mode they took a task per input partition and parsed every record again
+    # as it came; in micro-batches every few seconds, one task on a local master.
+    for name in ("parse_records", "dead_letters"):
+        monkeypatch.setattr(context.records, name, lambda frame, *_: frame)
+    monkeypatch.setattr(context, "letters_records", lambda frame, _topic: frame)
+    io = _IO()
+    opts = StreamOptions(
+        bootstrap="b:9092", checkpoint_root="/tmp/cp", trigger="auto", input_tasks=1
+    )
+    ctx = Context(spark=_Spark("local[64]"), opts=opts, pipeline="p", io=io)  # type: ignore[arg-type]
+    ctx._carry("frame", "frame", _reads(30, letters=True), realtime=True)  # type: ignore[arg-type]
+    assert io.reads == [("in", False)]
+    assert io.started == [("in-dlq", False, "5 seconds")]
+    assert ctx.triggers == {"in-dlq": "microbatch"}
+    assert ctx._letters_tasks(_reads(30, letters=True)[0]) == 1
