@@ -25,7 +25,6 @@ from typing import Any, Protocol
 from kiq.api import openapi
 from kiq.api.auth import Access, guard_lookup
 from kiq.api.batches import Batches
-from kiq.api.channel import LookupChannels
 from kiq.api.dashboard import PipelineProgress
 from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
@@ -109,7 +108,6 @@ class KiqApp:
         self.peers = peers
         reader = ReplicaReader(view, self.router, peers, limits)
         self.lookups = Lookups(view, reader)
-        self._channels = LookupChannels(self.lookups, self.access)  # peers' lookup batches
         self.batches = Batches(view, reader, limits.max_multiget_keys)
         self._writer = writer
         declared = list(declared_routes(endpoints, base))
@@ -174,8 +172,6 @@ class KiqApp:
                 await self._routes(scope, receive, send)
             except Exception as exc:
                 await send_error(send, exc, scope)
-        elif kind == "websocket":
-            await self._channels(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 

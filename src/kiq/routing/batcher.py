@@ -1,12 +1,11 @@
-"""Coalescing point lookups bound for the same node into one internal batch.
+"""Coalescing point lookups bound for the same node into one internal request.
 
-The fixed cost of each batch, not the store, bounds a forwarding node. So lookups
+Per-request HTTP overhead, not the store, bounds a forwarding node. So lookups
 for one target (and one Authorization value) that arrive in the same event-loop
 tick wait together: the first schedules a flush with ``loop.call_soon``, which
 runs once the loop has handled everything already ready, and sends them all in
-one batch (a channel message, or a ``POST /v1/internal/lookups``: ``Peers``).
-No timer: an idle node sends at once, a busy one sends bigger batches. A batch
-holds at most ``max_items``; more start another.
+one ``POST /v1/internal/lookups``. No timer: an idle node sends at once, a busy
+one sends bigger batches. A batch holds at most ``max_items``; more start another.
 Lookups that may wait for ``min_offset`` travel apart from those that never
 wait, so a read-your-writes wait never holds plain lookups back. At most
 ``MAX_IN_FLIGHT`` batches per target are out at once; lookups arriving
@@ -29,13 +28,11 @@ from kiq.routing.errors import PeerError
 from kiq.routing.wire import Lookup, LookupResult, Outcome
 
 MAX_BATCH = 256
-# Batches on the wire per (target, caller, waits) at once. While one is out,
-# new lookups gather into the next: under load batches grow by themselves, and
-# the node makes fewer, bigger requests. A batch's fixed cost is mostly the
-# event loop's (a write, a wake-up at each end, the server's hand-over), not its
-# bytes: with one out instead of two, `kiq bench lookups --nodes 3 --mode random`
-# measured 92.5 instead of 116 µs of CPU a request (docs/benchmarks.md).
-MAX_IN_FLIGHT = 1
+# Batches on the wire per (target, caller, waits) at once. While they
+# are out, new lookups gather into the next batch: under load batches grow by
+# themselves, and the node makes fewer, bigger requests (each send is a
+# syscall the event loop pays for, and an HTTP request the owner parses).
+MAX_IN_FLIGHT = 2
 _CANCELLED = LookupResult(Outcome.FAILED, reason="the batch was cancelled")
 
 _SlotKey = tuple[str, str | None, bool]
