@@ -74,6 +74,10 @@ def test_lookups_counts_throughput_latency_and_missing_keys():
     assert result["errors"] >= result["non_2xx"] and result["floor_errors"] > 0
     # Both servers did work during their runs: CPU per request is measured, not assumed.
     assert result["cpu_us_per_request"] > 0 and result["floor_cpu_us_per_request"] > 0
+    # wrk's own CPU, the floor answering with kiq's headers, and what the cores allow
+    assert result["load_cpu_us_per_request"] > 0 and result["cores_bound_rps"] > 0
+    assert result["floor_kiq_headers_rps"] > 0
+    assert result["floor_kiq_headers_cpu_us_per_request"] > 0
 
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed: `make deps`")

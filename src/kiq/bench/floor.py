@@ -28,10 +28,20 @@ from kiq.runtime import free_port
 
 PREFIX = f"/v1/tables/{TABLE}/keys/".encode()
 _JSON = [(b"content-type", b"application/json")]
+# The headers a kiq lookup answers with (README, HTTP API), with typical values: the floor
+# with these tells the server's cost of kiq's response apart from kiq's own work.
+KIQ_HEADERS = [
+    *_JSON,
+    (b"x-kiq-partition", b"3"),
+    (b"x-kiq-served-by", b"n1"),
+    (b"x-kiq-lag", b"0"),
+    (b"x-kiq-offset", b"123456"),
+    (b"x-kiq-version", b"v1"),
+]
 _MISSING = b'{"error":"not_found"}'
 
 
-def make_app(values: dict[bytes, bytes]) -> Any:
+def make_app(values: dict[bytes, bytes], headers: list[tuple[bytes, bytes]] = _JSON) -> Any:
     """The ASGI app: the stored value, 404 for an unknown key; 200 on any other path."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -46,7 +56,7 @@ def make_app(values: dict[bytes, bytes]) -> Any:
         if raw.startswith(PREFIX):
             value = values.get(raw[len(PREFIX) :])
             status, body = (200, value) if value is not None else (404, _MISSING)
-        await send({"type": "http.response.start", "status": status, "headers": _JSON})
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
     return app
@@ -75,19 +85,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kiq.bench.floor", description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--keys", type=int, required=True, help="serve keys 0..N-1")
+    parser.add_argument(
+        "--kiq-headers", action="store_true", help="answer with the headers a kiq lookup has"
+    )
     args = parser.parse_args(argv)
     values = {key_of(i).encode(): quote_bytes(key_of(i)) for i in range(args.keys)}
     import uvloop
 
-    uvloop.run(_serve(make_app(values), args.port))
+    headers = KIQ_HEADERS if args.kiq_headers else _JSON
+    uvloop.run(_serve(make_app(values, headers), args.port))
 
 
 class LocalFloor:
     """The floor as a subprocess on a free loopback port; ``stop`` is a SIGTERM."""
 
-    def __init__(self, keys: int, log_file: Path) -> None:
+    def __init__(self, keys: int, log_file: Path, kiq_headers: bool = False) -> None:
         self.keys = keys
         self.log_file = log_file
+        self.kiq_headers = kiq_headers
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -98,6 +113,8 @@ class LocalFloor:
     def start(self, timeout_s: float = 60) -> LocalFloor:
         cmd = [sys.executable, "-m", "kiq.bench.floor"]
         cmd += ["--port", str(self.port), "--keys", str(self.keys)]
+        if self.kiq_headers:
+            cmd.append("--kiq-headers")
         with self.log_file.open("ab") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

@@ -4,7 +4,9 @@ Loads ``keys`` quotes into a 12-partition topic, starts ``nodes`` nodes serving
 it as table ``t`` and waits until every replica applied everything. Then wrk
 runs against kiq, the nodes stop, and the same wrk run (same script, paths,
 connections, duration) goes against the floor (:mod:`kiq.bench.floor`), one
-floor process per node wrk targeted. Modes:
+floor process per node wrk targeted, then the floor again answering with the
+headers a kiq lookup carries (``floor_kiq_headers_*``): what the server charges
+for kiq's response, apart from kiq's own work. Modes:
 
 - ``local``: one wrk thread against n1, drawing only keys whose partition n1
   is active for: no forwarding, the best case.
@@ -25,6 +27,7 @@ the floor alike, so the ratio to the floor shows what authentication costs.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,26 +117,12 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         single: dict[str, object] = {}
         if cfg.workers > 1:
             single = _single_worker(nodes, paths, ports, cfg, headers, show, stack.root, last)
-        floors = [LocalFloor(cfg.keys, stack.root / f"floor{i}.log") for i in range(len(targets))]
-        try:
-            show.phase("starting the floor")
-            for floor in floors:
-                floor.start()
-            floor_run, floor_cpu = _measure(
-                "floor",
-                stack.root / "wrk-floor",
-                paths,
-                [f.port for f in floors],
-                [f.proc.pid if f.proc else None for f in floors],
-                cfg,
-                headers,
-                show,
-            )
-            if floor_run.rps:
-                show.set("ratio", round(kiq.rps / floor_run.rps, 3))
-        finally:
-            for floor in floors:
-                floor.stop()
+        floor_run, floor_cpu = _floor("floor", stack.root, len(targets), paths, cfg, headers, show)
+        if floor_run.rps:
+            show.set("ratio", round(kiq.rps / floor_run.rps, 3))
+        same_run, same_cpu = _floor(
+            "floor with kiq's headers", stack.root, len(targets), paths, cfg, headers, show, True
+        )
     return {
         "scenario": "lookups",
         "nodes": cfg.nodes,
@@ -164,8 +153,12 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         "floor_errors": floor_run.errors,
         "cpu_us_per_request": _per_request(kiq_cpu, kiq.requests),
         "floor_cpu_us_per_request": _per_request(floor_cpu, floor_run.requests),
+        # the floor answering with a kiq lookup's headers: what the server charges for them
+        "floor_kiq_headers_rps": round(same_run.rps, 1),
+        "floor_kiq_headers_cpu_us_per_request": _per_request(same_cpu, same_run.requests),
+        **_machine_bound(kiq, kiq_cpu),
         **_forwarding_figures(local, kiq.rps, _per_request(kiq_cpu, kiq.requests), cfg.nodes),
-        **_worker_figures(single, kiq.rps),
+        **_worker_figures(single, kiq.rps, _machine_bound(kiq, kiq_cpu)),
         **seen,
     }
 
@@ -200,6 +193,38 @@ def _measure(
     return result, None if before is None or after is None else after - before
 
 
+def _floor(
+    label: str,
+    root: Path,
+    count: int,
+    paths: list[str],
+    cfg: LookupsConfig,
+    headers: list[str],
+    show: Reporter,
+    kiq_headers: bool = False,
+) -> tuple[WrkResult, float | None]:
+    """The floor, a process per node wrk targets, measured with the same wrk run."""
+    name = "floor-kiq-headers" if kiq_headers else "floor"
+    floors = [LocalFloor(cfg.keys, root / f"{name}{i}.log", kiq_headers) for i in range(count)]
+    try:
+        show.phase(f"starting the {label}")
+        for floor in floors:
+            floor.start()
+        return _measure(
+            label,
+            root / f"wrk-{name}",
+            paths,
+            [f.port for f in floors],
+            [f.proc.pid if f.proc else None for f in floors],
+            cfg,
+            headers,
+            show,
+        )
+    finally:
+        for floor in floors:
+            floor.stop()
+
+
 def _single_worker(
     nodes: list[LocalNode],
     paths: list[str],
@@ -225,19 +250,52 @@ def _single_worker(
     finally:
         for node in nodes:
             node.stop()
-    return {"rps": run.rps, "p99_ms": run.p99_ms, "cpu_us": _per_request(cpu, run.requests)}
+    return {
+        "rps": run.rps,
+        "p99_ms": run.p99_ms,
+        "cpu_us": _per_request(cpu, run.requests),
+        "load_cpu_us": _per_request(run.cpu_s, run.requests),
+    }
 
 
-def _worker_figures(single: dict[str, object], rps: float) -> dict[str, object]:
+def _machine_bound(run: WrkResult, server_cpu: float | None) -> dict[str, object]:
+    """What this machine's cores allow at the run's CPU per request, wrk's included.
+
+    wrk runs on the cores it measures: a run can go no faster than the cores divided by
+    what a request costs the servers and wrk together, however many processes serve.
+    """
+    server_us = _per_request(server_cpu, run.requests)
+    load_us = _per_request(run.cpu_s, run.requests)
+    cores = len(os.sched_getaffinity(0))
+    out: dict[str, object] = {"cores": cores, "load_cpu_us_per_request": load_us}
+    if server_us is not None and load_us is not None and server_us + load_us > 0:
+        out["cores_bound_rps"] = round(cores * 1e6 / (server_us + load_us), 1)
+    return out
+
+
+def _worker_figures(
+    single: dict[str, object], rps: float, bound: dict[str, object]
+) -> dict[str, object]:
     if not single:
         return {}
     single_rps = float(single["rps"])  # type: ignore[arg-type]
-    return {
+    out = {
         "single_process_rps": round(single_rps, 1),
         "single_process_p99_ms": single["p99_ms"],
         "single_process_cpu_us_per_request": single["cpu_us"],
+        "single_process_load_cpu_us_per_request": single["load_cpu_us"],
         "workers_vs_single": round(rps / single_rps, 3) if single_rps else 0.0,
     }
+    ceiling = bound.get("cores_bound_rps")
+    if isinstance(ceiling, float) and single_rps:
+        # the most the workers' run could have shown over one process on these cores
+        out["cores_bound_vs_single"] = round(ceiling / single_rps, 3)
+    cpu_us, load_us, cores = single["cpu_us"], single["load_cpu_us"], bound.get("cores")
+    if isinstance(cpu_us, float) and isinstance(load_us, float) and isinstance(cores, int):
+        # the same, had each request cost the workers no more than it costs one process
+        best = cores * 1e6 / (cpu_us + load_us)
+        out["cores_bound_at_single_cost_vs_single"] = round(best / single_rps, 3)
+    return out
 
 
 def _local_baseline(
