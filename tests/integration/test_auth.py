@@ -4,12 +4,13 @@ Both nodes get ``--auth jwt --jwt-secret-file F --jwt-audience kiq
 --cluster-secret-file G``. A token with ``aud: kiq``, a future ``exp`` and
 ``scope: kiq:read`` reads every key through either node, locally or forwarded
 (the owner checks the caller's token and the cluster credential); tokens we do
-not accept are 401, a token for another table 403; the node-to-node paths refuse
-a user token alone; no secret reaches the logs or /v1/metadata.
+not accept are 401, a token for another table 403; the node-to-node paths (and the
+lookup channel's upgrade) refuse a user token alone; no secret reaches the logs or /v1/metadata.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import subprocess
@@ -21,6 +22,7 @@ import httpx
 import jwt
 import pytest
 
+from kiq.routing.channel import ChannelRefused, Channels
 from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, encode
 from kiq.runtime import LocalNode
 from tests.integration.kafka_io import produce
@@ -147,6 +149,20 @@ def test_two_nodes_with_jwt_and_a_cluster_secret(secured):
         timeout=10,
     )
     assert r.status_code in (401, 403), r.text
+    # The forwards above went over signed lookup channels; no channel opens without the
+    # cluster's credential, whatever token comes along.
+    for node in (n1, n2):
+        assert "serves no channel" not in node.log_file.read_text(errors="replace")
+
+    async def channel_with(headers: dict[str, str]) -> None:
+        channels = Channels()
+        try:
+            await channels.request(n1.url, items, "", "", lambda: headers, 10)
+        finally:
+            channels.close()
+
+    with pytest.raises(ChannelRefused):
+        asyncio.run(channel_with(everything))
 
     # No secret in /v1/metadata (with every node asked) or in the nodes' logs.
     admin = bearer(token(jwt_secret, scope="kiq:admin"))

@@ -1,8 +1,8 @@
 """Forwarded point lookups, batched per owner node, against a real broker and three nodes.
 
 Many concurrent lookups through one node; read-your-writes through a node that
-holds no replica; the internal batch endpoint itself; kill -9 of an owner under
-load through one node.
+holds no replica; the internal batch endpoint itself, over HTTP and over a lookup
+channel; kill -9 of an owner under load through one node.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ from confluent_kafka import Producer
 
 from kiq.kafka import producer_config
 from kiq.partitioning import partition_for
-from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, Outcome, decode_results
+from kiq.routing.channel import Channels
+from kiq.routing.wire import (
+    FORWARDED,
+    INTERNAL_LOOKUPS,
+    MSGPACK,
+    Lookup,
+    Outcome,
+    decode_results,
+)
 from kiq.runtime import LocalNode
 from tests.integration import test_serving
 from tests.integration.kafka_io import produce
@@ -234,6 +242,28 @@ def test_the_internal_batch_answers_each_item_from_the_local_replica_only(
 
     garbage = httpx.post(node.url + INTERNAL_LOOKUPS, content=b"\xc1", timeout=10)
     assert garbage.status_code == 400 and garbage.json()["error"] == "bad_request"
+
+    # The same batch, and the garbage, on a lookup channel (a WebSocket through the node's
+    # own server): the same answers, each paired with its ask.
+    async def over_channel() -> list[tuple[int, bytes]]:
+        channels = Channels()
+        try:
+            return list(
+                await asyncio.gather(
+                    *(
+                        channels.request(node.url, body, "", "", lambda: {FORWARDED: "t"}, 10)
+                        for body in (msgspec.msgpack.encode(items), b"\xc1")
+                    )
+                )
+            )
+        finally:
+            channels.close()
+
+    started = time.monotonic()
+    (status, answer), (bad_status, bad_body) = asyncio.run(over_channel())
+    assert status == 200 and [r.outcome for r in decode_results(answer)] == outcomes
+    assert 0.4 <= time.monotonic() - started < 0.9
+    assert bad_status == 400 and json.loads(bad_body)["error"] == "bad_request"
 
 
 def test_kill_dash_nine_of_an_owner_loses_no_lookup_through_one_node(

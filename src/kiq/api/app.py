@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from kiq.api import openapi
 from kiq.api.auth import Access, guard_lookup
 from kiq.api.batches import Batches
+from kiq.api.channel import LookupChannels
 from kiq.api.dashboard import PipelineProgress
 from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
@@ -108,6 +109,7 @@ class KiqApp:
         self.peers = peers
         reader = ReplicaReader(view, self.router, peers, limits)
         self.lookups = Lookups(view, reader)
+        self._channels = LookupChannels(self.lookups, self.access)  # peers' lookup batches
         self.batches = Batches(view, reader, limits.max_multiget_keys)
         self._writer = writer
         declared = list(declared_routes(endpoints, base))
@@ -172,6 +174,8 @@ class KiqApp:
                 await self._routes(scope, receive, send)
             except Exception as exc:
                 await send_error(send, exc, scope)
+        elif kind == "websocket":
+            await self._channels(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 
@@ -179,6 +183,12 @@ class KiqApp:
         """Ends every watch stream (their subscribers may resume on another node): a server
         stopping gracefully waits for open requests, and a stream stays open until then."""
         self.watches.close()
+
+    async def close_channels(self, timeout_s: float) -> None:
+        """Closes the peers' lookup channels saying this node is going away, so they fail
+        their batches in flight at once and ask another replica. Awaited before the server
+        is told to stop: a stopping granian delivers nothing sent on a websocket."""
+        await self._channels.going_away(timeout_s)
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:

@@ -181,6 +181,17 @@ class Lookups:
         table it may not read is refused with FORBIDDEN.
         """
         started = time.perf_counter()
+        results, waiting = self.internal_now(body, caller)
+        if waiting:
+            await asyncio.gather(*waiting)
+        self._internal_stats.record(200, time.perf_counter() - started)
+        return encode(results)
+
+    def internal_now(
+        self, body: bytes, caller: Principal | None = None
+    ) -> tuple[list[LookupResult], list[Coroutine[Any, Any, None]]]:
+        """``internal`` up to its waits: the results, and what must run before the ones
+        that wait are in them (a channel answers a batch with none at once, no task)."""
         try:
             items = decode_lookups(body)
         except DecodeError as exc:
@@ -210,10 +221,11 @@ class Lookups:
                 waiting.append(self._later(results, len(results), partition, item, parker))
                 result = MOVED  # replaced once the wait is over
             results.append(result)
-        if waiting:
-            await asyncio.gather(*waiting)
-        self._internal_stats.record(200, time.perf_counter() - started)
-        return encode(results)
+        return results, waiting
+
+    def record_internal(self, seconds: float) -> None:
+        """A batch answered on a channel, counted as its request would be."""
+        self._internal_stats.record(200, seconds)
 
     async def _later(
         self,

@@ -12,9 +12,9 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SHUTDOWN_DEADLINE_S = 30.0
+# How long a stopping node waits for its lookup channels' close frames to go out.
+CHANNELS_CLOSE_S = 0.5
 
 
 def _give_up(node_id: str) -> None:
@@ -194,16 +196,15 @@ async def _serve(built: BuiltNode) -> None:
         )
         workers = Workers(count - 1, built.settings.as_env(), f"http://127.0.0.1:{private}", token)
     loop = asyncio.get_running_loop()
+    stopping: list[asyncio.Task[None]] = []  # the one stop under way (a second signal: none)
 
     def shut_down() -> None:
         log.info("stopping node=%s (signal)", conf.node_id)
+        if stopping:
+            return
         if workers is not None:
             workers.stop()
-        # Watch streams never end by themselves: the server waits for open requests first.
-        built.app.end_streams()
-        for each in servers:
-            stop_server: Callable[[], None] = each.stop  # granian's method is untyped
-            stop_server()
+        stopping.append(loop.create_task(stop_servers(built.app, servers)))
         # Leaving the group and closing stores is quick when Kafka answers; when it does
         # not, an operator still expects the process to end.
         watchdog = threading.Timer(SHUTDOWN_DEADLINE_S, _give_up, args=(conf.node_id,))
@@ -228,6 +229,29 @@ async def _serve(built: BuiltNode) -> None:
         if workers is not None:
             workers.stop()
             await asyncio.to_thread(workers.wait)
+
+
+class Stoppable(Protocol):
+    """What ``stop_servers`` ends before the servers stop: ``kiq.api.app.KiqApp``."""
+
+    def end_streams(self) -> None: ...
+
+    async def close_channels(self, timeout_s: float) -> None: ...
+
+
+async def stop_servers(app: Stoppable, servers: Sequence[Any]) -> None:
+    """Stops ``servers`` (granian's) gracefully, once ``app`` has ended what they would
+    otherwise wait for: watch streams, and the peers' lookup channels."""
+    try:
+        # Watch streams never end by themselves: the server waits for open requests.
+        app.end_streams()
+        # Before the server stops: once it has, granian sends nothing more on a websocket,
+        # and peers would wait out their timeout on batches sent over a lookup channel.
+        await app.close_channels(CHANNELS_CLOSE_S)
+    finally:
+        for each in servers:
+            stop_server: Callable[[], None] = each.stop  # granian's method is untyped
+            stop_server()
 
 
 def worker_count(setting: int) -> int:

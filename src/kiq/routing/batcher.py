@@ -1,11 +1,12 @@
-"""Coalescing point lookups bound for the same node into one internal request.
+"""Coalescing point lookups bound for the same node into one internal batch.
 
-Per-request HTTP overhead, not the store, bounds a forwarding node. So lookups
+The fixed cost of each batch, not the store, bounds a forwarding node. So lookups
 for one target (and one Authorization value) that arrive in the same event-loop
 tick wait together: the first schedules a flush with ``loop.call_soon``, which
 runs once the loop has handled everything already ready, and sends them all in
-one ``POST /v1/internal/lookups``. No timer: an idle node sends at once, a busy
-one sends bigger batches. A batch holds at most ``max_items``; more start another.
+one batch (a channel message, or a ``POST /v1/internal/lookups``: ``Peers``).
+No timer: an idle node sends at once, a busy one sends bigger batches. A batch
+holds at most ``max_items``; more start another.
 Lookups that may wait for ``min_offset`` travel apart from those that never
 wait, so a read-your-writes wait never holds plain lookups back. At most
 ``MAX_IN_FLIGHT`` batches per target are out at once; lookups arriving
@@ -28,11 +29,13 @@ from kiq.routing.errors import PeerError
 from kiq.routing.wire import Lookup, LookupResult, Outcome
 
 MAX_BATCH = 256
-# Batches on the wire per (target, caller, waits) at once. While they
-# are out, new lookups gather into the next batch: under load batches grow by
-# themselves, and the node makes fewer, bigger requests (each send is a
-# syscall the event loop pays for, and an HTTP request the owner parses).
-MAX_IN_FLIGHT = 2
+# Batches on the wire per (target, caller, waits) at once. While one is out,
+# new lookups gather into the next: under load batches grow by themselves, and
+# the node makes fewer, bigger requests. A batch's fixed cost is mostly the
+# event loop's (a write, a wake-up at each end, the server's hand-over), not its
+# bytes: with one out instead of two, `kiq bench lookups --nodes 3 --mode random`
+# measured 92.5 instead of 116 µs of CPU a request (docs/benchmarks.md).
+MAX_IN_FLIGHT = 1
 _CANCELLED = LookupResult(Outcome.FAILED, reason="the batch was cancelled")
 
 _SlotKey = tuple[str, str | None, bool]
@@ -78,6 +81,14 @@ class LookupBatcher:
         self._max_in_flight = max_in_flight
         self._slots: dict[_SlotKey, _Slot] = {}
         self._sending: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        """The running loop, asked once (``asyncio.get_running_loop`` is a system call)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def submit(self, target_url: str, lookup: Lookup, caller: str | None, waiter: Waiter) -> None:
         """Queues ``lookup`` for the target; ``waiter`` hears the answer."""
@@ -97,7 +108,7 @@ class LookupBatcher:
             self._start(slot_key, slot)  # full: goes now, whatever is in flight
         elif not slot.scheduled and slot.in_flight < self._max_in_flight:
             slot.scheduled = True  # sent once the loop has run what is ready now
-            asyncio.get_running_loop().call_soon(self._flush, slot_key, slot)
+            self._running().call_soon(self._flush, slot_key, slot)
 
     def _flush(self, slot_key: _SlotKey, slot: _Slot) -> None:
         slot.scheduled = False
@@ -108,7 +119,7 @@ class LookupBatcher:
         batch, slot.next = slot.next, None
         assert batch is not None
         slot.in_flight += 1
-        task = asyncio.get_running_loop().create_task(self._send(slot_key, slot, batch))
+        task = self._running().create_task(self._send(slot_key, slot, batch))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
@@ -123,7 +134,7 @@ class LookupBatcher:
             if slot.next is not None:
                 if not slot.scheduled:  # what gathered meanwhile goes next
                     slot.scheduled = True
-                    asyncio.get_running_loop().call_soon(self._flush, slot_key, slot)
+                    self._running().call_soon(self._flush, slot_key, slot)
             elif slot.in_flight == 0 and not slot.scheduled and self._slots.get(slot_key) is slot:
                 del self._slots[slot_key]  # idle: one per Authorization value must not pile up
 

@@ -20,8 +20,10 @@ A peer that gives no usable answer raises ``PeerError`` (lookups: a ``FAILED``
 result), so the caller asks the next replica. A forwarded lookup goes
 ``forward`` → ``Hedger`` (its race over the partition's replicas, ``hedging.py``)
 → ``LookupBatcher`` (one request per target and tick, ``batcher.py``) →
-``_send_lookups`` here; a peer the router comes to avoid for not answering is
-probed (``GET /v1/health/live``) until it answers again.
+``_send_lookups`` here, which sends the batch over the peer's channel (one WebSocket
+carrying every batch, ``channel.py``: signed, sealed and failed as a request is) or,
+to a peer that serves none, as a ``POST /v1/internal/lookups``. A peer the router comes
+to avoid for not answering is probed (``GET /v1/health/live``) until it answers again.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Protocol, TypeVar
 
 from kiq.metrics import HedgeStats
 from kiq.routing.batcher import MAX_BATCH, MAX_IN_FLIGHT, LookupBatcher
+from kiq.routing.channel import ChannelRefused, Channels
 from kiq.routing.errors import PeerError
 from kiq.routing.hedging import HedgePolicy, Hedger, LookupRace
 from kiq.routing.pool import ConnectionPool
@@ -44,6 +47,7 @@ from kiq.routing.wire import (
     FORWARDED,
     HEALTH_LIVE,
     INTERNAL_CHANGES,
+    INTERNAL_CHANNEL,
     INTERNAL_HELLO,
     INTERNAL_LOOKUPS,
     INTERNAL_METADATA,
@@ -117,7 +121,10 @@ class Peers:
         hedging: HedgePolicy | None = None,
         hedge_stats: HedgeStats | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        channels: bool = True,
     ) -> None:
+        """``channels``: lookup batches over a channel per peer (when no ``transport`` is
+        given); False: each batch an HTTP request."""
         self._router = router
         self._timeout_s = timeout_ms / 1000
         self._cluster = cluster
@@ -127,6 +134,9 @@ class Peers:
         self._refused: dict[str, float] = {}
         self._proving: dict[str, asyncio.Task[None]] = {}
         self._pool: Transport = transport or ConnectionPool(connect_timeout_s, ssl_context)
+        self._channels = (
+            Channels(connect_timeout_s, ssl_context) if channels and transport is None else None
+        )
         self._with_body = {FORWARDED: node_id, "content-type": MSGPACK}
         self._without_body = {FORWARDED: node_id}
         self._batcher = LookupBatcher(self._send_lookups, max_batch, max_in_flight)
@@ -236,6 +246,8 @@ class Peers:
         """Closes the idle connections; requests still out finish on theirs."""
         for probe in list(self._probes.values()):
             probe.cancel()
+        if self._channels is not None:
+            self._channels.close()
         self._pool.close()
 
     # -- peers that stopped answering -------------------------------------------------
@@ -266,8 +278,41 @@ class Peers:
         self, target: str, caller: str | None, items: list[Lookup], wait_ms: int
     ) -> list[LookupResult]:
         request = encode(items)
+        channels = self._channels
+        if channels is not None and channels.usable(target):
+            try:
+                body = await self._over_channel(channels, target, request, caller, wait_ms)
+            except ChannelRefused as exc:
+                log.info("peer serves no channel url=%s reason=%s; HTTP meanwhile", target, exc)
+            else:
+                return _decoded(target, decode_results, body)
         body = await self._call(target, "POST", INTERNAL_LOOKUPS, request, caller, wait_ms / 1000)
         return _decoded(target, decode_results, body)
+
+    async def _over_channel(
+        self, channels: Channels, target: str, request: bytes, caller: str | None, wait_ms: int
+    ) -> bytes:
+        """``_call`` for a lookup batch, over the target's channel: the same credential,
+        statement and seal as its ``POST``; ``ChannelRefused`` when the target has none."""
+        cluster = self._cluster
+        if cluster is not None and target not in self._proven:
+            await self._prove(target, cluster)
+        credential = None
+        if cluster is not None:  # what its POST's X-Kiq-Cluster would be
+            credential = cluster.sign(target, "POST", INTERNAL_LOOKUPS, request, caller)
+        try:
+            status, payload = await channels.request(
+                target,
+                request,
+                credential or "",
+                caller or "",
+                lambda: self._headers(target, "GET", INTERNAL_CHANNEL, None, b"")[0],
+                self._timeout_s + wait_ms / 1000,
+            )
+        except ConnectionError as exc:
+            self._router.failed(target)
+            raise PeerError(target, f"{INTERNAL_CHANNEL}: {exc}") from exc
+        return self._believed(target, INTERNAL_LOOKUPS, status, payload, credential)
 
     async def _call(
         self,
@@ -290,7 +335,14 @@ class Peers:
         except ConnectionError as exc:
             self._router.failed(target)
             raise PeerError(target, f"{path}: {exc}") from exc
+        return self._believed(target, path, status, payload, credential)
+
+    def _believed(
+        self, target: str, path: str, status: int, payload: bytes, credential: str | None
+    ) -> bytes:
+        """The body of a 200 answer, once its seal is checked; ``PeerError`` else."""
         self._router.succeeded(target)
+        cluster = self._cluster
         if status != 200:
             raise PeerError(target, f"{path} answered {status}: {payload[:200]!r}", status)
         if cluster is not None:

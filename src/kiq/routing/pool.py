@@ -152,7 +152,7 @@ class ConnectionPool:
         """
         address = self._addresses.get(base_url)
         if address is None:
-            address = self._addresses[base_url] = _address(base_url, self._ssl)
+            address = self._addresses[base_url] = address_of(base_url, self._ssl)
         data = _request_bytes(method, path, f"{address[0]}:{address[1]}", headers, body)
         loop = asyncio.get_running_loop()
         conn = await self._acquire(address)
@@ -221,7 +221,8 @@ def _request_bytes(
     return "".join(head).encode("latin-1") + body
 
 
-def _address(base_url: str, context: ssl.SSLContext | None) -> Address:
+def address_of(base_url: str, context: ssl.SSLContext | None) -> Address:
+    """Where a peer URL is reached: host, port, and the TLS context for ``https://``."""
     parts = urlsplit(base_url)
     if parts.hostname is None or parts.scheme not in ("http", "https"):
         raise ConnectionError(f"{base_url}: a peer URL is http:// or https://")

@@ -10,6 +10,11 @@ decoded into the records below (``routing/peers.py`` sends them, ``api/`` answer
     POST /v1/internal/changes   Changes              → ChangesResult (a watch relayed)
     GET  /v1/internal/metadata  (no body)            → NodeStatus
     POST /v1/internal/hello     16 random bytes      → the same bytes (sealed: a member's proof)
+    GET  /v1/internal/channel   WebSocket upgrade: ChannelAsk messages → ChannelAnswer messages
+
+A channel (``routing/channel.py``) carries lookup batches: each ``ChannelAsk`` holds the
+body, credential and caller statement a ``POST /v1/internal/lookups`` would carry, each
+``ChannelAnswer`` the status and (sealed) body its answer would have.
 
 Values travel as the bytes the store holds; they are decoded once, where a response
 is rendered. The receiver answers from its own replicas only and never forwards.
@@ -26,6 +31,8 @@ few bytes beyond its key and value:
     Source          [partition, lag, stale, applied_offset, served_by(bin)]
     Changes         [table, partition, [[key(bin), offset]...], [prefix(bin)...], through, wait_ms]
     ChangesResult   [[[key(bin), value(bin)|nil, offset]...], Source|nil]
+    ChannelAsk      [id, body(bin), credential, statement]
+    ChannelAnswer   [id, status, body(bin)]
 
 Fields were added at the end of a record only, with defaults: a record from an older
 node decodes with them (``reverse`` false: an ascending scan), and an older node
@@ -69,6 +76,8 @@ INTERNAL_CHANGES: Final = "/v1/internal/changes"
 # A challenge (16 random bytes) answered sealed: a peer proves it holds the cluster secret
 # before it is sent anything else (routing/peers.py).
 INTERNAL_HELLO: Final = "/v1/internal/hello"
+# A WebSocket upgrade: lookup batches as messages on one connection (routing/channel.py).
+INTERNAL_CHANNEL: Final = "/v1/internal/channel"
 HEALTH_LIVE: Final = "/v1/health/live"  # a node's liveness: the probe of a peer gone quiet
 
 MSGPACK: Final = "application/msgpack"
@@ -219,6 +228,24 @@ class ChangesResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     source: Source | None = None
 
 
+class ChannelAsk(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A lookup batch on a channel: what its HTTP request would carry (``credential``: its
+    ``X-Kiq-Cluster``, ``principal``: its ``X-Kiq-Principal``; empty when it has none)."""
+
+    id: int
+    body: bytes
+    credential: str = ""
+    principal: str = ""
+
+
+class ChannelAnswer(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The answer to the ask with the same ``id``: its HTTP answer's status and body."""
+
+    id: int
+    status: int
+    body: bytes = b""
+
+
 class ReplicaStatus(msgspec.Struct, frozen=True):
     """One local replica as its node describes it (``Replica.describe``), field for field."""
 
@@ -274,6 +301,8 @@ _top = msgspec.msgpack.Decoder(Top)
 _node_status = msgspec.msgpack.Decoder(NodeStatus)
 _changes = msgspec.msgpack.Decoder(Changes)
 _changes_result = msgspec.msgpack.Decoder(ChangesResult)
+_channel_ask = msgspec.msgpack.Decoder(ChannelAsk)
+_channel_answer = msgspec.msgpack.Decoder(ChannelAnswer)
 
 
 def encode(record: object) -> bytes:
@@ -322,3 +351,11 @@ def decode_changes(body: bytes) -> Changes:
 
 def decode_changes_result(body: bytes) -> ChangesResult:
     return _changes_result.decode(body)
+
+
+def decode_channel_ask(body: bytes) -> ChannelAsk:
+    return _channel_ask.decode(body)
+
+
+def decode_channel_answer(body: bytes) -> ChannelAnswer:
+    return _channel_answer.decode(body)

@@ -154,7 +154,9 @@ class WorkerApp:
             await self._app(scope, receive, send)
             with contextlib.suppress(Exception):
                 await self._home.aclose()
-        elif kind == "websocket":  # the API has no websocket route: refused at once
+        elif kind == "websocket":
+            # A peer's lookup channel (routing/channel.py) belongs to the node: refused
+            # here, the peer sends that batch over HTTP, which the node answers.
             await send({"type": "websocket.close", "code": 1013})
 
     def end_streams(self) -> None:

@@ -61,7 +61,11 @@ def with_servers(
                 server = await stack.enter_async_context(serving(answering(status, batches)))
                 urls.append(server.url)
             peers = Peers(
-                "node-7", router or Router("node-7"), timeout_ms, max_in_flight=max_in_flight
+                "node-7",
+                router or Router("node-7"),
+                timeout_ms,
+                max_in_flight=max_in_flight,
+                channels=False,  # each batch an HTTP request these servers see
             )
             stack.callback(peers.close)
             await scenario(urls, peers)

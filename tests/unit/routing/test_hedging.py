@@ -65,7 +65,14 @@ def run(
         made = replicas()  # inside the loop: their events belong to it
         async with AsyncExitStack() as stack:
             urls = [(await stack.enter_async_context(serving(r))).url for r in made]
-            peers = Peers("n1", router or Router("n1"), 2000, hedging=policy, hedge_stats=stats)
+            peers = Peers(
+                "n1",
+                router or Router("n1"),
+                2000,
+                hedging=policy,
+                hedge_stats=stats,
+                channels=False,  # each batch an HTTP request these servers see
+            )
             stack.callback(peers.close)
             await scenario(urls, peers, made)
             for r in made:

@@ -76,7 +76,7 @@ def run(
 ) -> Server:
     async def main() -> Server:
         async with serving(handler) as server:
-            peers = Peers("n1", router or Router("n1"), 1000, cluster)
+            peers = Peers("n1", router or Router("n1"), 1000, cluster, channels=False)
             try:
                 await scenario(server, peers)
             finally:

@@ -1,0 +1,208 @@
+"""The receiving end of a peer's lookup channel: ``GET /v1/internal/channel``, upgraded.
+
+A peer sends its forwarded lookup batches as messages on one WebSocket
+(``routing/channel.py``) instead of a ``POST /v1/internal/lookups`` each: the server
+then hands over one message per batch, with no request head to parse, no scope, no
+router. Each ``ChannelAsk`` is checked as its request would be: the upgrade by the
+internal paths' rule, each batch by ``Access.member`` over the same method, path, body,
+credential and statement, and its answer sealed by ``Access.seal``. A batch answerable
+at once is answered before the next message is read; one that waits for
+``min_offset`` is answered by a task of its own, so answers may come out of order
+(the ``id`` pairs them). What a batch raises is its answer's status and body, as
+``error_response`` makes them on every route; a message that is no ``ChannelAsk``
+closes the channel.
+
+A node that is stopping closes its channels itself, with close code 1001 (going away,
+``going_away``), before its server is told to stop: granian, once stopping, keeps an
+upgraded connection open but never delivers what the application sends on it, so the
+peers' batches in flight would wait out their timeout, and the server would wait for
+the peers to hang up. Told, a peer fails those batches at once and asks another
+replica. A channel opened after that is accepted and closed the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from kiq.api.asgi import Receive, Scope, Send
+from kiq.api.auth import Access, caller
+from kiq.api.errors import error_response
+from kiq.api.lookups import Lookups
+from kiq.routing.wire import (
+    INTERNAL_CHANNEL,
+    INTERNAL_LOOKUPS,
+    PRINCIPAL,
+    ChannelAnswer,
+    ChannelAsk,
+    DecodeError,
+    decode_channel_ask,
+    encode,
+)
+from kiq.security import CLUSTER_HEADER
+
+log = logging.getLogger(__name__)
+
+_CLUSTER = CLUSTER_HEADER.encode()
+_PRINCIPAL = PRINCIPAL.encode()
+# What an ask stands for on a node that checks nothing: no headers, nobody's caller.
+_OPEN: dict[str, Any] = {"type": "http", "method": "POST", "path": INTERNAL_LOOKUPS, "headers": []}
+POLICY_VIOLATION = 1008  # WebSocket close codes
+UNSUPPORTED_DATA = 1003
+GOING_AWAY = 1001
+
+
+class LookupChannels:
+    """ASGI for the ``websocket`` scope: the lookup channels peers open to this node."""
+
+    def __init__(self, lookups: Lookups, access: Access | None) -> None:
+        self._lookups = lookups
+        self._access = access
+        # Each open channel: the task reading its asks, and the future set once it ended.
+        self._open: dict[asyncio.Task[None], asyncio.Future[None]] = {}
+        self._stopping = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        if scope["path"] != INTERNAL_CHANNEL or not self._admitted(scope):
+            await send({"type": "websocket.close", "code": POLICY_VIOLATION})
+            return
+        await send({"type": "websocket.accept"})
+        if self._stopping:  # accepted to say so: a refusal would mean "no channel here"
+            await _close_quietly(send, GOING_AWAY)
+            return
+        loop = asyncio.get_running_loop()
+        waits: set[asyncio.Task[None]] = set()
+        # The asks are read by a task of their own, so that ``going_away`` can cancel its
+        # wait in ``receive``: granian sends no close frame while a receive is pending.
+        reading = loop.create_task(self._serve(receive, send, waits))
+        ended = self._open[reading] = loop.create_future()
+        try:
+            await asyncio.wait((reading,))
+            if reading.cancelled():  # this node is going away
+                await _close_quietly(send, GOING_AWAY)
+            elif (exc := reading.exception()) is not None:  # the peer gone, mid-send
+                log.debug("lookup channel ended: %r", exc)
+        finally:
+            reading.cancel()
+            del self._open[reading]
+            for task in waits:  # nobody left to answer
+                task.cancel()
+            ended.set_result(None)
+
+    async def going_away(self, timeout_s: float) -> None:
+        """Closes every channel with close code 1001 (its peer fails what it has in flight
+        and asks another replica), within ``timeout_s``; later channels are closed so too.
+
+        To be awaited before the server is told to stop: after that, granian delivers
+        nothing sent on a websocket, the close frame included."""
+        self._stopping = True
+        ended = list(self._open.values())
+        for reading in self._open:
+            reading.cancel()
+        if ended:
+            await asyncio.wait(ended, timeout=timeout_s)
+
+    async def _serve(self, receive: Receive, send: Send, waits: set[asyncio.Task[None]]) -> None:
+        while True:
+            message = await receive()
+            if message["type"] != "websocket.receive":
+                return  # the peer went away
+            data = message.get("bytes")
+            try:
+                ask = decode_channel_ask(data) if data is not None else None
+            except DecodeError:
+                ask = None
+            if ask is None:
+                await send({"type": "websocket.close", "code": UNSUPPORTED_DATA})
+                return
+            answer = self._answer_now(ask, waits, send)
+            if answer is not None:
+                await send({"type": "websocket.send", "bytes": answer})
+
+    def _admitted(self, scope: Scope) -> bool:
+        """The upgrade, checked as any internal request: a member's credential for it."""
+        access = self._access
+        if access is None:
+            return True
+        try:
+            access.check_form(scope)
+            access.member({**scope, "method": "GET"}, b"", for_caller=False)
+        except Exception as exc:  # as quiet as a refused request on the internal paths
+            log.debug("lookup channel refused: %s", exc)
+            return False
+        return True
+
+    def _answer_now(
+        self, ask: ChannelAsk, waits: set[asyncio.Task[None]], send: Send
+    ) -> bytes | None:
+        """The answer message, or None when a task sends it once the batch's waits end."""
+        started = time.perf_counter()
+        access = self._access
+        request = _as_request(ask) if access is not None else _OPEN
+        try:
+            if access is not None:
+                access.member(request, ask.body)
+            results, waiting = self._lookups.internal_now(ask.body, caller(request))
+        except Exception as exc:
+            status, body = error_response(exc, request)
+            return encode(ChannelAnswer(ask.id, status, body))
+        if waiting:
+            task = asyncio.get_running_loop().create_task(
+                self._answer_later(ask.id, request, results, waiting, started, send)
+            )
+            waits.add(task)
+            task.add_done_callback(waits.discard)
+            return None
+        self._lookups.record_internal(time.perf_counter() - started)
+        return self._sealed(ask.id, request, encode(results))
+
+    async def _answer_later(
+        self,
+        ask_id: int,
+        request: Scope,
+        results: list[Any],
+        waiting: list[Any],
+        started: float,
+        send: Send,
+    ) -> None:
+        await asyncio.gather(*waiting)
+        self._lookups.record_internal(time.perf_counter() - started)
+        answer = self._sealed(ask_id, request, encode(results))
+        try:
+            await send({"type": "websocket.send", "bytes": answer})
+        except Exception as exc:  # the peer went away meanwhile
+            log.debug("lookup channel answer not sent: %r", exc)
+
+    def _sealed(self, ask_id: int, request: Scope, answer: bytes) -> bytes:
+        if self._access is not None:
+            answer = self._access.seal(request, answer)
+        return encode(ChannelAnswer(ask_id, 200, answer))
+
+
+async def _close_quietly(send: Send, code: int) -> None:
+    try:
+        await send({"type": "websocket.close", "code": code})
+    except Exception as exc:  # the peer hung up first
+        log.debug("lookup channel close not sent: %r", exc)
+
+
+def _as_request(ask: ChannelAsk) -> dict[str, Any]:
+    """The scope of the ``POST /v1/internal/lookups`` the ask stands for: what
+    ``Access`` checks and seals by."""
+    headers = []
+    if ask.credential:
+        headers.append((_CLUSTER, ask.credential.encode("latin-1")))
+    if ask.principal:
+        headers.append((_PRINCIPAL, ask.principal.encode("latin-1")))
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": INTERNAL_LOOKUPS,
+        "query_string": b"",
+        "headers": headers,
+    }

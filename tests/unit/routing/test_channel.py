@@ -1,0 +1,425 @@
+"""Lookup batches over a peer's channel (``routing/channel.py`` → ``api/channel.py``): many
+batches on one WebSocket, answers paired by id, signed and sealed as requests are, and
+HTTP for a peer that serves no channel."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from kiq.api.auth import Access
+from kiq.api.channel import LookupChannels
+from kiq.routing import LookupResult, Outcome, Peers, Router
+from kiq.routing import channel as channel_module
+from kiq.routing.channel import REFUSED_RETRY_S, Channels
+from kiq.routing.frames import FrameError, FrameReader, client_frame
+from kiq.routing.wire import (
+    INTERNAL_CHANNEL,
+    INTERNAL_HELLO,
+    INTERNAL_LOOKUPS,
+    ChannelAsk,
+    Lookup,
+    decode_channel_answer,
+    decode_lookups,
+    encode,
+)
+from kiq.security import CLUSTER_HEADER, ClusterKey
+from tests.unit.routing.servers import Answer, Request, serving
+from tests.unit.routing.ws_servers import WsServer, serving_websockets
+
+SECRET = b"s" * 32
+
+
+class Owner:
+    """``Lookups`` as the channel uses it: each key found with its value reversed; a key
+    asked with ``wait_ms`` answered that much later."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[list[Lookup], Any]] = []
+        self.recorded = 0
+
+    def internal_now(
+        self, body: bytes, caller: Any = None
+    ) -> tuple[list[LookupResult], list[Coroutine[Any, Any, None]]]:
+        items = decode_lookups(body)
+        self.batches.append((items, caller))
+        results = [LookupResult(Outcome.FOUND, 3, 0, False, b"n2", 7, i.key[::-1]) for i in items]
+        waiting = [self._later(i, item.wait_ms) for i, item in enumerate(items) if item.wait_ms]
+        return results, waiting
+
+    async def _later(self, index: int, wait_ms: int) -> None:
+        await asyncio.sleep(wait_ms / 1000)
+
+    def record_internal(self, seconds: float) -> None:
+        self.recorded += 1
+
+
+class CountingRouter(Router):
+    def __init__(self) -> None:
+        super().__init__("n1")
+        self.failures: list[str] = []
+
+    def failed(self, url: str) -> None:
+        self.failures.append(url)
+        super().failed(url)
+
+
+def run(
+    scenario: Callable[[WsServer, Peers], Awaitable[None]],
+    owner: Owner | None = None,
+    cluster: ClusterKey | None = None,
+    router: Router | None = None,
+    timeout_ms: int = 2000,
+    app: Callable[..., Awaitable[None]] | None = None,
+) -> WsServer:
+    owner = owner or Owner()
+    channels: list[LookupChannels] = []
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await (app or channels[0])(scope, receive, send)
+
+    async def hello(request: Request) -> Answer:  # a member's proof, as the node gives it
+        assert cluster is not None and request.path == INTERNAL_HELLO
+        credential = request.headers[CLUSTER_HEADER]
+        return Answer(200, cluster.seal(credential, request.body))
+
+    async def main() -> WsServer:
+        async with serving_websockets(asgi, hello) as server:
+            access = Access(None, cluster, server.url) if cluster is not None else None
+            channels.append(LookupChannels(owner, access))  # type: ignore[arg-type]
+            peers = Peers("n1", router or Router("n1"), timeout_ms, cluster)
+            try:
+                await scenario(server, peers)
+            finally:
+                peers.close()
+        return server
+
+    return asyncio.run(main())
+
+
+def forward(peers: Peers, url: str, key: bytes, **kw: Any) -> Awaitable[LookupResult]:
+    return peers.forward(
+        [url], 0, "t", key, None, kw.get("min_offset"), kw.get("wait_ms", 0), kw.get("caller")
+    )
+
+
+def test_batches_share_one_channel_and_answers_pair_by_id_in_any_order():
+    owner = Owner()
+    got: list[LookupResult] = []
+
+    async def scenario(server: WsServer, peers: Peers) -> None:
+        slow = asyncio.ensure_future(forward(peers, server.url, b"slow", min_offset=5, wait_ms=200))
+        await asyncio.sleep(0.05)  # the slow batch is out, unanswered
+        for _ in range(3):
+            got.extend(
+                await asyncio.gather(*(forward(peers, server.url, b"k%d" % i) for i in range(5)))
+            )
+        assert not slow.done()  # the later batches were not held behind it
+        got.append(await slow)
+
+    server = run(scenario, owner)
+    assert len(server.upgrades) == 1  # one channel for every batch
+    assert server.messages == len(owner.batches) == 4 == owner.recorded
+    assert [r.value for r in got] == [b"%d" % i + b"k" for i in range(5)] * 3 + [b"wols"]
+    assert all(r.outcome is Outcome.FOUND and r.served_by == b"n2" for r in got)
+
+
+def test_a_signed_channel_carries_each_batch_s_credential_and_its_caller():
+    owner = Owner()
+
+    async def scenario(server: WsServer, peers: Peers) -> None:
+        result = await forward(peers, server.url, b"k", caller="alice-statement")
+        assert result.outcome is Outcome.FOUND and result.value == b"k"
+
+    server = run(scenario, owner, cluster=ClusterKey(SECRET))
+    assert CLUSTER_HEADER in server.upgrades[0]  # the upgrade is signed too
+    assert owner.batches[0][0][0].key == b"k"  # verified (the owner saw it), then sealed
+
+
+def test_a_peer_without_channels_gets_http_requests_and_is_not_asked_again():
+    seen: list[Request] = []
+
+    async def old_node(request: Request) -> Answer:
+        seen.append(request)
+        if request.path != INTERNAL_LOOKUPS:
+            return Answer(404, b'{"error":"no_route"}')
+        items = decode_lookups(request.body)
+        return Answer(200, encode([LookupResult(Outcome.MISSING, 1) for _ in items]))
+
+    async def main() -> None:
+        async with serving(old_node) as server:
+            peers = Peers("n1", Router("n1"), 1000)
+            try:
+                for _ in range(3):
+                    result = await forward(peers, server.url, b"k")
+                    assert result.outcome is Outcome.MISSING
+            finally:
+                peers.close()
+
+    asyncio.run(main())
+    assert [r.path for r in seen] == [INTERNAL_CHANNEL] + [INTERNAL_LOOKUPS] * 3
+    assert seen[0].method == "GET" and seen[0].headers["upgrade"] == "websocket"
+
+
+def test_a_channel_that_closes_fails_its_batches_and_the_next_batch_reopens_it():
+    router = CountingRouter()
+
+    async def hang_up(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "websocket.accept"})
+        await receive()  # the first ask: gone with it
+
+    async def scenario(server: WsServer, peers: Peers) -> None:
+        for _ in range(2):
+            result = await forward(peers, server.url, b"k")
+            assert result.outcome is Outcome.FAILED and "channel" in result.reason
+
+    server = run(scenario, router=router, app=hang_up)
+    assert len(server.upgrades) == 2
+    assert router.failures == [server.url] * 2
+
+
+def test_a_silent_channel_times_out_and_is_closed():
+    async def silent(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "websocket.accept"})
+        while (await receive())["type"] == "websocket.receive":
+            pass  # never answers
+
+    async def scenario(server: WsServer, peers: Peers) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        result = await forward(peers, server.url, b"k")
+        assert result.outcome is Outcome.FAILED and "no answer within 0.300s" in result.reason
+        assert loop.time() - started < 1.5
+        await forward(peers, server.url, b"k")
+
+    server = run(scenario, timeout_ms=300, app=silent)
+    assert len(server.upgrades) == 2  # nothing heard since the ask: a new channel
+
+
+def test_a_connection_that_breaks_fails_the_batch_in_flight_and_the_queued_one_at_once():
+    # A peer killed (-9): its socket closes with no close frame.
+    async def killed(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "websocket.accept"})
+        await receive()  # the first ask
+        await asyncio.sleep(0.1)  # the next batch queues behind it meanwhile
+
+    async def scenario(server: WsServer, peers: Peers) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        first = asyncio.ensure_future(forward(peers, server.url, b"a"))
+        await asyncio.sleep(0.02)
+        second = asyncio.ensure_future(forward(peers, server.url, b"b"))
+        for result in await asyncio.gather(first, second):
+            assert result.outcome is Outcome.FAILED and "channel" in result.reason
+        assert loop.time() - started < 1.0  # not the 5 s timeout
+
+    server = run(scenario, timeout_ms=5000, app=killed)
+    assert len(server.upgrades) == 2  # the queued batch went on a new channel
+
+
+def test_a_close_frame_fails_the_batch_in_flight_at_once_with_its_code():
+    async def closes(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "websocket.accept"})
+        await receive()
+        await send({"type": "websocket.close", "code": 1011})
+
+    async def scenario(server: WsServer, peers: Peers) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        result = await forward(peers, server.url, b"k")
+        assert result.outcome is Outcome.FAILED and "close code 1011" in result.reason
+        assert loop.time() - started < 1.0
+        await forward(peers, server.url, b"k")
+
+    server = run(scenario, timeout_ms=5000, app=closes)
+    assert len(server.upgrades) == 2  # not going away: the next batch opens a channel
+
+
+def test_a_node_going_away_fails_the_batch_in_flight_at_once_and_gets_http_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stopping node closes its channels (1001) before its server stops: the batch in
+    flight there fails at once, not after its timeout, and its peer sends HTTP for
+    ``AWAY_RETRY_S``; a channel opened after that, while the node still stops, is closed
+    the same way."""
+    monkeypatch.setattr(channel_module, "AWAY_RETRY_S", 0.2)
+    owner = Owner()
+    over_http: list[list[Lookup]] = []
+
+    async def node_http(request: Request) -> Answer:
+        assert request.path == INTERNAL_LOOKUPS
+        over_http.append(decode_lookups(request.body))
+        return Answer(200, encode([LookupResult(Outcome.MISSING, 1) for _ in over_http[-1]]))
+
+    async def main() -> WsServer:
+        lookup_channels = LookupChannels(owner, None)  # type: ignore[arg-type]
+        async with serving_websockets(lookup_channels, node_http) as server:
+            peers = Peers("n1", Router("n1"), 2000)
+            loop = asyncio.get_running_loop()
+            try:
+                assert (await forward(peers, server.url, b"k")).outcome is Outcome.FOUND
+                waiting = asyncio.ensure_future(
+                    forward(peers, server.url, b"slow", min_offset=5, wait_ms=3000)
+                )
+                await asyncio.sleep(0.05)  # out, waiting on the owner
+                started = loop.time()
+                await lookup_channels.going_away(1.0)
+                result = await waiting
+                assert result.outcome is Outcome.FAILED and "stopping" in result.reason
+                assert loop.time() - started < 0.5  # not the 5 s it may wait
+                assert (await forward(peers, server.url, b"k")).outcome is Outcome.MISSING
+                assert len(over_http) == 1
+                await asyncio.sleep(0.25)
+                # A channel again, closed as it opens: that batch goes over HTTP, or
+                # fails at once when the close came after it went; the next one HTTP.
+                result = await forward(peers, server.url, b"k")
+                assert result.outcome in (Outcome.MISSING, Outcome.FAILED)
+                assert (await forward(peers, server.url, b"k")).outcome is Outcome.MISSING
+                assert len(over_http) in (2, 3)
+            finally:
+                peers.close()
+        return server
+
+    server = asyncio.run(main())
+    assert len(server.upgrades) == 2
+
+
+def test_a_stopping_granian_node_closes_its_channels_first_and_ends_at_once() -> None:
+    """``kiq serve``'s stop on a real granian server. Once told to stop, granian sends
+    nothing the application sends on a websocket and waits for the peer to hang up, so
+    a batch in flight on a channel would wait out its timeout (and the node with it)."""
+    from kiq.cli.serve import stop_servers
+    from kiq.runtime.ports import free_port
+    from kiq.settings import LimitsSettings
+    from kiq.workers.server import http_server
+
+    lookup_channels = LookupChannels(Owner(), None)  # type: ignore[arg-type]
+
+    class Node:  # ``KiqApp`` as far as a peer's channel and ``stop_servers`` go
+        def end_streams(self) -> None:
+            pass
+
+        async def close_channels(self, timeout_s: float) -> None:
+            await lookup_channels.going_away(timeout_s)
+
+        async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "websocket":
+                await lookup_channels(scope, receive, send)
+            elif scope["type"] == "lifespan":
+                while (await receive())["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                await send({"type": "lifespan.shutdown.complete"})
+
+    async def main() -> None:
+        node = Node()
+        port = free_port()
+        server = http_server(node, "127.0.0.1", port, LimitsSettings())
+        serving = asyncio.ensure_future(server.serve())
+        url = f"http://127.0.0.1:{port}"
+        loop = asyncio.get_running_loop()
+        for _ in range(100):  # listening?
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        peers = Peers("n1", Router("n1"), 5000)
+        try:
+            assert (await forward(peers, url, b"k")).outcome is Outcome.FOUND
+            waiting = asyncio.ensure_future(forward(peers, url, b"s", min_offset=5, wait_ms=3000))
+            await asyncio.sleep(0.1)
+            started = loop.time()
+            await stop_servers(node, [server])
+            result = await waiting
+            assert result.outcome is Outcome.FAILED and "stopping" in result.reason
+            assert loop.time() - started < 1.0
+            await asyncio.wait_for(serving, 2.0)  # no channel left open to wait for
+        finally:
+            peers.close()
+            if not serving.done():
+                server.stop()
+                await serving
+
+    asyncio.run(main())
+
+
+# -- the receiving end alone --------------------------------------------------------------
+
+
+def answer_to(channels: LookupChannels, ask: ChannelAsk) -> tuple[int, int, bytes]:
+    async def main() -> bytes | None:
+        return channels._answer_now(ask, set(), None)  # type: ignore[arg-type]
+
+    raw = asyncio.run(main())
+    assert raw is not None
+    answer = decode_channel_answer(raw)
+    return answer.id, answer.status, answer.body
+
+
+def test_an_ask_without_a_valid_credential_is_refused_and_the_owner_not_asked():
+    owner = Owner()
+    key = ClusterKey(SECRET)
+    url = "http://127.0.0.1:1"
+    channels = LookupChannels(owner, Access(None, key, url))  # type: ignore[arg-type]
+    body = encode([Lookup("t", b"k")])
+    forged = key.sign("http://127.0.0.1:2", "POST", INTERNAL_LOOKUPS, body)  # another node's
+    assert answer_to(channels, ChannelAsk(9, body, forged))[:2] == (9, 403)
+    assert answer_to(channels, ChannelAsk(10, body))[:2] == (10, 403)
+    assert owner.batches == []
+    good = key.sign(url, "POST", INTERNAL_LOOKUPS, body)
+    ask_id, status, sealed = answer_to(channels, ChannelAsk(11, body, good))
+    assert (ask_id, status) == (11, 200)
+    assert key.open(good, sealed)  # sealed for that credential
+    with pytest.raises(Exception, match="already used"):
+        key.verify(url, "POST", INTERNAL_LOOKUPS, body, good)  # and it cannot be replayed
+
+
+def test_frames_round_trip_masked_split_anywhere():
+    payload = bytes(range(256)) * 300  # a 64-bit length
+    reader = FrameReader(1 << 20)
+    frame = client_frame(payload)
+    assert frame[1] & 0x80  # masked
+    # a server frame is the same, unmasked: build it from the masked one
+    unmasked = bytes((frame[0], 127)) + frame[2:10] + payload
+    out = []
+    for i in range(0, len(unmasked), 1000):
+        out += reader.feed(unmasked[i : i + 1000])
+    assert out == [(0x2, payload)]
+
+
+def test_fragments_join_controls_pass_between_and_bad_frames_are_refused():
+    reader = FrameReader(100)
+    first = bytes((0x02, 3)) + b"abc"  # binary, not final
+    ping = bytes((0x89, 1)) + b"p"
+    last = bytes((0x80, 2)) + b"de"  # continuation, final
+    assert reader.feed(first + ping + last[:1]) == [(0x9, b"p")]
+    assert reader.feed(last[1:]) == [(0x2, b"abcde")]
+    for bad, why in [
+        (bytes((0x82, 0x81)) + b"\0\0\0\0x", "masked"),
+        (bytes((0x80, 1)) + b"x", "no message begun"),
+        (bytes((0x82, 126)) + (200).to_bytes(2, "big"), "more than 100"),
+    ]:
+        with pytest.raises(FrameError, match=why):
+            FrameReader(100).feed(bad)
+
+
+def test_a_refusal_sends_the_peer_http_for_a_while_then_asks_again(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(channel_module.time, "monotonic", lambda: now[0])
+    channels = Channels()
+
+    async def refused() -> None:
+        channels._refused_until["http://x"] = now[0] + REFUSED_RETRY_S
+
+    asyncio.run(refused())
+    assert not channels.usable("http://x") and channels.usable("http://y")
+    now[0] += REFUSED_RETRY_S + 1
+    assert channels.usable("http://x")
