@@ -36,12 +36,22 @@ def _windowed(spark, bootstrap: str, topic: str, kind: str):
     )
 
 
+@pytest.fixture
+def one_shuffle_partition(spark):
+    """One shuffle partition for this test, the session's own setting again after it: the
+    session is shared, and later tests start their queries with what it holds."""
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    yield
+    spark.conf.set("spark.sql.shuffle.partitions", previous)
+
+
 @pytest.mark.parametrize("kind", ["tumbling", "sliding"])
+@pytest.mark.usefixtures("one_shuffle_partition")
 def test_a_windowed_aggregation_in_real_time_mode(spark, bootstrap, make_topic, checkpoint, kind):
     source = make_topic("win-in", partitions=1)
     sink = make_topic("win-out", partitions=1)
     produce(bootstrap, source, [("u", str(T0 + i * 20_000)) for i in range(5)])
-    spark.conf.set("spark.sql.shuffle.partitions", "1")
     frame = _windowed(spark, bootstrap, source, kind)
     blockers = realtime_blockers(frame)
     query = _start(frame, bootstrap, sink, checkpoint, {"realTime": "60 seconds"})
