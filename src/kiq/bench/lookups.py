@@ -123,6 +123,7 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         same_run, same_cpu = _floor(
             "floor with kiq's headers", stack.root, len(targets), paths, cfg, headers, show, True
         )
+    bound = _machine_bound(kiq, kiq_cpu)
     return {
         "scenario": "lookups",
         "nodes": cfg.nodes,
@@ -156,9 +157,9 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         # the floor answering with a kiq lookup's headers: what the server charges for them
         "floor_kiq_headers_rps": round(same_run.rps, 1),
         "floor_kiq_headers_cpu_us_per_request": _per_request(same_cpu, same_run.requests),
-        **_machine_bound(kiq, kiq_cpu),
+        **bound,
         **_forwarding_figures(local, kiq.rps, _per_request(kiq_cpu, kiq.requests), cfg.nodes),
-        **_worker_figures(single, kiq.rps, _machine_bound(kiq, kiq_cpu)),
+        **_worker_figures(single, kiq.rps, bound),
         **seen,
     }
 

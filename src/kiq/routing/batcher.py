@@ -81,14 +81,6 @@ class LookupBatcher:
         self._max_in_flight = max_in_flight
         self._slots: dict[_SlotKey, _Slot] = {}
         self._sending: set[asyncio.Task[None]] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def _running(self) -> asyncio.AbstractEventLoop:
-        """The running loop, asked once (``asyncio.get_running_loop`` is a system call)."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            loop = self._loop = asyncio.get_running_loop()
-        return loop
 
     def submit(self, target_url: str, lookup: Lookup, caller: str | None, waiter: Waiter) -> None:
         """Queues ``lookup`` for the target; ``waiter`` hears the answer."""
@@ -108,7 +100,7 @@ class LookupBatcher:
             self._start(slot_key, slot)  # full: goes now, whatever is in flight
         elif not slot.scheduled and slot.in_flight < self._max_in_flight:
             slot.scheduled = True  # sent once the loop has run what is ready now
-            self._running().call_soon(self._flush, slot_key, slot)
+            asyncio.get_running_loop().call_soon(self._flush, slot_key, slot)
 
     def _flush(self, slot_key: _SlotKey, slot: _Slot) -> None:
         slot.scheduled = False
@@ -119,7 +111,7 @@ class LookupBatcher:
         batch, slot.next = slot.next, None
         assert batch is not None
         slot.in_flight += 1
-        task = self._running().create_task(self._send(slot_key, slot, batch))
+        task = asyncio.get_running_loop().create_task(self._send(slot_key, slot, batch))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
@@ -134,7 +126,7 @@ class LookupBatcher:
             if slot.next is not None:
                 if not slot.scheduled:  # what gathered meanwhile goes next
                     slot.scheduled = True
-                    self._running().call_soon(self._flush, slot_key, slot)
+                    asyncio.get_running_loop().call_soon(self._flush, slot_key, slot)
             elif slot.in_flight == 0 and not slot.scheduled and self._slots.get(slot_key) is slot:
                 del self._slots[slot_key]  # idle: one per Authorization value must not pile up
 

@@ -131,21 +131,12 @@ class Hedger:
         # would cost more than the rest of the race together.
         self._waiting: deque[LookupRace] = deque()
         self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def loop(self) -> asyncio.AbstractEventLoop:
-        """The running loop, asked once: ``asyncio.get_running_loop`` makes a ``getpid``
-        system call each time (CPython 3.11), and a forwarded lookup used to make several."""
-        loop = self._loop
-        if loop is None or loop.is_closed():  # a new loop (tests run one after another)
-            loop = self._loop = asyncio.get_running_loop()
-        return loop
 
     def race(
         self, targets: list[str], start: int, lookup: Lookup, caller: str | None
     ) -> LookupRace:
         """The lookup sent to ``targets[start]``, hedged over the remote targets that follow."""
-        race = LookupRace(self, targets, start, lookup, caller, self.loop())
+        race = LookupRace(self, targets, start, lookup, caller)
         self.stats.lookups += 1
         if self.tokens < BURST:
             self.tokens += BUDGET
@@ -187,7 +178,8 @@ class Hedger:
         race.deadline = now + self.delay.seconds
         self._waiting.append(race)
         if self._timer is None:
-            self._timer = self.loop().call_later(self.delay.seconds, self._sweep)
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self.delay.seconds, self._sweep)
 
     def _sweep(self) -> None:
         now = time.perf_counter()
@@ -201,7 +193,8 @@ class Hedger:
                 self._due(race, now)
         self._timer = None
         if waiting:
-            self._timer = self.loop().call_later(waiting[0].deadline - now, self._sweep)
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(waiting[0].deadline - now, self._sweep)
 
     def _due(self, race: LookupRace, now: float) -> None:
         """The race's delay ran out with no usable answer: one more target, or the local one."""
@@ -269,7 +262,6 @@ class LookupRace:
         start: int,
         lookup: Lookup,
         caller: str | None,
-        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._hedger = hedger
         self.targets = targets
@@ -285,7 +277,7 @@ class LookupRace:
         self.out = 0  # lookups of this race out, unanswered
         self.primary_out = True
         self.hedged = False
-        self.future: asyncio.Future[LookupResult] = loop.create_future()
+        self.future: asyncio.Future[LookupResult] = asyncio.get_running_loop().create_future()
         self.sent = time.perf_counter()
 
     def __await__(self) -> Generator[Any, None, LookupResult]:
