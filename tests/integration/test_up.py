@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -61,15 +60,7 @@ producer.flush(30)
 
 def two_free_ports() -> int:
     """A port whose next one is free as well (the second node's)."""
-    for _ in range(50):
-        (port,) = free_ports(1)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no two consecutive free ports")
+    return free_ports(2, consecutive=True)[0]
 
 
 def ours(root: Path) -> list[str]:

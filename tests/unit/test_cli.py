@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import socket
+
 from typer.testing import CliRunner
 
 from kiq.cli.main import app
@@ -131,3 +133,15 @@ def test_kiq_up_hands_every_child_the_settings_it_read(tmp_path, monkeypatch):
 def test_bad_limits_are_a_one_line_error(tmp_path):
     result = runner.invoke(app, ["serve", "--bootstrap", "127.0.0.1:1", "--rate-limit", "-1"])
     assert result.exit_code == 1 and "KIQ_LIMITS_RATE_LIMIT" in result.output
+
+
+def test_a_port_another_process_holds_is_a_one_line_error_before_joining(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        argv = ["serve", "--bootstrap", "127.0.0.1:1", "--port", str(port)]
+        result = runner.invoke(app, [*argv, "--data-dir", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert f"127.0.0.1:{port} is already in use" in result.output
+    assert "KIQ_SERVE_PORT" in result.output and "Traceback" not in result.output

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 import zipfile
 from pathlib import Path
 
@@ -69,6 +70,46 @@ def test_the_checkpoint_file_manager_is_in_the_installed_spark():
 def test_free_ports_are_distinct():
     ports = free_ports(5)
     assert len(set(ports)) == 5 and all(p > 0 for p in ports)
+
+
+def test_free_ports_lie_below_the_range_outgoing_connections_take_theirs_from():
+    """An outgoing connection's source port cannot take a port chosen there before its
+    listener binds it (a node of ``kiq up`` once failed that way)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = free_ports(20)
+    assert all(10_000 <= p < low for p in ports), ports
+    base, after = free_ports(2, consecutive=True)
+    assert after == base + 1 < low
+    for port in (base, after):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # free, not held
+
+
+def test_without_the_kernels_range_the_os_picks(monkeypatch, tmp_path):
+    from kiq.runtime import ports
+
+    monkeypatch.setattr(ports, "_EPHEMERAL_RANGE", tmp_path / "absent")
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert all(p >= low for p in free_ports(3))
+    base, after = free_ports(2, consecutive=True)
+    assert after == base + 1
+
+
+def test_port_taken_sees_listeners_and_connections_but_not_time_wait():
+    from kiq.runtime.ports import port_taken
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert port_taken("127.0.0.1", port)
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+    assert port_taken("127.0.0.1", client.getsockname()[1])  # a source port is held too
+    accepted.close()  # the server's side closes first: its port goes to TIME_WAIT
+    client.close()
+    assert not port_taken("127.0.0.1", port)
 
 
 def test_cluster_ids_never_look_like_options():

@@ -171,10 +171,25 @@ def serve(
     )
     from kiq.node_build import build_node
 
+    run_or_exit(lambda: _check_port(conf.serve.host, conf.serve.port))
     built = run_or_exit(lambda: build_node(conf))
     import uvloop
 
     uvloop.run(_serve(built))
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse a port another process holds before joining the cluster: granian would
+    fail later with a bare "address in use", and a second kiq node there would share
+    the port with the first (granian sets SO_REUSEPORT) and answer half its requests."""
+    from kiq.errors import KiqError
+    from kiq.runtime.ports import port_taken
+
+    if port_taken(host, port):
+        raise KiqError(
+            f"{host}:{port} is already in use by another process; stop it, or give this "
+            "node another port (--port, KIQ_SERVE_PORT or [serve] port)"
+        )
 
 
 async def _serve(built: BuiltNode) -> None:

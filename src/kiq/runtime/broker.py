@@ -284,7 +284,7 @@ class LocalBroker:
     ) -> LocalBroker:
         """Brokers for tests and benchmarks: free loopback ports, everything under ``root``.
 
-        With several, the ports the OS gives need not be consecutive, so each
+        With several, the free ports found need not be consecutive, so each
         broker's pair is set after the settings' own.
         """
         from kiq.runtime.ports import free_ports

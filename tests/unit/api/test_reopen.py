@@ -54,6 +54,16 @@ def cluster_of(tmp_path: Path, *node_ids: str) -> list[LocalNode]:
     return nodes
 
 
+@pytest.fixture(autouse=True)
+def patient_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads wait 2 s for the reopen, not 0.2: on a loaded machine the open, or this
+    test's own 30 ms pause, can take longer than a read waits, and what is tested here
+    is that reads wait for the reopen and see the store after it, not the budget."""
+    from kiq.routing import local
+
+    monkeypatch.setattr(local, "REOPEN_WAIT_S", 2.0)
+
+
 @pytest.fixture
 def one(tmp_path: Path) -> Iterator[LocalNode]:
     (n1,) = nodes = cluster_of(tmp_path, "n1")
