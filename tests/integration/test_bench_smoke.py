@@ -91,6 +91,9 @@ def test_lookups_in_random_mode_measure_forwarding_against_local_lookups():
     assert result["wrk_threads"] == 2 and result["errors"] == 0
     assert result["throughput_rps"] > 0 and result["local_rps"] > 0 and result["vs_local"] > 0
     assert result["forwarded_cost_vs_local"] > 0
+    # every node answering keys it owns, wrk spread over them as in the random run
+    assert result["spread_local_rps"] > 0 and result["spread_local_errors"] == 0
+    assert result["forwarded_cost_vs_spread_local"] > 0
 
 
 def test_restore_times_a_fresh_start_and_a_restart():

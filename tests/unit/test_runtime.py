@@ -135,12 +135,20 @@ def test_cpu_seconds_grows_with_work_and_is_none_for_unknown_pids():
 def test_forwarded_cost_is_solved_from_the_mix():
     from kiq.bench.lookups import _forwarding_figures
 
-    # 3 nodes: 1/3 local at 40 us, 2/3 forwarded at 100 us -> 80 us a request on average.
-    got = _forwarding_figures({"rps": 20_000.0, "cpu_us": 40.0}, 8_000.0, 80.0, 3)
+    # 3 nodes: 1/3 local at 40 us, 2/3 forwarded at 100 us -> 80 us a request on average;
+    # local lookups spread over the nodes cost 50 us, so forwarded at 95 us against them.
+    local = {"rps": 20_000.0, "cpu_us": 40.0, "spread_rps": 15_000.0, "spread_cpu_us": 50.0}
+    got = _forwarding_figures({**local, "spread_errors": 0}, 8_000.0, 80.0, 3)
     assert got == {
-        "local_rps": 20_000.0, "vs_local": 0.4, "local_cpu_us_per_request": 40.0,
+        "local_rps": 20_000.0,
+        "vs_local": 0.4,
+        "local_cpu_us_per_request": 40.0,
+        "spread_local_rps": 15_000.0,
+        "spread_local_cpu_us_per_request": 50.0,
+        "spread_local_errors": 0,
         "forwarded_cost_vs_local": 2.5,
-    }  # fmt: skip
+        "forwarded_cost_vs_spread_local": 1.9,
+    }
     assert _forwarding_figures({}, 8_000.0, 80.0, 3) == {}
 
 

@@ -15,7 +15,10 @@ for kiq's response, apart from kiq's own work. Modes:
   requests on three nodes are forwarded to the owner. Before it, on the same
   cluster, the ``local`` run against n1 alone: ``vs_local`` compares the two
   throughputs, and ``forwarded_cost_vs_local`` solves the CPU per request of
-  both runs for what one forwarded lookup costs, in local lookups.
+  both runs for what one forwarded lookup costs, in local lookups. Then every
+  node answering keys it owns, wrk spread as in the random run
+  (``spread_local_*``, ``forwarded_cost_vs_spread_local``): forwarding alone,
+  without what spreading the load over the processes costs.
 - ``redirect``: as ``random`` with ``?redirect=true``: a node that does not own
   the key answers 307 to the owner (counted in ``redirects``, not an error;
   wrk does not follow it). The floor ignores the parameter and answers 200.
@@ -28,6 +31,7 @@ the floor alike, so the ratio to the floor shows what authentication costs.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,7 +97,11 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         wait_applied(nodes, TABLE, last)
         drawn = keys + [key_of(i) for i in range(cfg.keys, cfg.keys + cfg.missing_keys)]
         owners = actives(nodes[0], TABLE)
-        n1_keys = [k for k in drawn if owners.get(partition_for(k, PARTITIONS)) == "n1"]
+        owned = {
+            n.node_id: [k for k in drawn if owners.get(partition_for(k, PARTITIONS)) == n.node_id]
+            for n in nodes
+        }
+        n1_keys = owned[nodes[0].node_id]
         targets = nodes
         if cfg.mode == "local":
             targets, drawn = nodes[:1], n1_keys
@@ -102,10 +110,10 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         pids = with_children([n.proc.pid if n.proc else None for n in nodes])
         local: dict[str, object] = {}
         if cfg.mode == "random" and cfg.nodes > 1:
-            local = _local_baseline(stack.root, n1_keys, nodes, pids, cfg, headers, show)
+            local = _local_baseline(stack.root, owned, nodes, pids, cfg, headers, show)
         ports = [n.port for n in targets]
         kiq, kiq_cpu = _measure(
-            "kiq", stack.root / "wrk-kiq", paths, ports, pids, cfg, headers, show
+            "kiq", stack.root / "wrk-kiq", [paths], ports, pids, cfg, headers, show
         )
         seen: dict[str, object] = {}
         if cfg.workers > 1:
@@ -167,14 +175,15 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
 def _measure(
     label: str,
     directory: Path,
-    paths: list[str],
+    paths: Sequence[Sequence[str]],
     ports: list[int],
     pids: list[int | None],
     cfg: LookupsConfig,
     headers: list[str],
     show: Reporter,
 ) -> tuple[WrkResult, float | None]:
-    """One measured wrk run, and the CPU seconds the server processes spent in it."""
+    """One measured wrk run, and the CPU seconds the server processes spent in it;
+    ``paths`` as ``write_script`` takes them (one set, or one per port)."""
     directory.mkdir(parents=True, exist_ok=True)
     targets = [("127.0.0.1", port) for port in ports]
     script = write_script(directory, paths, targets, count_redirects=cfg.mode == "redirect")
@@ -214,7 +223,7 @@ def _floor(
         return _measure(
             label,
             root / f"wrk-{name}",
-            paths,
+            [paths],
             [f.port for f in floors],
             [f.proc.pid if f.proc else None for f in floors],
             cfg,
@@ -247,7 +256,7 @@ def _single_worker(
         wait_applied(nodes, TABLE, last)
         pids = [n.proc.pid if n.proc else None for n in nodes]
         label, where = "kiq, 1 process", root / "wrk-single"
-        run, cpu = _measure(label, where, paths, ports, pids, cfg, headers, show)
+        run, cpu = _measure(label, where, [paths], ports, pids, cfg, headers, show)
     finally:
         for node in nodes:
             node.stop()
@@ -301,19 +310,34 @@ def _worker_figures(
 
 def _local_baseline(
     root: Path,
-    n1_keys: list[str],
+    owned: dict[str, list[str]],
     nodes: list[LocalNode],
     pids: list[int | None],
     cfg: LookupsConfig,
     headers: list[str],
     show: Reporter,
 ) -> dict[str, object]:
-    """The same cluster, wrk on n1 with keys n1 owns: what forwarding is measured against."""
-    paths = [f"/v1/tables/{TABLE}/keys/{k}" for k in n1_keys]
-    run, cpu = _measure(
-        "local on n1", root / "wrk-local", paths, [nodes[0].port], pids, cfg, headers, show
-    )
-    return {"rps": run.rps, "cpu_us": _per_request(cpu, run.requests)}
+    """What forwarding is measured against, on the same cluster: wrk on n1 with keys n1
+    owns; then wrk on every node, as in the random run, each with keys it owns.
+
+    The second spreads the load over the nodes' processes as the random run does, so
+    what it costs over the first is the spreading (each process busy a third of the
+    time on two shared cores), and what the random run costs over it is forwarding.
+    """
+    n1 = nodes[0]
+    one = [[f"/v1/tables/{TABLE}/keys/{k}" for k in owned[n1.node_id]]]
+    run, cpu = _measure("local on n1", root / "wrk-local", one, [n1.port], pids, cfg, headers, show)
+    each = [[f"/v1/tables/{TABLE}/keys/{k}" for k in owned[n.node_id]] for n in nodes]
+    ports = [n.port for n in nodes]
+    label = "local on every node"
+    spread, spread_cpu = _measure(label, root / "wrk-spread", each, ports, pids, cfg, headers, show)
+    return {
+        "rps": run.rps,
+        "cpu_us": _per_request(cpu, run.requests),
+        "spread_rps": spread.rps,
+        "spread_cpu_us": _per_request(spread_cpu, spread.requests),
+        "spread_errors": spread.errors,
+    }
 
 
 def _forwarding_figures(
@@ -324,20 +348,26 @@ def _forwarding_figures(
     With ``nodes`` nodes and keys drawn evenly, a share ``f = 1 - 1/nodes`` of
     the requests is forwarded, so the CPU of all nodes per request is
     ``(1 - f) * local + f * forwarded``: solved here for a forwarded lookup's
-    cost, in multiples of a local one.
+    cost, in multiples of a local one; once against n1 alone answering local
+    lookups, once against every node doing so (the load spread as in random mode).
     """
     if not local:
         return {}
     local_rps, local_cpu = float(local["rps"]), local["cpu_us"]  # type: ignore[arg-type]
+    spread_rps, spread_cpu = float(local["spread_rps"]), local["spread_cpu_us"]  # type: ignore[arg-type]
     out: dict[str, object] = {
         "local_rps": round(local_rps, 1),
         "vs_local": round(rps / local_rps, 3) if local_rps else 0.0,
         "local_cpu_us_per_request": local_cpu,
+        "spread_local_rps": round(spread_rps, 1),
+        "spread_local_cpu_us_per_request": spread_cpu,
+        "spread_local_errors": local["spread_errors"],
     }
-    if isinstance(local_cpu, float) and cpu_us is not None and local_cpu > 0:
-        share = 1 - 1 / nodes
-        forwarded = (cpu_us - (1 - share) * local_cpu) / share
-        out["forwarded_cost_vs_local"] = round(forwarded / local_cpu, 2)
+    share = 1 - 1 / nodes
+    for name, base in (("local", local_cpu), ("spread_local", spread_cpu)):
+        if isinstance(base, float) and cpu_us is not None and base > 0:
+            forwarded = (cpu_us - (1 - share) * base) / share
+            out[f"forwarded_cost_vs_{name}"] = round(forwarded / base, 2)
     return out
 
 

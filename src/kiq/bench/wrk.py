@@ -4,7 +4,8 @@ wrk is a C event loop, so the load generator costs a fraction of what a Python
 client would on the same two cores, and its latency histogram is exact. The
 script draws a random request path per request from a file (one path a line)
 and gives wrk thread ``i`` the ``i``-th target address, so one run can spread
-its connections evenly over several nodes and still print one histogram.
+its connections evenly over several nodes and still print one histogram; with a
+path file per target, thread ``i`` draws from the ``i``-th.
 Its ``done()`` adds what wrk does not print: p99.9 and, when asked, 307s.
 """
 
@@ -35,8 +36,9 @@ function setup(thread)
 end
 
 function init(args)
+  local files = {{{paths}}}
   paths = {{}}
-  for line in io.lines("{paths}") do paths[#paths + 1] = line end
+  for line in io.lines(files[(id - 1) % #files + 1]) do paths[#paths + 1] = line end
   math.randomseed(os.time() * 1000 + id)
   redirects = 0
 end
@@ -92,16 +94,22 @@ def wrk_executable() -> str:
 
 
 def write_script(
-    directory: Path, paths: list[str], targets: list[tuple[str, int]], count_redirects: bool
+    directory: Path,
+    paths: Sequence[Sequence[str]],
+    targets: list[tuple[str, int]],
+    count_redirects: bool,
 ) -> Path:
-    """The Lua script and its path file in ``directory``; one target per wrk thread."""
-    path_file = directory / "paths.txt"
-    path_file.write_text("".join(p + "\n" for p in paths))
+    """The Lua script and its path files in ``directory``; one target per wrk thread,
+    and ``paths[i]`` the paths of the threads on target ``i`` (one set: all of them)."""
+    files = []
+    for i, each in enumerate(paths):
+        files.append(directory / f"paths{i}.txt")
+        files[-1].write_text("".join(p + "\n" for p in each))
     script = directory / ("wrk-redirect.lua" if count_redirects else "wrk.lua")
     script.write_text(
         _SCRIPT.format(
             targets=", ".join(f'{{"{host}", "{port}"}}' for host, port in targets),
-            paths=path_file,
+            paths=", ".join(f'"{f}"' for f in files),
             response=_COUNT_307 if count_redirects else "",
         )
     )
