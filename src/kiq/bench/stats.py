@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,36 @@ def with_children(pids: Sequence[int | None]) -> list[int | None]:
         if int(fields[1]) in wanted and fields[0] != "Z":
             children.append(int(entry.name))
     return [*pids, *children]
+
+
+@contextmanager
+def machine_load(every_s: float = 5.0) -> Iterator[dict[str, float]]:
+    """The 1-minute load average over a run, filled in when it ends: at its start (the
+    machine's other work, before the run starts anything), its mean and its highest.
+
+    On a shared machine a figure means little without it: the same command has measured
+    twice as slow with other work on the cores.
+    """
+    first = os.getloadavg()[0]
+    samples = [first]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(every_s):
+            samples.append(os.getloadavg()[0])
+
+    sampler = threading.Thread(target=sample, name="kiq-bench-load", daemon=True)
+    sampler.start()
+    figures: dict[str, float] = {}
+    try:
+        yield figures
+    finally:
+        done.set()
+        sampler.join()
+        samples.append(os.getloadavg()[0])
+        figures["load_average_at_start"] = round(first, 2)
+        figures["load_average_mean"] = round(sum(samples) / len(samples), 2)
+        figures["load_average_max"] = round(max(samples), 2)
 
 
 def report(title: str, result: dict[str, Any], json_path: Path | None, console: Console) -> None:

@@ -311,11 +311,14 @@ def ingest(
     cfg = IngestConfig(
         rates=steps, step_s=duration, max_p99_ms=max_p99_ms, warmup_s=warmup, trigger=trigger
     )
+    from kiq.bench.stats import machine_load, report
+
     _announce("ingest", f"at {rates} ticks/s")
-    result = run_or_exit(lambda: run_ingest(cfg))
+    with machine_load() as load:
+        result = run_or_exit(lambda: run_ingest(cfg))
+    result = {**result, **load}
     summary = {k: v for k, v in result.items() if k != "steps"}
     rows = cast(list[dict[str, object]], result["steps"])  # one row of figures per rate
-    from kiq.bench.stats import report
 
     report("ingest", summary, None, console)
     table = Table(title="ingest steps")
@@ -340,11 +343,12 @@ def _measure(
     name: str, what: str, run: Callable[[], dict[str, object]], json_out: Path | None
 ) -> None:
     """Run one scenario, its progress on stderr; print its figures and write them as JSON."""
-    from kiq.bench.stats import report
+    from kiq.bench.stats import machine_load, report
 
     _announce(name, what)
-    result = run_or_exit(run)
-    report(name, result, json_out, console)
+    with machine_load() as load:
+        result = run_or_exit(run)
+    report(name, {**result, **load}, json_out, console)
 
 
 def _announce(name: str, what: str) -> None:
