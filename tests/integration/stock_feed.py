@@ -23,8 +23,23 @@ from tests.integration.kafka_io import Record, drain
 from tests.integration.test_serving import Cluster
 
 PARTITIONS = 6
-SYMBOLS = ["AAPL", "MSFT", "NVDA", "AMZN", "GOOGL", "META", "BRK.B", "TSLA", "JPM", "V",
-           "XOM", "UNH", "LLY", "AVGO", "COST"]  # fmt: skip
+SYMBOLS = [
+    "AAPL",
+    "MSFT",
+    "NVDA",
+    "AMZN",
+    "GOOGL",
+    "META",
+    "BRK.B",
+    "TSLA",
+    "JPM",
+    "V",
+    "XOM",
+    "UNH",
+    "LLY",
+    "AVGO",
+    "COST",
+]
 EXCHANGES = ["NYSE", "NASDAQ", "ARCA", "BATS", "IEX"]
 # Today's UTC midnight: the stream crosses into today, whose most traded symbols
 # /v1/stocks/top answers (a day's bars stay within the bars' 2-day retention).
@@ -45,31 +60,90 @@ def make_ticks(rng: random.Random, n: int, start_ms: int) -> list[dict]:
         ts = start_ms + i * 40 + rng.randint(-3000, 3000)  # out of order by up to 6 s
         if rng.random() < 0.01:
             ts -= 86_400_000  # a very late tick from the day before
-        ticks.append({
-            "symbol": s, "exchange": rng.choice(EXCHANGES), "ts": ts, "bid": bid, "ask": ask,
-            "bid_size": rng.choice([100, 200, 300, 500]), "ask_size": rng.choice([100, 200, 400]),
-            "last": round(rng.uniform(bid, ask), 2) if trade else None,
-            "last_size": rng.choice([1, 10, 100, 250]) if trade else None,
-        })  # fmt: skip
+        ticks.append(
+            {
+                "symbol": s,
+                "exchange": rng.choice(EXCHANGES),
+                "ts": ts,
+                "bid": bid,
+                "ask": ask,
+                "bid_size": rng.choice([100, 200, 300, 500]),
+                "ask_size": rng.choice([100, 200, 400]),
+                "last": round(rng.uniform(bid, ask), 2) if trade else None,
+                "last_size": rng.choice([1, 10, 100, 250]) if trade else None,
+            }
+        )
     return ticks
 
 
 MALFORMED = [
     ("AAPL", b"not json at all"),
     ("AAPL", json.dumps({"symbol": "AAPL", "exchange": "NYSE", "ts": MIDNIGHT}).encode()),
-    ("MSFT", json.dumps({"symbol": "MSFT", "exchange": "NYSE", "ts": MIDNIGHT, "bid": 10.0,
-                         "ask": 9.0, "bid_size": 1, "ask_size": 1, "last": None,
-                         "last_size": None}).encode()),
-    ("NVDA", json.dumps({"symbol": "NVDA", "exchange": "NYSE", "ts": MIDNIGHT, "bid": -1.0,
-                         "ask": 9.0, "bid_size": 1, "ask_size": 1, "last": None,
-                         "last_size": None}).encode()),
-    ("TSLA", json.dumps({"symbol": "TSLA", "exchange": "MOON", "ts": MIDNIGHT, "bid": 1.0,
-                         "ask": 2.0, "bid_size": 1, "ask_size": 1, "last": None,
-                         "last_size": None}).encode()),
-    ("AAPL", json.dumps({"symbol": "MSFT", "exchange": "NYSE", "ts": MIDNIGHT, "bid": 1.0,
-                         "ask": 2.0, "bid_size": 1, "ask_size": 1, "last": None,
-                         "last_size": None}).encode()),
-]  # fmt: skip
+    (
+        "MSFT",
+        json.dumps(
+            {
+                "symbol": "MSFT",
+                "exchange": "NYSE",
+                "ts": MIDNIGHT,
+                "bid": 10.0,
+                "ask": 9.0,
+                "bid_size": 1,
+                "ask_size": 1,
+                "last": None,
+                "last_size": None,
+            }
+        ).encode(),
+    ),
+    (
+        "NVDA",
+        json.dumps(
+            {
+                "symbol": "NVDA",
+                "exchange": "NYSE",
+                "ts": MIDNIGHT,
+                "bid": -1.0,
+                "ask": 9.0,
+                "bid_size": 1,
+                "ask_size": 1,
+                "last": None,
+                "last_size": None,
+            }
+        ).encode(),
+    ),
+    (
+        "TSLA",
+        json.dumps(
+            {
+                "symbol": "TSLA",
+                "exchange": "MOON",
+                "ts": MIDNIGHT,
+                "bid": 1.0,
+                "ask": 2.0,
+                "bid_size": 1,
+                "ask_size": 1,
+                "last": None,
+                "last_size": None,
+            }
+        ).encode(),
+    ),
+    (
+        "AAPL",
+        json.dumps(
+            {
+                "symbol": "MSFT",
+                "exchange": "NYSE",
+                "ts": MIDNIGHT,
+                "bid": 1.0,
+                "ask": 2.0,
+                "bid_size": 1,
+                "ask_size": 1,
+                "last": None,
+                "last_size": None,
+            }
+        ).encode(),
+    ),
+]
 
 
 class TickLog:
@@ -175,9 +249,10 @@ def wait_topics(bootstrap: str, topics: StockTopics, timeout_s: float = 300) -> 
     tables in the table catalog (nodes started before would serve them as plain keys)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if all(topic_partitions(bootstrap, t) == PARTITIONS
-               for t in (topics.quotes, topics.bars, topics.day_stats)) and _declared(
-            bootstrap, topics):  # fmt: skip
+        if all(
+            topic_partitions(bootstrap, t) == PARTITIONS
+            for t in (topics.quotes, topics.bars, topics.day_stats)
+        ) and _declared(bootstrap, topics):
             return
         time.sleep(0.5)
     raise AssertionError("the pipeline did not create its topics and declare its tables")
@@ -216,11 +291,16 @@ def assert_dead_letters(bootstrap: str, topics: StockTopics, replays: bool = Fal
         letters = list(by_source.values())
     assert len(letters) == len(MALFORMED), "each malformed tick once, nothing else"
     reasons = sorted(r.headers["kiq.reason"].decode() for r in letters)
-    assert reasons == sorted([
-        "not JSON, or a field of the wrong type", "missing or malformed field bid", "bid > ask",
-        "non-positive price",
-        "unknown exchange MOON", "key is not the symbol",
-    ])  # fmt: skip
+    assert reasons == sorted(
+        [
+            "not JSON, or a field of the wrong type",
+            "missing or malformed field bid",
+            "bid > ask",
+            "non-positive price",
+            "unknown exchange MOON",
+            "key is not the symbol",
+        ]
+    )
 
 
 def _source(letter: Record) -> tuple[bytes, bytes, bytes]:

@@ -91,8 +91,14 @@ def _fill(bootstrap: str, suffix: str) -> list[str]:
     produce(bootstrap, topics["blobs"], [("blob", "\u00ff\u0000bytes")])
     produce(bootstrap, topics["quotes"], [("AAPL", json.dumps(QUOTE))])
     # Windowed keys, SYMBOL|START|END, as the stock pipeline writes them.
-    day = {"symbol": "AAPL", "date": "2026-11-18", "open": 1.0, "high": 2.0, "low": 0.5,
-           "volume": 9}  # fmt: skip
+    day = {
+        "symbol": "AAPL",
+        "date": "2026-11-18",
+        "open": 1.0,
+        "high": 2.0,
+        "low": 0.5,
+        "volume": 9,
+    }
     day_key = "AAPL|2026-11-18T00:00:00.000Z|2026-11-19T00:00:00.000Z"
     produce(bootstrap, topics["days"], [(day_key, json.dumps(day))], by_prefix)
     bars = [

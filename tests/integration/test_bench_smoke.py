@@ -61,10 +61,24 @@ def test_lookups_counts_throughput_latency_and_missing_keys():
         nodes=1, keys=500, connections=4, duration_s=2, mode="local", warmup_s=0, missing_keys=50
     )
     result = run_lookups(cfg)
-    assert_figures(result, [
-        "nodes", "keys", "connections", "duration_s", "throughput_rps", "floor_rps", "ratio",
-        "p50_ms", "p90_ms", "p99_ms", "p999_ms", "errors", "requests",
-    ])  # fmt: skip
+    assert_figures(
+        result,
+        [
+            "nodes",
+            "keys",
+            "connections",
+            "duration_s",
+            "throughput_rps",
+            "floor_rps",
+            "ratio",
+            "p50_ms",
+            "p90_ms",
+            "p99_ms",
+            "p999_ms",
+            "errors",
+            "requests",
+        ],
+    )
     assert result["scenario"] == "lookups" and result["mode"] == "local"
     for name in ("throughput_rps", "floor_rps", "ratio", "p50_ms", "p99_ms", "p999_ms"):
         assert result[name] > 0, name
@@ -84,10 +98,17 @@ def test_lookups_counts_throughput_latency_and_missing_keys():
 def test_lookups_in_random_mode_measure_forwarding_against_local_lookups():
     cfg = LookupsConfig(nodes=2, keys=300, connections=4, duration_s=2, mode="random", warmup_s=0)
     result = run_lookups(cfg)
-    assert_figures(result, [
-        "throughput_rps", "local_rps", "vs_local", "local_cpu_us_per_request",
-        "forwarded_cost_vs_local", "errors",
-    ])  # fmt: skip
+    assert_figures(
+        result,
+        [
+            "throughput_rps",
+            "local_rps",
+            "vs_local",
+            "local_cpu_us_per_request",
+            "forwarded_cost_vs_local",
+            "errors",
+        ],
+    )
     assert result["wrk_threads"] == 2 and result["errors"] == 0
     assert result["throughput_rps"] > 0 and result["local_rps"] > 0 and result["vs_local"] > 0
     assert result["forwarded_cost_vs_local"] > 0
@@ -98,10 +119,18 @@ def test_lookups_in_random_mode_measure_forwarding_against_local_lookups():
 
 def test_restore_times_a_fresh_start_and_a_restart():
     result = run_restore(RestoreConfig(keys=2_000))
-    assert_figures(result, [
-        "keys", "fresh_ready_s", "restore_records_per_s", "restart_ready_s",
-        "restart_restored_records", "fresh_restored_records", "materialize_records_per_s",
-    ])  # fmt: skip
+    assert_figures(
+        result,
+        [
+            "keys",
+            "fresh_ready_s",
+            "restore_records_per_s",
+            "restart_ready_s",
+            "restart_restored_records",
+            "fresh_restored_records",
+            "materialize_records_per_s",
+        ],
+    )
     assert result["fresh_ready_s"] > 0 and result["restart_ready_s"] > 0
     assert result["restore_records_per_s"] > 0
     assert result["materialize_records_per_s"] > 0
@@ -112,10 +141,18 @@ def test_restore_times_a_fresh_start_and_a_restart():
 def test_failover_counts_requests_and_times_the_recovery():
     cfg = FailoverConfig(keys=500, rate=200, before_s=2, after_s=7, session_timeout_ms=3000)
     result = run_failover(cfg)
-    assert_figures(result, [
-        "requests", "failed_requests", "seconds_until_all_answered", "seconds_until_not_stale",
-        "victim_partitions", "partitions_never_answered", "stale_answers",
-    ])  # fmt: skip
+    assert_figures(
+        result,
+        [
+            "requests",
+            "failed_requests",
+            "seconds_until_all_answered",
+            "seconds_until_not_stale",
+            "victim_partitions",
+            "partitions_never_answered",
+            "stale_answers",
+        ],
+    )
     assert result["requests"] > 0.8 * 200 * 9
     assert result["victim_partitions"] > 0 and result["partitions_never_answered"] == 0
     assert 0 < result["seconds_until_all_answered"] < 7

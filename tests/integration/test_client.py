@@ -73,9 +73,7 @@ def test_every_key_straight_from_its_owner_and_nothing_forwarded(loaded):
         page = next(kiq.range("c", prefix="E7|", limit=500))
         metadata = kiq.metadata()
     assert all_forwards(cluster) == before, "a lookup was forwarded"
-    owners = {
-        p["partition"]: p["active"] for p in metadata["tables"]["t"]["partitions"]
-    }  # fmt: skip
+    owners = {p["partition"]: p["active"] for p in metadata["tables"]["t"]["partitions"]}
     assert found.served_by == owners[partition_for(keys[0], PARTITIONS)]
     assert found.offset >= 0 and found.partition == partition_for(keys[0], PARTITIONS)
     assert many.found == {k: {"k": k, "n": i} for i, k in enumerate(keys)}

@@ -62,9 +62,14 @@ def test_the_dashboard_shows_the_cluster_the_pipeline_and_the_board(bootstrap: s
     log = TickLog(bootstrap, topics.ticks)
     log.send(make_ticks(random.Random(27), 400, MIDNIGHT + 60_000))
 
-    pipeline = LocalPipeline(("stocks",), bootstrap, tmp_path / "checkpoints",
-                             tmp_path / "pipeline.log", trigger="microbatch",
-                             partitions=PARTITIONS)  # fmt: skip
+    pipeline = LocalPipeline(
+        ("stocks",),
+        bootstrap,
+        tmp_path / "checkpoints",
+        tmp_path / "pipeline.log",
+        trigger="microbatch",
+        partitions=PARTITIONS,
+    )
     pipeline.start()
     cluster = Cluster(bootstrap, tmp_path, served_tables(topics))
     try:
@@ -88,8 +93,9 @@ def test_the_dashboard_shows_the_cluster_the_pipeline_and_the_board(bootstrap: s
 async def _check_page(url: str, meta: dict, queries: list[dict], tmp: Path) -> None:
     async with open_page(f"{url}/ui", tmp / "chromium", tmp / "chromium.log") as page:
         # The cluster map: one table of nodes x partitions per served table.
-        await page.wait_for("document.querySelector('.map[data-table=\"stock-quotes\"]')", 30,
-                            "the cluster map")  # fmt: skip
+        await page.wait_for(
+            "document.querySelector('.map[data-table=\"stock-quotes\"]')", 30, "the cluster map"
+        )
         shown = await page.evaluate(
             """Object.fromEntries([...document.querySelectorAll('.map')].map((m) => [
                  m.dataset.table,
@@ -112,8 +118,11 @@ async def _check_page(url: str, meta: dict, queries: list[dict], tmp: Path) -> N
         assert "node n1" in header and "2 nodes" in header
 
         # The pipeline's queries, with the figures their driver published.
-        await page.wait_for(f"document.querySelector('tr[data-query=\"{TABLES_QUERY}\"]')", 15,
-                            "the stock query's progress")  # fmt: skip
+        await page.wait_for(
+            f"document.querySelector('tr[data-query=\"{TABLES_QUERY}\"]')",
+            15,
+            "the stock query's progress",
+        )
         row = await page.evaluate(
             f"""[...document.querySelector('tr[data-query="{TABLES_QUERY}"]').children]
                 .map((td) => td.textContent)"""
@@ -125,8 +134,11 @@ async def _check_page(url: str, meta: dict, queries: list[dict], tmp: Path) -> N
         assert published["batch"] >= 0 and published["pipeline"] == "stocks"
 
         # This node's tables, and the stock board: quotes shown, by stream or by polling.
-        await page.wait_for("document.querySelector('#tables tr[data-table=\"stock-quotes\"]')",
-                            10, "this node's tables")  # fmt: skip
+        await page.wait_for(
+            "document.querySelector('#tables tr[data-table=\"stock-quotes\"]')",
+            10,
+            "this node's tables",
+        )
         await page.wait_for(
             "[...document.querySelectorAll('#board tr[data-symbol]')].filter((r) => "
             "/\\d/.test(r.children[1].textContent)).length",

@@ -127,9 +127,23 @@ def run_kiq(*args: str) -> tuple[int, str, str]:
 def test_cli_feed_stocks_creates_the_topic_and_prints_a_summary(bootstrap):
     topic = f"cli-ticks-{uuid.uuid4().hex[:6]}"
     code, out, err = run_kiq(
-        "feed", "stocks", "--bootstrap", bootstrap, "--topic", topic, "--duration", "1",
-        "--rate", "500", "--symbols", "20", "--exchanges", "NYSE,IEX", "--partitions", "6",
-    )  # fmt: skip
+        "feed",
+        "stocks",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--duration",
+        "1",
+        "--rate",
+        "500",
+        "--symbols",
+        "20",
+        "--exchanges",
+        "NYSE,IEX",
+        "--partitions",
+        "6",
+    )
     assert code == 0, err
     assert f"created topic {topic} with 6 partitions" in out
     assert "done: simulated 500 ticks" in out
@@ -166,9 +180,18 @@ def test_cli_feed_replay_reports_bad_lines_and_strict_stops(bootstrap, make_topi
 def test_cli_without_create_topic_refuses_a_missing_topic(bootstrap):
     result = CliRunner().invoke(
         app,
-        ["feed", "stocks", "--bootstrap", bootstrap, "--topic", "absent-topic",
-         "--no-create-topic", "--duration", "1"],
-    )  # fmt: skip
+        [
+            "feed",
+            "stocks",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            "absent-topic",
+            "--no-create-topic",
+            "--duration",
+            "1",
+        ],
+    )
     assert result.exit_code == 1
     out = " ".join(result.output.split())
     assert "topic 'absent-topic' does not exist" in out and "--no-create-topic" in out

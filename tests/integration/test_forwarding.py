@@ -40,8 +40,10 @@ make_cluster = test_serving.make_cluster  # the fixture: clusters of `kiq serve`
 
 def placement(node: LocalNode, table: str) -> dict[int, list[str]]:
     """partition → [active, *standbys], as the node sees the cluster."""
-    return {p["partition"]: [p["active"], *p["standbys"]]
-            for p in node.metadata()["tables"][table]["partitions"]}  # fmt: skip
+    return {
+        p["partition"]: [p["active"], *p["standbys"]]
+        for p in node.metadata()["tables"][table]["partitions"]
+    }
 
 
 def local_partitions(node: LocalNode, table: str) -> set[int]:
@@ -128,9 +130,12 @@ def test_concurrent_lookups_through_one_node_are_right_and_batched(
         assert status == 404
         partition = partition_for(k, 12)
         assert json.loads(body) == {
-            "error": "not_found", "message": "no such key", "table": "t", "key": k,
+            "error": "not_found",
+            "message": "no such key",
+            "table": "t",
+            "key": k,
             "partition": partition,
-        }  # fmt: skip
+        }
         assert headers["x-kiq-served-by"] == owners[partition]
         assert "x-kiq-offset" not in headers
 
@@ -164,9 +169,11 @@ def test_read_your_writes_through_a_node_without_a_replica(bootstrap, make_topic
     acked: dict = {}
     producer = Producer(producer_config(bootstrap))
     producer.produce(
-        topic, key=key.encode(), value=b'{"new":true}',
+        topic,
+        key=key.encode(),
+        value=b'{"new":true}',
         on_delivery=lambda err, msg: acked.update(p=msg.partition(), o=msg.offset()),
-    )  # fmt: skip
+    )
     assert producer.flush(10) == 0
     asking.join(30)
     assert acked == {"p": partition, "o": next_offset}
@@ -180,8 +187,9 @@ def test_read_your_writes_through_a_node_without_a_replica(bootstrap, make_topic
     started = time.monotonic()
     far = httpx.get(
         f"{outsider.url}/v1/tables/t/keys/{key}",
-        params={"min_offset": next_offset + 1000, "wait_ms": 300}, timeout=30,
-    )  # fmt: skip
+        params={"min_offset": next_offset + 1000, "wait_ms": 300},
+        timeout=30,
+    )
     assert far.status_code == 503 and far.json()["error"] == "unavailable"
     assert time.monotonic() - started < 3.0
 
@@ -221,9 +229,11 @@ def test_the_internal_batch_answers_each_item_from_the_local_replica_only(
     ]
     started = time.monotonic()
     resp = httpx.post(
-        node.url + INTERNAL_LOOKUPS, content=msgspec.msgpack.encode(items),
-        headers={"content-type": MSGPACK}, timeout=10,
-    )  # fmt: skip
+        node.url + INTERNAL_LOOKUPS,
+        content=msgspec.msgpack.encode(items),
+        headers={"content-type": MSGPACK},
+        timeout=10,
+    )
     elapsed = time.monotonic() - started
     assert resp.status_code == 200
     assert resp.headers["content-type"] == MSGPACK
@@ -234,8 +244,11 @@ def test_the_internal_batch_answers_each_item_from_the_local_replica_only(
     found = results[0]
     assert json.loads(found.value) == owned
     assert (found.partition, found.served_by, found.stale, found.lag) == (
-        owned_partition, b"n2", False, 0,
-    )  # fmt: skip
+        owned_partition,
+        b"n2",
+        False,
+        0,
+    )
     assert found.offset >= 0
     # The three waits ran together: the batch took about one wait_ms, not three.
     assert 0.4 <= elapsed < 0.9, elapsed

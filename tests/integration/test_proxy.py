@@ -37,9 +37,7 @@ def proxied(bootstrap, make_topic, make_cluster, tmp_path):
 def test_the_proxy_answers_as_a_node_and_nothing_is_forwarded(proxied):
     cluster, proxy, keys = proxied
     node = cluster.nodes["n1"]
-    owners = {
-        p["partition"]: p["active"] for p in node.metadata()["tables"]["t"]["partitions"]
-    }  # fmt: skip
+    owners = {p["partition"]: p["active"] for p in node.metadata()["tables"]["t"]["partitions"]}
     with httpx.Client(timeout=10) as http:
         before = all_forwards(cluster)
         through = {k: http.get(f"{proxy.url}/v1/tables/t/keys/{_quoted(k)}") for k in keys}

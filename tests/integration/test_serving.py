@@ -40,10 +40,14 @@ class Cluster:
 
     def add(self, node_id: str, start: bool = True) -> LocalNode:
         node = LocalNode(
-            node_id=node_id, bootstrap=self.bootstrap, tables=self.tables,
-            data_dir=self.root / node_id, log_file=self.root / f"{node_id}.log",
-            extra_args=["--cluster", self.name, *FAST_FAILOVER], env=self.env,
-        )  # fmt: skip
+            node_id=node_id,
+            bootstrap=self.bootstrap,
+            tables=self.tables,
+            data_dir=self.root / node_id,
+            log_file=self.root / f"{node_id}.log",
+            extra_args=["--cluster", self.name, *FAST_FAILOVER],
+            env=self.env,
+        )
         self.nodes[node_id] = node
         if start:
             node.start()
@@ -60,10 +64,13 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             views = [
-                {(t, p["partition"]): p["active"] for t, table in n.metadata()["tables"].items()
-                 for p in table["partitions"]}
+                {
+                    (t, p["partition"]): p["active"]
+                    for t, table in n.metadata()["tables"].items()
+                    for p in table["partitions"]
+                }
                 for n in live
-            ]  # fmt: skip
+            ]
             actives = set(views[0].values()) - {None}  # global tables have no active
             if all(v == views[0] for v in views) and actives == {n.node_id for n in live}:
                 return
@@ -169,9 +176,10 @@ def test_kill_dash_nine_under_load_fails_no_lookup(bootstrap, make_topic, make_c
     victim = cluster.nodes["n2"]
     survivors = [n.url for n in cluster.nodes.values() if n is not victim]
     victim_partitions = {
-        p["partition"] for p in cluster.nodes["n1"].metadata()["tables"]["t"]["partitions"]
+        p["partition"]
+        for p in cluster.nodes["n1"].metadata()["tables"]["t"]["partitions"]
         if p["active"] == "n2"
-    }  # fmt: skip
+    }
     assert victim_partitions
 
     with ReaderLoad(lambda: survivors, "t", keys, rate=2000) as load:
@@ -198,8 +206,11 @@ def test_restart_resumes_from_its_stores(bootstrap, make_topic, make_cluster):
     offsets = end_offsets(bootstrap, topic, 6)
     wait_applied(cluster, "t", offsets)
     node = cluster.nodes["n1"]
-    before = {p["partition"]: p["local"] for p in node.metadata()["tables"]["t"]["partitions"]
-              if p["local"]}  # fmt: skip
+    before = {
+        p["partition"]: p["local"]
+        for p in node.metadata()["tables"]["t"]["partitions"]
+        if p["local"]
+    }
     assert sum(r["restored_records"] for r in before.values()) > 0
     node.stop()
     produce(bootstrap, topic, [(k, "2") for k in keys[:100]])  # a small delta while it is down

@@ -46,9 +46,14 @@ def test_quotes_days_and_bars_match_the_reference_across_five_driver_kills(
     log = TickLog(bootstrap, topics.ticks)
     log.send(make_ticks(rng, 1500, MIDNIGHT - 60_000), MALFORMED)
 
-    pipeline = LocalPipeline(("stocks",), bootstrap, tmp_path / "checkpoints",
-                             tmp_path / "pipeline.log", trigger=trigger,
-                             partitions=PARTITIONS)  # fmt: skip
+    pipeline = LocalPipeline(
+        ("stocks",),
+        bootstrap,
+        tmp_path / "checkpoints",
+        tmp_path / "pipeline.log",
+        trigger=trigger,
+        partitions=PARTITIONS,
+    )
     pipeline.start()
     cluster = Cluster(bootstrap, tmp_path, served_tables(topics))
     try:

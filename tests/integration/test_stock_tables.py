@@ -61,10 +61,19 @@ def stock_tables(raw, topics: StockTopics):
 
 
 def tick(exchange: str, ts: int, bid: float, ask: float, size: int = 100, last=None) -> bytes:
-    return json.dumps({
-        "symbol": "AAPL", "exchange": exchange, "ts": ts, "bid": bid, "ask": ask,
-        "bid_size": size, "ask_size": size, "last": last, "last_size": 5 if last else None,
-    }).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "symbol": "AAPL",
+            "exchange": exchange,
+            "ts": ts,
+            "bid": bid,
+            "ask": ask,
+            "bid_size": size,
+            "ask_size": size,
+            "last": last,
+            "last_size": 5 if last else None,
+        }
+    ).encode()
 
 
 def test_three_tables_from_one_scan(spark):
@@ -83,11 +92,15 @@ def test_three_tables_from_one_scan(spark):
 
     out = {(r.topic, r.key): (r.partition, json.loads(r.value)) for r in frame.collect()}
     assert all(partition == 3 for partition, _ in out.values())
-    assert sorted(out) == sorted([
-        (T.quotes, "AAPL"),
-        (T.day_stats, f"AAPL|{DAY_21}"), (T.day_stats, f"AAPL|{DAY_22}"),
-        (T.bars, f"AAPL|{MIN_2359}"), (T.bars, f"AAPL|{MIN_0000}"),
-    ])  # fmt: skip
+    assert sorted(out) == sorted(
+        [
+            (T.quotes, "AAPL"),
+            (T.day_stats, f"AAPL|{DAY_21}"),
+            (T.day_stats, f"AAPL|{DAY_22}"),
+            (T.bars, f"AAPL|{MIN_2359}"),
+            (T.bars, f"AAPL|{MIN_0000}"),
+        ]
+    )
     quote = out[(T.quotes, "AAPL")][1]
     # Equal bids: the larger size wins, then the exchange name; asks likewise.
     assert quote["best_bid"] == {"price": 10.0, "size": 300, "exchange": "IEX"}
@@ -99,13 +112,26 @@ def test_three_tables_from_one_scan(spark):
     today = out[(T.day_stats, f"AAPL|{DAY_22}")][1]
     assert (today["open"], today["trades"], today["vwap"]) == (10.1, 1, 10.1)
     assert today == {
-        "symbol": "AAPL", "date": "2026-11-22", "open": 10.1, "high": 10.1, "low": 10.1,
-        "volume": 5, "vwap": 10.1, "trades": 1,
-    }, "the day's value as before the table was windowed"  # fmt: skip
+        "symbol": "AAPL",
+        "date": "2026-11-22",
+        "open": 10.1,
+        "high": 10.1,
+        "low": 10.1,
+        "volume": 5,
+        "vwap": 10.1,
+        "trades": 1,
+    }, "the day's value as before the table was windowed"
     assert out[(T.bars, f"AAPL|{MIN_2359}")][1] == {
-        "symbol": "AAPL", "start": "2026-11-21T23:59:00Z", "open": 9.2, "high": 9.2,
-        "low": 9.2, "close": 9.2, "volume": 5, "vwap": 9.2, "trades": 1,
-    }  # fmt: skip
+        "symbol": "AAPL",
+        "start": "2026-11-21T23:59:00Z",
+        "open": 9.2,
+        "high": 9.2,
+        "low": 9.2,
+        "close": 9.2,
+        "volume": 5,
+        "vwap": 9.2,
+        "trades": 1,
+    }
 
 
 def test_dead_letters_leave_with_the_tables(spark):
@@ -122,12 +148,17 @@ def test_dead_letters_leave_with_the_tables(spark):
     assert [bytes(r.value) for r in letters] == [b"not json", rows[2][1]]
     headers = [{h.key: bytes(h.value).decode() for h in r.headers} for r in letters]
     assert [h["kiq.reason"] for h in headers] == [
-        "not JSON, or a field of the wrong type", "key is not the symbol",
-    ]  # fmt: skip
+        "not JSON, or a field of the wrong type",
+        "key is not the symbol",
+    ]
     assert [h["kiq.source.offset"] for h in headers] == ["2", "3"]
     assert all(r.partition is None for r in letters), "the producer picks the partition"
     tables = [r for r in out if r.topic != T.dead_letters]
-    assert sorted((r.topic, bytes(r.key).decode()) for r in tables) == sorted([
-        (T.quotes, "AAPL"), (T.day_stats, f"AAPL|{DAY_22}"), (T.bars, f"AAPL|{MIN_0000}"),
-    ])  # fmt: skip
+    assert sorted((r.topic, bytes(r.key).decode()) for r in tables) == sorted(
+        [
+            (T.quotes, "AAPL"),
+            (T.day_stats, f"AAPL|{DAY_22}"),
+            (T.bars, f"AAPL|{MIN_0000}"),
+        ]
+    )
     assert all(r.headers is None and r.partition == 3 for r in tables)

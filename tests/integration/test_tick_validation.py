@@ -16,8 +16,17 @@ from kiq.pipelines.records import dead_letters, good_records, parse_records
 
 pytestmark = pytest.mark.spark
 
-GOOD = {"symbol": "AAPL", "exchange": "NYSE", "ts": 1795300000123, "bid": 189.12, "ask": 189.14,
-        "bid_size": 300, "ask_size": 200, "last": 189.13, "last_size": 100}  # fmt: skip
+GOOD = {
+    "symbol": "AAPL",
+    "exchange": "NYSE",
+    "ts": 1795300000123,
+    "bid": 189.12,
+    "ask": 189.14,
+    "bid_size": 300,
+    "ask_size": 200,
+    "last": 189.13,
+    "last_size": 100,
+}
 
 
 def tick(**changes) -> bytes:

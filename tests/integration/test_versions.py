@@ -106,8 +106,13 @@ def answers(urls: list[str], version: str | None = None) -> list[dict[str, objec
     return out
 
 
-def wait_equal(urls: list[str], expected: dict[str, dict[str, object]], version: str,
-               asked: str | None = None, timeout_s: float = 180) -> None:  # fmt: skip
+def wait_equal(
+    urls: list[str],
+    expected: dict[str, dict[str, object]],
+    version: str,
+    asked: str | None = None,
+    timeout_s: float = 180,
+) -> None:
     want = {c: (200, version, expected[c]) for c in CUSTOMERS}
     deadline = time.monotonic() + timeout_s
     while True:
@@ -158,13 +163,22 @@ def test_versions_diff_switch_rollback_retire(bootstrap: str, tmp_path: Path):
     (tmp_path / "totals_v1.py").write_text(V1)
     (tmp_path / "totals_v2.py").write_text(V2)
     checkpoints = tmp_path / "checkpoints"
-    common = dict(bootstrap=bootstrap, checkpoint_dir=checkpoints, trigger="microbatch",
-                  partitions=PARTITIONS, master="local[2]")  # fmt: skip
-    v1 = LocalPipeline((str(tmp_path / "totals_v1.py") + ":build",),
-                       log_file=tmp_path / "v1.log", **common)  # type: ignore[arg-type]  # fmt: skip
-    v2 = LocalPipeline((str(tmp_path / "totals_v2.py") + ":build",),
-                       log_file=tmp_path / "v2.log", extra_args=["--version", "v2"],
-                       **common)  # type: ignore[arg-type]  # fmt: skip
+    common = dict(
+        bootstrap=bootstrap,
+        checkpoint_dir=checkpoints,
+        trigger="microbatch",
+        partitions=PARTITIONS,
+        master="local[2]",
+    )
+    v1 = LocalPipeline(
+        (str(tmp_path / "totals_v1.py") + ":build",), log_file=tmp_path / "v1.log", **common
+    )  # type: ignore[arg-type]
+    v2 = LocalPipeline(
+        (str(tmp_path / "totals_v2.py") + ":build",),
+        log_file=tmp_path / "v2.log",
+        extra_args=["--version", "v2"],
+        **common,
+    )  # type: ignore[arg-type]
     cluster = Cluster(bootstrap, tmp_path, [])  # the tables come from the catalog
     orders = make_orders(1200)
     try:

@@ -28,8 +28,9 @@ def test_word_counts_are_exact(bootstrap: str, tmp_path: Path):
 
     create_topics(bootstrap, {"words": 6})
     create_topics(bootstrap, {"word-counts": 6}, config=COMPACTED)
-    pipeline = LocalPipeline(("wordcount",), bootstrap, tmp_path / "checkpoints",
-                             tmp_path / "pipeline.log", partitions=6)  # fmt: skip
+    pipeline = LocalPipeline(
+        ("wordcount",), bootstrap, tmp_path / "checkpoints", tmp_path / "pipeline.log", partitions=6
+    )
     cluster = Cluster(bootstrap, tmp_path, ["word-counts=word-counts"])
     try:
         pipeline.start()

@@ -80,8 +80,13 @@ def test_top_words_through_every_node(bootstrap: str, tmp_path: Path):
     delete_topics(bootstrap, ["words", "word-counts"])
     create_topics(bootstrap, {"words": PARTITIONS})
     create_topics(bootstrap, {"word-counts": PARTITIONS}, config=COMPACTED)
-    pipeline = LocalPipeline(("wordcount",), bootstrap, tmp_path / "checkpoints",
-                             tmp_path / "pipeline.log", partitions=PARTITIONS)  # fmt: skip
+    pipeline = LocalPipeline(
+        ("wordcount",),
+        bootstrap,
+        tmp_path / "checkpoints",
+        tmp_path / "pipeline.log",
+        partitions=PARTITIONS,
+    )
     # No topic given: the table as the catalog declares it, rank_by included.
     cluster = Cluster(bootstrap, tmp_path, ["word-counts"])
     try:
@@ -102,9 +107,7 @@ def test_top_words_through_every_node(bootstrap: str, tmp_path: Path):
         expected = reference(counts, 5)
         # Ties decide it: "the" 20 times, then five words 10 times each, four of them shown.
         assert [w["count"] for w in expected] == [20, 10, 10, 10, 10]
-        assert expected[1:] == [
-            {"word": w, "count": 10} for w in ("be", "dog", "fox", "streams")
-        ]  # fmt: skip
+        assert expected[1:] == [{"word": w, "count": 10} for w in ("be", "dog", "fox", "streams")]
         wait_top(urls, expected)
         # n counts, and its default is 10.
         wait_top(urls, reference(counts, 12))

@@ -137,8 +137,9 @@ def test_two_processes_answer_one_port(node, bootstrap):
         offsets[msg.key().decode()] = msg.offset()
 
     for key in KEYS[:20]:
-        producer.produce(topic, key=key.encode(), value=json.dumps({"k": key, "v": 2}),
-                         on_delivery=delivered)  # fmt: skip
+        producer.produce(
+            topic, key=key.encode(), value=json.dumps({"k": key, "v": 2}), on_delivery=delivered
+        )
     producer.flush(10)
     for key in KEYS[:20]:
         resp = _get(n.url, f"/v1/tables/worked/keys/{key}?min_offset={offsets[key]}&wait_ms=5000")

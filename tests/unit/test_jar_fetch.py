@@ -236,8 +236,9 @@ def test_the_per_user_cache_is_filled_on_demand(fake_manifest: Repo, tmp_path: P
     cache = tmp_path / "xdg" / "kiq" / "jars"
     assert jars.kafka_broker_classpath(cache) == f"{cache / 'kafka'}/*"
     assert sorted(p.name for p in jars.spark_connector_jars(cache, "1.0")) == [
-        "b-1.0.jar", "spark-sql-kafka-0-10_2.13-1.0.jar",
-    ]  # fmt: skip
+        "b-1.0.jar",
+        "spark-sql-kafka-0-10_2.13-1.0.jar",
+    ]
     assert jars.partitioner_jar(cache) is None  # no javac: composite keys will say so
 
 

@@ -12,9 +12,15 @@ from kiq.pipelines.progress import ProgressReader, QueryProgress
 
 NOW = 1_800_000_000_000
 RUNNING = QueryProgress(
-    app="a", pipeline="stocks", query="stock-tables", input_rows_per_s=512.25,
-    processed_rows_per_s=2048.5, batch_ms=840, behind=1234, published_ms=NOW,
-)  # fmt: skip
+    app="a",
+    pipeline="stocks",
+    query="stock-tables",
+    input_rows_per_s=512.25,
+    processed_rows_per_s=2048.5,
+    batch_ms=840,
+    behind=1234,
+    published_ms=NOW,
+)
 REALTIME = QueryProgress(
     app="a", pipeline="stocks", query="stock-ticks-dlq", trigger="realtime", published_ms=0
 )

@@ -97,9 +97,13 @@ class AsyncProducer:
         for topic, partition, key, value, headers in records:
             try:
                 self._producer.produce(
-                    topic, key=key, value=value, partition=partition, headers=headers,
+                    topic,
+                    key=key,
+                    value=value,
+                    partition=partition,
+                    headers=headers,
                     on_delivery=delivered,
-                )  # fmt: skip
+                )
             except (BufferError, KafkaException) as exc:
                 raise ProduceFailed(f"writing to {topic} failed: {exc}") from exc
         if not done.wait(timeout_s + 1):

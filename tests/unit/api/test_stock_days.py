@@ -14,8 +14,16 @@ MIDNIGHT = 1795305600000  # 2026-11-22T00:00:00Z
 # The windowed day statistics' keys: SYMBOL|START|END
 AAPL_21 = "AAPL|2026-11-21T00:00:00.000Z|2026-11-22T00:00:00.000Z"
 MSFT_22 = "MSFT|2026-11-22T00:00:00.000Z|2026-11-23T00:00:00.000Z"
-DAY = {"symbol": "AAPL", "date": "2026-11-21", "open": 1.0, "high": 2.0, "low": 0.5,
-       "volume": 10, "vwap": 1.5, "trades": 3}  # fmt: skip
+DAY = {
+    "symbol": "AAPL",
+    "date": "2026-11-21",
+    "open": 1.0,
+    "high": 2.0,
+    "low": 0.5,
+    "volume": 10,
+    "vwap": 1.5,
+    "trades": 3,
+}
 
 
 class FakeTables:

@@ -29,8 +29,16 @@ def _ranked(text: str, default_standby: int = 1) -> Any:
 
 
 def _day(symbol: str, date: str, volume: int) -> dict[str, Any]:
-    return {"symbol": symbol, "date": date, "open": 1.0, "high": 2.0, "low": 0.5,
-            "volume": volume, "vwap": 1.5, "trades": 3}  # fmt: skip
+    return {
+        "symbol": symbol,
+        "date": date,
+        "open": 1.0,
+        "high": 2.0,
+        "low": 0.5,
+        "volume": volume,
+        "vwap": 1.5,
+        "trades": 3,
+    }
 
 
 @pytest.fixture

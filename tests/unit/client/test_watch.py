@@ -23,9 +23,17 @@ SSE = {"content-type": "text/event-stream"}
 
 
 def event(id_: str, kind: str, value: object, snapshot: bool = False) -> bytes:
-    data = {"table": "t", "key": KEY, "partition": partition_for(KEY, PARTITIONS),
-            "offset": int(id_), "value": value, "served_by": "n1", "stale": False, "lag": 0,
-            "snapshot": snapshot}  # fmt: skip
+    data = {
+        "table": "t",
+        "key": KEY,
+        "partition": partition_for(KEY, PARTITIONS),
+        "offset": int(id_),
+        "value": value,
+        "served_by": "n1",
+        "stale": False,
+        "lag": 0,
+        "snapshot": snapshot,
+    }
     return f"id: {id_}\nevent: {kind}\ndata: {orjson.dumps(data).decode()}\n\n".encode()
 
 

@@ -232,9 +232,15 @@ class Sink:
 def sweeper(spec: TableSpec, replica: Replica, times: Times, sink: Sink) -> ExpirySweeper:
     tables = {spec.name: TableRuntime(spec, JsonCodec(), 1)}
     return ExpirySweeper(
-        tables, {(spec.name, 0): replica}, times, sink, NodeMetrics(), chunk=100, pause_s=0,
+        tables,
+        {(spec.name, 0): replica},
+        times,
+        sink,
+        NodeMetrics(),
+        chunk=100,
+        pause_s=0,
         now_ms=lambda: 1_000_000,
-    )  # fmt: skip
+    )
 
 
 def test_the_active_sweeps_in_chunks_and_tombstones_what_aged_with_its_guard():

@@ -265,8 +265,14 @@ def test_merge_heads_is_the_exact_top():
     merged = merge_heads(heads, 4, "count")
     assert [k for k, _ in merged] == [b"a", b"b", b"c", b"d"]
     assert [k for k, _ in merge_heads(heads, 100, "count")] == [
-        b"a", b"b", b"c", b"d", b"f", b"g", b"e",
-    ]  # fmt: skip
+        b"a",
+        b"b",
+        b"c",
+        b"d",
+        b"f",
+        b"g",
+        b"e",
+    ]
     # An item its node ranked by something else is left out, not guessed at.
     assert merge_heads([[(b"x", b'{"other": 1}')], [item("y", 0)]], 5, "count") == [item("y", 0)]
 
