@@ -115,6 +115,11 @@ def test_lookups_in_random_mode_measure_forwarding_against_local_lookups():
     # every node answering keys it owns, wrk spread over them as in the random run
     assert result["spread_local_rps"] > 0 and result["spread_local_errors"] == 0
     assert result["forwarded_cost_vs_spread_local"] > 0
+    # n1 forwarding every lookup to n2: the asker works for it, and so does the owner
+    assert result["forward_only_errors"] == 0 and result["forward_only_rps"] > 0
+    assert result["forward_only_asker_cpu_us_per_request"] > 0
+    assert result["forward_only_owner_cpu_us_per_request"] > 0
+    assert result["forward_only_cost_vs_local"] > 0
 
 
 def test_restore_times_a_fresh_start_and_a_restart():

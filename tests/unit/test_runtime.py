@@ -138,7 +138,9 @@ def test_forwarded_cost_is_solved_from_the_mix():
     # 3 nodes: 1/3 local at 40 us, 2/3 forwarded at 100 us -> 80 us a request on average;
     # local lookups spread over the nodes cost 50 us, so forwarded at 95 us against them.
     local = {"rps": 20_000.0, "cpu_us": 40.0, "spread_rps": 15_000.0, "spread_cpu_us": 50.0}
-    got = _forwarding_figures({**local, "spread_errors": 0}, 8_000.0, 80.0, 3)
+    forward = {"forward_rps": 9_000.0, "forward_errors": 0, "forward_cpu_us": 92.0}
+    forward |= {"forward_asker_cpu_us": 70.0, "forward_owner_cpu_us": 22.0}
+    got = _forwarding_figures({**local, **forward, "spread_errors": 0}, 8_000.0, 80.0, 3)
     assert got == {
         "local_rps": 20_000.0,
         "vs_local": 0.4,
@@ -148,6 +150,12 @@ def test_forwarded_cost_is_solved_from_the_mix():
         "spread_local_errors": 0,
         "forwarded_cost_vs_local": 2.5,
         "forwarded_cost_vs_spread_local": 1.9,
+        "forward_only_rps": 9_000.0,
+        "forward_only_errors": 0,
+        "forward_only_asker_cpu_us_per_request": 70.0,
+        "forward_only_owner_cpu_us_per_request": 22.0,
+        "forward_only_cpu_us_per_request": 92.0,
+        "forward_only_cost_vs_local": 2.3,
     }
     assert _forwarding_figures({}, 8_000.0, 80.0, 3) == {}
 

@@ -184,6 +184,22 @@ def _measure(
 ) -> tuple[WrkResult, float | None]:
     """One measured wrk run, and the CPU seconds the server processes spent in it;
     ``paths`` as ``write_script`` takes them (one set, or one per port)."""
+    result, (cpu,) = _measure_each(label, directory, paths, ports, [pids], cfg, headers, show)
+    return result, cpu
+
+
+def _measure_each(
+    label: str,
+    directory: Path,
+    paths: Sequence[Sequence[str]],
+    ports: list[int],
+    groups: Sequence[Sequence[int | None]],
+    cfg: LookupsConfig,
+    headers: list[str],
+    show: Reporter,
+) -> tuple[WrkResult, list[float | None]]:
+    """``_measure``, with the CPU seconds of each group of processes (a node's) apart."""
+    pids = [pid for group in groups for pid in group]
     directory.mkdir(parents=True, exist_ok=True)
     targets = [("127.0.0.1", port) for port in ports]
     script = write_script(directory, paths, targets, count_redirects=cfg.mode == "redirect")
@@ -193,14 +209,15 @@ def _measure(
         show.phase(f"{label}: warming up", cfg.warmup_s)
         run_wrk(script, targets, cfg.connections, cfg.warmup_s, headers)
     show.phase(f"{label}: measuring", cfg.duration_s)
-    before = cpu_seconds(pids)
+    before = [cpu_seconds(group) for group in groups]
     result = run_wrk(script, targets, cfg.connections, cfg.duration_s, headers)
-    after = cpu_seconds(pids)
+    after = [cpu_seconds(group) for group in groups]
     # wrk reports at its end only: its figures, once a run
     show.set(f"{label} req/s", round(result.rps, 1))
     show.set(f"{label} p99", result.p99_ms, "ms")
     show.set(f"{label} errors", result.errors)
-    return result, None if before is None or after is None else after - before
+    used = [None if b is None or a is None else a - b for b, a in zip(before, after, strict=True)]
+    return result, used
 
 
 def _floor(
@@ -318,11 +335,13 @@ def _local_baseline(
     show: Reporter,
 ) -> dict[str, object]:
     """What forwarding is measured against, on the same cluster: wrk on n1 with keys n1
-    owns; then wrk on every node, as in the random run, each with keys it owns.
+    owns; then wrk on every node, as in the random run, each with keys it owns; then wrk
+    on n1 with keys n2 owns, every lookup forwarded.
 
     The second spreads the load over the nodes' processes as the random run does, so
     what it costs over the first is the spreading (each process busy a third of the
     time on two shared cores), and what the random run costs over it is forwarding.
+    The third is forwarding alone, one asker and one owner, each node's CPU apart.
     """
     n1 = nodes[0]
     one = [[f"/v1/tables/{TABLE}/keys/{k}" for k in owned[n1.node_id]]]
@@ -331,13 +350,25 @@ def _local_baseline(
     ports = [n.port for n in nodes]
     label = "local on every node"
     spread, spread_cpu = _measure(label, root / "wrk-spread", each, ports, pids, cfg, headers, show)
+    label, where = f"{n1.node_id} forwarding to {nodes[1].node_id}", root / "wrk-forward"
+    groups = [with_children([n.proc.pid if n.proc else None]) for n in nodes]
+    forward, used = _measure_each(label, where, each[1:2], [n1.port], groups, cfg, headers, show)
     return {
         "rps": run.rps,
         "cpu_us": _per_request(cpu, run.requests),
         "spread_rps": spread.rps,
         "spread_cpu_us": _per_request(spread_cpu, spread.requests),
         "spread_errors": spread.errors,
+        "forward_rps": forward.rps,
+        "forward_errors": forward.errors,
+        "forward_asker_cpu_us": _per_request(used[0], forward.requests),
+        "forward_owner_cpu_us": _per_request(used[1], forward.requests),
+        "forward_cpu_us": _per_request(_total(used), forward.requests),
     }
+
+
+def _total(cpu: Sequence[float | None]) -> float | None:
+    return None if any(c is None for c in cpu) else sum(c for c in cpu if c is not None)
 
 
 def _forwarding_figures(
@@ -350,6 +381,8 @@ def _forwarding_figures(
     ``(1 - f) * local + f * forwarded``: solved here for a forwarded lookup's
     cost, in multiples of a local one; once against n1 alone answering local
     lookups, once against every node doing so (the load spread as in random mode).
+    And n1 forwarding every lookup to n2 against n1's local lookups: forwarding with
+    no lookup of the run local and no node both asking and owning.
     """
     if not local:
         return {}
@@ -368,6 +401,14 @@ def _forwarding_figures(
         if isinstance(base, float) and cpu_us is not None and base > 0:
             forwarded = (cpu_us - (1 - share) * base) / share
             out[f"forwarded_cost_vs_{name}"] = round(forwarded / base, 2)
+    forward_cpu = local["forward_cpu_us"]
+    out["forward_only_rps"] = round(float(local["forward_rps"]), 1)  # type: ignore[arg-type]
+    out["forward_only_errors"] = local["forward_errors"]
+    out["forward_only_asker_cpu_us_per_request"] = local["forward_asker_cpu_us"]
+    out["forward_only_owner_cpu_us_per_request"] = local["forward_owner_cpu_us"]
+    out["forward_only_cpu_us_per_request"] = forward_cpu
+    if isinstance(local_cpu, float) and isinstance(forward_cpu, float) and local_cpu > 0:
+        out["forward_only_cost_vs_local"] = round(forward_cpu / local_cpu, 2)
     return out
 
 
