@@ -76,73 +76,21 @@ def make_ticks(rng: random.Random, n: int, start_ms: int) -> list[dict]:
     return ticks
 
 
+def _quote(symbol: str, exchange: str, bid: float, ask: float) -> bytes:
+    """A tick with a quote and no trade, as JSON: well formed, its values aside."""
+    tick = {"symbol": symbol, "exchange": exchange, "ts": MIDNIGHT, "bid": bid, "ask": ask}
+    return json.dumps(
+        {**tick, "bid_size": 1, "ask_size": 1, "last": None, "last_size": None}
+    ).encode()
+
+
 MALFORMED = [
     ("AAPL", b"not json at all"),
     ("AAPL", json.dumps({"symbol": "AAPL", "exchange": "NYSE", "ts": MIDNIGHT}).encode()),
-    (
-        "MSFT",
-        json.dumps(
-            {
-                "symbol": "MSFT",
-                "exchange": "NYSE",
-                "ts": MIDNIGHT,
-                "bid": 10.0,
-                "ask": 9.0,
-                "bid_size": 1,
-                "ask_size": 1,
-                "last": None,
-                "last_size": None,
-            }
-        ).encode(),
-    ),
-    (
-        "NVDA",
-        json.dumps(
-            {
-                "symbol": "NVDA",
-                "exchange": "NYSE",
-                "ts": MIDNIGHT,
-                "bid": -1.0,
-                "ask": 9.0,
-                "bid_size": 1,
-                "ask_size": 1,
-                "last": None,
-                "last_size": None,
-            }
-        ).encode(),
-    ),
-    (
-        "TSLA",
-        json.dumps(
-            {
-                "symbol": "TSLA",
-                "exchange": "MOON",
-                "ts": MIDNIGHT,
-                "bid": 1.0,
-                "ask": 2.0,
-                "bid_size": 1,
-                "ask_size": 1,
-                "last": None,
-                "last_size": None,
-            }
-        ).encode(),
-    ),
-    (
-        "AAPL",
-        json.dumps(
-            {
-                "symbol": "MSFT",
-                "exchange": "NYSE",
-                "ts": MIDNIGHT,
-                "bid": 1.0,
-                "ask": 2.0,
-                "bid_size": 1,
-                "ask_size": 1,
-                "last": None,
-                "last_size": None,
-            }
-        ).encode(),
-    ),
+    ("MSFT", _quote("MSFT", "NYSE", 10.0, 9.0)),  # bid above ask
+    ("NVDA", _quote("NVDA", "NYSE", -1.0, 9.0)),  # a negative price
+    ("TSLA", _quote("TSLA", "MOON", 1.0, 2.0)),  # no such exchange
+    ("AAPL", _quote("MSFT", "NYSE", 1.0, 2.0)),  # the key is not the symbol
 ]
 
 
