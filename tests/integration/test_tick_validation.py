@@ -13,20 +13,11 @@ import pytest
 from kiq.apps.stocks.pipeline import DEFAULT_EXCHANGES
 from kiq.apps.stocks.ticks import TICK_SCHEMA, tick_rules
 from kiq.pipelines.records import dead_letters, good_records, parse_records
+from tests.unit.feeds.samples import TRADE
 
 pytestmark = pytest.mark.spark
 
-GOOD = {
-    "symbol": "AAPL",
-    "exchange": "NYSE",
-    "ts": 1795300000123,
-    "bid": 189.12,
-    "ask": 189.14,
-    "bid_size": 300,
-    "ask_size": 200,
-    "last": 189.13,
-    "last_size": 100,
-}
+GOOD = TRADE  # a valid tick with a trade: each case changes what it needs
 
 
 def tick(**changes) -> bytes:
