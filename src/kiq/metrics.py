@@ -83,6 +83,17 @@ class RouteStats:
         self.sum += other.sum
 
 
+class ForwardCounts:
+    """Reads this node forwarded, answered (``ok``) or not (``failed``), in plain ints
+    as ``RouteStats``: one is counted for each forwarded lookup."""
+
+    __slots__ = ("failed", "ok")
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.failed = 0
+
+
 class _Seconds(Protocol):
     @property
     def seconds(self) -> float: ...
@@ -173,9 +184,8 @@ class NodeMetrics:
         r.register(_RouteCollector(self.routes, self.reported))
         self.hedges = HedgeStats()
         r.register(_HedgeCollector(self.hedges, self.reported))
-        self.forwards = Counter(
-            "kiq_forwards", "requests forwarded to another node", ["outcome"], registry=r
-        )
+        self.forwards = ForwardCounts()
+        r.register(_ForwardCollector(self.forwards))
         self.records_applied = Counter(
             "kiq_records_applied", "records applied to local stores", ["table"], registry=r
         )
@@ -236,6 +246,19 @@ class _RouteCollector(Collector):
             latency.add_metric([name], buckets, stats.sum)
         yield requests
         yield latency
+
+
+class _ForwardCollector(Collector):
+    def __init__(self, counts: ForwardCounts) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "kiq_forwards", "requests forwarded to another node", labels=["outcome"]
+        )
+        family.add_metric(["ok"], self._counts.ok)
+        family.add_metric(["failed"], self._counts.failed)
+        yield family
 
 
 class _HedgeCollector(Collector):

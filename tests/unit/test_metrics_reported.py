@@ -45,3 +45,12 @@ def test_route_stats_add_up():
     b.record(404, 0.5)
     a.add(b)
     assert a.statuses == {200: 1, 404: 1} and sum(a.buckets) == 2
+
+
+def test_forwarded_reads_are_counted_by_outcome():
+    metrics = NodeMetrics()
+    metrics.forwards.ok += 2
+    metrics.forwards.failed += 1
+    text = generate_latest(metrics.registry).decode()
+    assert 'kiq_forwards_total{outcome="ok"} 2.0' in text
+    assert 'kiq_forwards_total{outcome="failed"} 1.0' in text

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 OCTETS = (b"content-type", b"application/octet-stream")
 MAX_WAIT_MS = 60_000  # the longest a lookup may wait for ``min_offset``
 FOUND, MISSING = Outcome.FOUND, Outcome.MISSING
+_FORWARDED = FORWARDED.encode()
 _NO_TABLE = LookupResult(Outcome.MOVED, reason="no such table here")
 _NO_SCOPE = LookupResult(Outcome.FORBIDDEN, reason="the caller's token does not read this table")
 
@@ -91,7 +92,8 @@ class Lookups:
         """The common case in one frame: a plain key, no parameters, an active local replica.
 
         Anything else (0) goes the general way, which also explains bad input.
-        Same answer as ``_get`` + ``_answer``, without their calls and objects.
+        Same answer as ``_get`` + ``_answer``, without their calls and objects. A plain
+        key with no active replica here goes straight to ``_read``: parsed once.
         """
         runtime = self._current.get(table)
         if (
@@ -107,7 +109,9 @@ class Lookups:
             return 0
         replica = self._replicas.get((runtime.spec.name, partition))
         if replica is None or replica.state is not ReplicaState.ACTIVE:
-            return 0
+            # Most often another node's: read where it is (the key is checked as
+            # ``key_from_path`` would: no escapes, its length, UTF-8).
+            return await self._read(scope, send, runtime, raw_key, partition, enrich)
         try:
             found = replica.store.get(raw_key)
         except StoreClosedError:
@@ -153,18 +157,37 @@ class Lookups:
             wait_ms = int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0
             if min_offset is not None:
                 parker = caller_of(scope)  # whom a wait for it counts against
-        reader = self.reader
-        if header(scope, FORWARDED.encode()) is not None:  # answer from here, never forward
+        if params and header(scope, _FORWARDED) is None and bool_param(params, "redirect"):
+            location = self.reader.elsewhere(table, partition, max_lag)
+            if location is not None:
+                return await _redirect(send, scope, location)
+        return await self._read(
+            scope, send, runtime, key, partition, enrich, max_lag, min_offset, wait_ms, parker
+        )
+
+    async def _read(
+        self,
+        scope: dict[str, Any],
+        send: Send,
+        runtime: TableRuntime,
+        key: bytes,
+        partition: int,
+        enrich: Enrich | None,
+        max_lag: int | None = None,
+        min_offset: int | None = None,
+        wait_ms: int = 0,
+        parker: str | None = None,
+    ) -> int:
+        """``key`` read where it is (here only, when another node forwarded the request)
+        and answered."""
+        table = runtime.spec.name
+        if header(scope, _FORWARDED) is not None:  # answer from here, never forward
             result = await self._here.lookup(
                 table, partition, key, max_lag, min_offset, wait_ms, parker
             )
         else:
-            if params and bool_param(params, "redirect"):
-                location = reader.elsewhere(table, partition, max_lag)
-                if location is not None:
-                    return await _redirect(send, scope, location)
             caller = forwarded_caller(scope)
-            result = await reader.lookup(
+            result = await self.reader.lookup(
                 table, partition, key, max_lag, min_offset, wait_ms, caller, parker
             )
         outcome = result.outcome

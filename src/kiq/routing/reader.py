@@ -84,9 +84,7 @@ class ReplicaReader:
         self._replicas = node.replicas
         self._router = router
         self._peers = peers
-        forwards = node.metrics.forwards
-        self._forward_ok = forwards.labels("ok")
-        self._forward_failed = forwards.labels("failed")
+        self._forwards = node.metrics.forwards
 
     def elsewhere(self, table: str, partition: int, max_lag: int | None = None) -> str | None:
         """The URL of the best replica when it is another node's; None when it is this
@@ -146,10 +144,10 @@ class ReplicaReader:
                 i = race.end
                 outcome = result.outcome
                 if outcome is FOUND or outcome is MISSING:
-                    self._forward_ok.inc()
+                    self._forwards.ok += 1
                     return result
                 if outcome is FAILED:
-                    self._forward_failed.inc()
+                    self._forwards.failed += 1
                     # The peer's URL and the OS's words stay in the log, out of the answer.
                     log.info(
                         "lookup forward failed table=%s partition=%d error=%s",

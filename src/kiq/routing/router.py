@@ -27,9 +27,17 @@ SUSPECT_AFTER = 3  # races lost in a row without an answer before a node is avoi
 _UNTIL_IT_ANSWERS = math.inf
 
 
+_Order = tuple[tuple[str, ...], float]  # targets, and until when they stand
+_OrderKey = tuple[str, int, bool, bool]  # table, partition, local usable, max_lag given
+
+
 class Router:
     """``home``: where this node's own replicas are read when the local ones cannot answer
-    (a read worker's node, ``kiq.workers``); None: this process is the node."""
+    (a read worker's node, ``kiq.workers``); None: this process is the node.
+
+    Every forwarded lookup asks for its partition's order, which changes only with the
+    cluster view, a node's penalty, or a penalty running out: orders are kept until then.
+    """
 
     def __init__(self, node_id: str, penalty_s: float = 1.0, home: str | None = None) -> None:
         self.node_id = node_id
@@ -37,6 +45,8 @@ class Router:
         self._penalty_s = penalty_s
         self._down_until: dict[str, float] = {}
         self._unanswered: dict[str, int] = {}
+        self._orders: dict[_OrderKey, _Order] = {}
+        self._orders_of: ClusterView | None = None  # the view they were worked out from
 
     def targets(
         self,
@@ -46,11 +56,34 @@ class Router:
         local: ReadOnlyReplica | None,
         max_lag: int | None = None,
     ) -> list[str]:
-        """``LOCAL`` or member URLs, best first."""
+        """``LOCAL`` or member URLs, best first; the caller's own list."""
         local_ok = local is not None and servable(local, max_lag)
+        if view is not self._orders_of:
+            self._orders.clear()
+            self._orders_of = view
+        key = (table, partition, local_ok, max_lag is not None)
+        now = time.monotonic()
+        kept = self._orders.get(key)
+        if kept is not None and now < kept[1]:
+            return list(kept[0])
+        order = self._order(view, table, partition, local_ok, max_lag, now)
+        # It stands until the first penalty among its targets runs out.
+        down = self._down_until
+        until = min((d for t in order if (d := down.get(t, 0.0)) > now), default=math.inf)
+        self._orders[key] = (tuple(order), until)
+        return order
+
+    def _order(
+        self,
+        view: ClusterView,
+        table: str,
+        partition: int,
+        local_ok: bool,
+        max_lag: int | None,
+        now: float,
+    ) -> list[str]:
         order: list[str] = []
         later: list[str] = []
-        now = time.monotonic()
         for node_id in view.of(table, partition).candidates:
             if node_id == self.node_id:
                 if local_ok:
@@ -73,9 +106,11 @@ class Router:
     def failed(self, url: str) -> None:
         if self._down_until.get(url) != _UNTIL_IT_ANSWERS:
             self._down_until[url] = time.monotonic() + self._penalty_s
+            self._orders.clear()
 
     def succeeded(self, url: str) -> None:
-        self._down_until.pop(url, None)
+        if self._down_until.pop(url, None) is not None:
+            self._orders.clear()
         if self._unanswered:
             self._unanswered.pop(url, None)
 
@@ -87,6 +122,7 @@ class Router:
             return False
         self._unanswered.pop(url, None)
         self._down_until[url] = _UNTIL_IT_ANSWERS
+        self._orders.clear()
         return True
 
     def suspect(self, url: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -71,12 +72,12 @@ class TableSpec:
     # pipeline), shown by GET /v1/tables; None for a topic no pipeline declares.
     declared: Mapping[str, object] | None = field(default=None, compare=False, hash=False)
 
-    @property
+    @cached_property  # every answer's version header reads it
     def table(self) -> str:
         """The table's own name, the one callers use (``name`` less any ``@VERSION``)."""
         return split_internal(self.name)[0]
 
-    @property
+    @cached_property
     def version(self) -> str:
         return split_internal(self.name)[1]
 

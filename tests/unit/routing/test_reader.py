@@ -196,3 +196,11 @@ def test_with_no_new_view_it_says_the_replica_was_revoked(monkeypatch):
     result, asked = _revoked_under_the_request(None)
     assert result.outcome is Outcome.NO_REPLICA and asked == []
     assert result.reason == "this node's replica was revoked during the request"
+
+
+def test_forwarded_reads_are_counted_answered_or_not():
+    peers = ScriptedPeers({URL["a"]: LookupResult(Outcome.FAILED), URL["c"]: found("c")})
+    read = reader(peers)
+    assert asyncio.run(read.lookup("t", 0, b"k")).served_by == b"c"
+    forwards = read._node.metrics.forwards
+    assert (forwards.ok, forwards.failed) == (1, 1)

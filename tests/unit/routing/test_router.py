@@ -225,3 +225,47 @@ def test_a_read_workers_own_node_takes_its_place_when_the_local_copy_cannot_answ
     restoring = local(ReplicaState.RESTORING)
     assert worker.targets(view("b", "a"), "t", 0, restoring) == [URL["b"], home]
     assert worker.targets(view("a", "b"), "t", 0, local(ReplicaState.ACTIVE)) == [LOCAL, URL["b"]]
+
+
+# -- orders kept between lookups: each must change as soon as what it came from does --
+
+
+def test_a_failure_after_an_order_was_kept_moves_the_node_back_at_once(clock: Clock):
+    r = Router("me", penalty_s=5.0)
+    v = view("a", "b")
+    assert r.targets(v, "t", 0, None) == [URL["a"], URL["b"]]
+    r.failed(URL["a"])
+    assert r.targets(v, "t", 0, None) == [URL["b"], URL["a"]]
+    clock.now += 5.1  # the penalty ran out: no call in between to notice
+    assert r.targets(v, "t", 0, None) == [URL["a"], URL["b"]]
+
+
+def test_a_suspect_node_moves_back_and_returns_once_it_answers():
+    r = Router("me")
+    v = view("a", "b")
+    assert r.targets(v, "t", 0, None) == [URL["a"], URL["b"]]
+    for _ in range(SUSPECT_AFTER):
+        r.unanswered(URL["a"])
+    assert r.targets(v, "t", 0, None) == [URL["b"], URL["a"]]
+    r.succeeded(URL["a"])
+    assert r.targets(v, "t", 0, None) == [URL["a"], URL["b"]]
+
+
+def test_the_callers_list_is_its_own():
+    r = Router("me")
+    v = view("a", "b")
+    r.targets(v, "t", 0, None).pop(0)  # the multiget path takes targets off its list
+    assert r.targets(v, "t", 0, None) == [URL["a"], URL["b"]]
+
+
+def test_a_new_view_and_the_local_replicas_state_count_at_once():
+    r = Router("b")
+    replica = local()
+    v = view("a", "b")
+    assert r.targets(v, "t", 0, replica) == [URL["a"], LOCAL]
+    replica.state = ReplicaState.RESTORING
+    assert r.targets(v, "t", 0, replica) == [URL["a"]]
+    assert r.targets(view("c", "b"), "t", 0, replica) == [URL["c"]]
+    assert r.targets(v, "t", 0, replica, max_lag=5) == [URL["a"]]
+    replica.state = ReplicaState.STANDBY
+    assert r.targets(v, "t", 0, replica, max_lag=5) == [LOCAL, URL["a"]]
