@@ -72,12 +72,12 @@ class TableSpec:
     # pipeline), shown by GET /v1/tables; None for a topic no pipeline declares.
     declared: Mapping[str, object] | None = field(default=None, compare=False, hash=False)
 
-    @cached_property  # every answer's version header reads it
+    @cached_property
     def table(self) -> str:
         """The table's own name, the one callers use (``name`` less any ``@VERSION``)."""
         return split_internal(self.name)[0]
 
-    @cached_property
+    @cached_property  # every answer's version header reads it
     def version(self) -> str:
         return split_internal(self.name)[1]
 
