@@ -31,6 +31,7 @@ from kiq.api.asgi import Receive, Scope, Send
 from kiq.api.auth import Access, caller
 from kiq.api.errors import error_response
 from kiq.api.lookups import Lookups
+from kiq.routing.frames import GOING_AWAY, POLICY_VIOLATION, UNSUPPORTED_DATA
 from kiq.routing.wire import (
     INTERNAL_CHANNEL,
     INTERNAL_LOOKUPS,
@@ -49,9 +50,6 @@ _CLUSTER = CLUSTER_HEADER.encode()
 _PRINCIPAL = PRINCIPAL.encode()
 # What an ask stands for on a node that checks nothing: no headers, nobody's caller.
 _OPEN: dict[str, Any] = {"type": "http", "method": "POST", "path": INTERNAL_LOOKUPS, "headers": []}
-POLICY_VIOLATION = 1008  # WebSocket close codes
-UNSUPPORTED_DATA = 1003
-GOING_AWAY = 1001
 
 
 class LookupChannels:

@@ -40,15 +40,17 @@ from collections.abc import Callable, Mapping
 from kiq.routing.frames import (
     BINARY,
     CLOSE,
+    GOING_AWAY,
     PING,
     PONG,
+    SERVICE_RESTART,
     FrameError,
     FrameReader,
     accept_for,
     client_frame,
     new_key,
 )
-from kiq.routing.pool import MAX_BODY_BYTES, MAX_HEAD_BYTES, Address, address_of
+from kiq.routing.pool import MAX_BODY_BYTES, MAX_HEAD_BYTES, address_of, request_bytes
 from kiq.routing.wire import (
     INTERNAL_CHANNEL,
     ChannelAsk,
@@ -61,8 +63,6 @@ REFUSED_RETRY_S = 30.0
 # HTTP to a peer that closed its channel going away, this long: it stops listening within
 # milliseconds; a node restarting takes seconds, and is then offered a channel again.
 AWAY_RETRY_S = 1.0
-GOING_AWAY = 1001  # WebSocket close codes: the server is stopping
-SERVICE_RESTART = 1012
 _AWAY_CODES = frozenset((GOING_AWAY, SERVICE_RESTART))
 _CLOSE_CODE = struct.Struct("!H")
 Response = tuple[int, bytes]  # (status, body), as the pool's
@@ -287,10 +287,16 @@ class Channels:
             raise
 
     async def _connect(self, target: str, open_headers: OpenHeaders) -> _Channel:
-        address = address_of(target, self._ssl)
+        host, port, context = address_of(target, self._ssl)
         key = new_key()
-        head = _upgrade_head(address, key, open_headers())
-        host, port, context = address
+        headers = {
+            "upgrade": "websocket",
+            "connection": "Upgrade",
+            "sec-websocket-version": "13",
+            "sec-websocket-key": key,
+            **open_headers(),
+        }
+        head = request_bytes("GET", INTERNAL_CHANNEL, f"{host}:{port}", headers, b"")
         loop = asyncio.get_running_loop()
 
         def went_away() -> None:
@@ -298,18 +304,13 @@ class Channels:
 
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                if context is None:
-                    _, channel = await loop.create_connection(
-                        lambda: _Channel(head, key, went_away), host, port
-                    )
-                else:
-                    _, channel = await loop.create_connection(
-                        lambda: _Channel(head, key, went_away),
-                        host,
-                        port,
-                        ssl=context,
-                        server_hostname=host,
-                    )
+                _, channel = await loop.create_connection(
+                    lambda: _Channel(head, key, went_away),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
+                )
                 await channel.opened
         except ssl.SSLError as exc:
             raise ConnectionError(f"TLS with {host}:{port} failed: {exc}") from exc
@@ -317,17 +318,3 @@ class Channels:
             raise ConnectionError(f"cannot open a channel to {host}:{port}: {exc!r}") from exc
         self._open[target] = channel
         return channel
-
-
-def _upgrade_head(address: Address, key: str, headers: Mapping[str, str]) -> bytes:
-    head = [
-        f"GET {INTERNAL_CHANNEL} HTTP/1.1\r\nhost: {address[0]}:{address[1]}\r\n"
-        f"upgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-version: 13\r\n"
-        f"sec-websocket-key: {key}\r\n"
-    ]
-    for name, value in headers.items():
-        if "\r" in value or "\n" in value:
-            raise ConnectionError(f"header {name} holds a line break")
-        head.append(f"{name}: {value}\r\n")
-    head.append("\r\n")
-    return "".join(head).encode("latin-1")

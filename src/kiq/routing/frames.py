@@ -21,6 +21,12 @@ TEXT: Final = 0x1
 CLOSE: Final = 0x8
 PING: Final = 0x9
 PONG: Final = 0xA
+# Close codes (RFC 6455, 7.4.1), for both ends of a channel.
+GOING_AWAY: Final = 1001  # the server is stopping
+UNSUPPORTED_DATA: Final = 1003
+POLICY_VIOLATION: Final = 1008
+SERVICE_RESTART: Final = 1012
+TRY_AGAIN_LATER: Final = 1013
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _LENGTH16 = struct.Struct("!H")
 _LENGTH64 = struct.Struct("!Q")

@@ -153,7 +153,7 @@ class ConnectionPool:
         address = self._addresses.get(base_url)
         if address is None:
             address = self._addresses[base_url] = address_of(base_url, self._ssl)
-        data = _request_bytes(method, path, f"{address[0]}:{address[1]}", headers, body)
+        data = request_bytes(method, path, f"{address[0]}:{address[1]}", headers, body)
         loop = asyncio.get_running_loop()
         conn = await self._acquire(address)
         timer = loop.call_later(timeout_s, conn._fail, f"no answer within {timeout_s:.3f}s")
@@ -207,9 +207,11 @@ class ConnectionPool:
         self._idle.clear()
 
 
-def _request_bytes(
+def request_bytes(
     method: str, path: str, host: str, headers: Mapping[str, str], body: bytes
 ) -> bytes:
+    """An HTTP/1.1 request, head and body; ``ConnectionError`` for a header value that
+    would break the head."""
     head = [f"{method} {path} HTTP/1.1\r\nhost: {host}\r\n"]
     for name, value in headers.items():
         if "\r" in value or "\n" in value:

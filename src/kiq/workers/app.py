@@ -21,6 +21,7 @@ from kiq.api.app import KiqApp
 from kiq.api.asgi import Receive, Scope, Send, respond
 from kiq.api.routes import is_core
 from kiq.routing import FORWARDED
+from kiq.routing.frames import TRY_AGAIN_LATER
 from kiq.workers.state import CLIENT_HEADER, TOKEN_HEADER
 
 _TABLES = "/v1/tables/"
@@ -157,7 +158,7 @@ class WorkerApp:
         elif kind == "websocket":
             # A peer's lookup channel (routing/channel.py) belongs to the node: refused
             # here, the peer sends that batch over HTTP, which the node answers.
-            await send({"type": "websocket.close", "code": 1013})
+            await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
 
     def end_streams(self) -> None:
         self._app.end_streams()
