@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kiq.runtime.reaper import MARKS, Watchdog, add_mark, carrying, end_marked
+from kiq.runtime.processes import alive
+from kiq.runtime.reaper import MARKS, Watchdog, add_mark, carrying, end_marked, ending_together
 
 # A child that ignores SIGTERM and says so once it does, so a test knows when to signal it.
 STUBBORN = (
@@ -88,3 +90,57 @@ def test_the_watchdog_ends_them_when_its_session_is_gone(started: list[subproces
     watchdog.close()  # as when the session dies: its end of the pipe closes
     marked.wait(10)
     assert watchdog.proc.returncode == 0
+
+
+# A command's block as ``kiq bench`` runs its stack: a child in a session of its own (as the
+# broker is), its pid printed, then a wait; its ``finally`` says so when it runs.
+BLOCK = """
+import subprocess, time
+from kiq.runtime.reaper import ending_together
+with ending_together(grace_s=2):
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True, stdout=subprocess.DEVNULL)
+    print(child.pid, flush=True)
+    try:
+        time.sleep(60)
+    finally:
+        print("cleaned up", flush=True)
+"""
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGKILL, -9)])
+def test_what_a_block_started_ends_with_it_however_it_ends(
+    started: list[subprocess.Popen[bytes]], signum: int, code: int
+):
+    """SIGTERM: the block's own cleanup runs and it exits 143; SIGKILL: its watchdog ends
+    the child. Either way the child, in a session of its own, does not outlive the run."""
+    block = subprocess.Popen(
+        [sys.executable, "-c", BLOCK], stdout=subprocess.PIPE, start_new_session=True
+    )
+    started.append(block)
+    assert block.stdout is not None
+    child = int(block.stdout.readline())
+    time.sleep(0.3)  # inside the block's sleep
+    assert alive(child)
+    block.send_signal(signum)
+    assert block.wait(15) == code
+    rest = block.stdout.read()
+    assert (b"cleaned up" in rest) is (signum == signal.SIGTERM)
+    assert _gone(child, 10), "the child outlived its run"
+
+
+def test_a_block_leaves_the_environment_and_sigterm_as_they_were():
+    before_env, before_handler = os.environ.get(MARKS), signal.getsignal(signal.SIGTERM)
+    with ending_together(grace_s=1) as mark:
+        assert mark in os.environ[MARKS].split(",")
+        assert signal.getsignal(signal.SIGTERM) is not before_handler
+    assert os.environ.get(MARKS) == before_env
+    assert signal.getsignal(signal.SIGTERM) is before_handler

@@ -20,6 +20,7 @@ from kiq.feeds import TickProducer, TickSimulator, pace
 from kiq.kafka import compacted, create_topics
 from kiq.pipelines.runner import COMPACTED
 from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+from kiq.runtime.reaper import ending_together
 from kiq.tables.declared import decode_catalog
 
 CLUSTER = "kiq-bench"  # the benchmark nodes' consumer group
@@ -113,24 +114,28 @@ def wait_declared(
 def local_stack(keep: bool = False, progress: Reporter | None = None) -> Iterator[Stack]:
     """Broker on free loopback ports in a temporary directory; everything stops at the end.
 
+    However the run ends: a SIGTERM (``timeout``, an operator's ``kill``) stops the stack
+    as the end of a run does, and should this process die without that (a SIGKILL), its
+    watchdog ends every process the run started (``kiq.runtime.reaper``).
     ``progress``: told when the broker starts and, after a run that did not fail, when
     everything stops (a failed one keeps the phase it failed in)."""
     root = Path(tempfile.mkdtemp(prefix="kiq-bench-"))
-    broker = LocalBroker.on_free_ports(root / "broker")
-    stack = Stack(root, broker)
-    try:
-        if progress is not None:
-            progress.phase("starting the broker")
-        broker.start()  # a broker that never answers is stopped below too
-        yield stack
-        if progress is not None:
-            progress.phase("stopping the stack")
-    finally:
-        for node in stack.nodes:
-            node.stop()
-        for pipeline in stack.pipelines:
-            pipeline.stop()
-        broker.stop()
-        time.sleep(0.1)
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
+    with ending_together():
+        broker = LocalBroker.on_free_ports(root / "broker")
+        stack = Stack(root, broker)
+        try:
+            if progress is not None:
+                progress.phase("starting the broker")
+            broker.start()  # a broker that never answers is stopped below too
+            yield stack
+            if progress is not None:
+                progress.phase("stopping the stack")
+        finally:
+            for node in stack.nodes:
+                node.stop()
+            for pipeline in stack.pipelines:
+                pipeline.stop()
+            broker.stop()
+            time.sleep(0.1)
+            if not keep:
+                shutil.rmtree(root, ignore_errors=True)

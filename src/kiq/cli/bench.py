@@ -77,7 +77,9 @@ def freshness(
 
 @app.command()
 def lookups(
-    nodes: Annotated[int, typer.Option(help="serving nodes (1 or 3)")] = 1,
+    nodes: Annotated[
+        int, typer.Option(help="serving nodes; random mode forwards 1 - 1/N of the lookups")
+    ] = 1,
     keys: Annotated[int, typer.Option(help="keys loaded into the table")] = 10_000,
     connections: Annotated[int, typer.Option(help="wrk connections, split over its threads")] = 64,
     duration: Annotated[float, typer.Option(help="seconds of each measured wrk run")] = 10,

@@ -10,6 +10,8 @@ says what is the session's. ``end_marked`` finds them by their environment in
 A session that is itself SIGKILLed cannot do that: a ``Watchdog`` is a small process
 that waits for its session's end (its stdin reaching end of file, which happens
 however the session went) and then ends whatever still carries the mark.
+``ending_together`` is all of that for a block of a command (``kiq bench``'s stack):
+inside it a SIGTERM raises, so the block's own cleanup runs as after a Ctrl-C.
 Linux only: without ``/proc`` nothing carries a mark and nothing is ended.
 """
 
@@ -23,8 +25,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from pathlib import Path
+from types import FrameType
 
 MARKS = "KIQ_PROCESS_MARKS"  # comma-separated: a session inside another adds its own
 
@@ -94,6 +97,42 @@ def _alive(pid: int) -> bool:
 def _signal(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):  # gone, or not ours
         os.kill(pid, sig)
+
+
+class Terminated(SystemExit):
+    """SIGTERM, raised where the program is: cleanups run, and it exits 143 as killed by it."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(128 + signum)
+
+
+@contextlib.contextmanager
+def ending_together(grace_s: float = 10.0) -> Iterator[str]:
+    """Every process started inside the block, and every one those start, ends with it.
+
+    However the block ends: a SIGTERM to this process raises ``Terminated`` inside it, so
+    its own cleanup (``finally``, ``with``) runs; what is still marked when it is over,
+    or once this process is gone (a SIGKILL included), the block's watchdog ends. Yields
+    the mark; this process's environment carries it only inside the block.
+    """
+    before = os.environ.get(MARKS)
+    mark = add_mark()
+    watchdog = Watchdog(mark, grace_s)
+    in_main = threading.current_thread() is threading.main_thread()  # handlers go there only
+    previous = signal.getsignal(signal.SIGTERM) if in_main else None
+    if in_main:
+        signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield mark
+    finally:
+        if previous is not None:  # None: not set from Python, nothing to put back
+            signal.signal(signal.SIGTERM, previous)
+        if before is None:
+            os.environ.pop(MARKS, None)
+        else:
+            os.environ[MARKS] = before
+        watchdog.close(grace_s + 5)
 
 
 class Watchdog:
