@@ -77,9 +77,10 @@ def ours(root: Path) -> list[str]:
     return found
 
 
-def test_up_serves_the_files_table_and_endpoints_and_stops_cleanly(tmp_path: Path):
+def colors_app(tmp_path: Path, port: int) -> list[str]:
+    """The colors application's files in ``tmp_path`` (two nodes from ``port``): its
+    ``kiq up`` command line."""
     broker_port, controller_port = free_ports(2)
-    port = two_free_ports()
     (tmp_path / "colors_api.py").write_text(ENDPOINTS)
     (tmp_path / "feed.py").write_text(FEED % COLORS)
     config = tmp_path / "kiq.toml"
@@ -109,7 +110,12 @@ def test_up_serves_the_files_table_and_endpoints_and_stops_cleanly(tmp_path: Pat
             """
         )
     )
-    argv = [sys.executable, "-m", "kiq", "up", "--config", str(config)]
+    return [sys.executable, "-m", "kiq", "up", "--config", str(config)]
+
+
+def test_up_serves_the_files_table_and_endpoints_and_stops_cleanly(tmp_path: Path):
+    port = two_free_ports()
+    argv = colors_app(tmp_path, port)
     with kiq_up(argv, tmp_path, dict(os.environ), "colors"):
         front, second = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
         assert f"curl -s {front}/v1/colors/red" in (tmp_path / "up.log").read_text()
@@ -137,6 +143,51 @@ def test_up_serves_the_files_table_and_endpoints_and_stops_cleanly(tmp_path: Pat
         assert httpx.get(f"{front}/v1/stocks/AAPL").json()["error"] == "no_route"
     time.sleep(0.5)
     assert ours(tmp_path) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGKILL], ids=["hangup", "killed"])
+def test_up_leaves_nothing_running_when_its_terminal_closes_or_it_is_killed(
+    tmp_path: Path, sig: signal.Signals
+):
+    """The broker and the feed run in sessions of their own. A closed terminal (SIGHUP to
+    the group) stops ``kiq up`` as a Ctrl-C does; killed outright, its watchdog ends what
+    it started."""
+    argv = colors_app(tmp_path, two_free_ports())
+    log = tmp_path / "up.log"
+    with log.open("wb") as out:
+        up = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "every table has data" not in log.read_text():
+            assert up.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        assert ours(tmp_path), "kiq up started nothing under its home"
+        if sig is signal.SIGHUP:
+            os.killpg(up.pid, sig)  # as a terminal's hangup reaches its foreground group
+        else:
+            up.send_signal(sig)  # kiq up alone
+        code = up.wait(120)
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+    text = log.read_text()
+    if sig is signal.SIGHUP:
+        assert code == 0 and "colors stopped" in text and "Traceback" not in text, text
+    else:
+        assert code == -signal.SIGKILL
+    left = ours(tmp_path)
+    deadline = time.monotonic() + 30  # the watchdog's grace is 10 s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = ours(tmp_path)
+    assert left == [], left
 
 
 @contextlib.contextmanager

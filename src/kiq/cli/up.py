@@ -136,11 +136,17 @@ def run_app(
     **flags: Any,
 ) -> None:
     """`kiq up` (and `kiq demo`, on the shipped stock application's file)."""
+    from kiq.runtime.reaper import ending_together
+
     plan = run_or_exit(lambda: Plan.load(config, trigger, limits, tls, **flags))
     stopping = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # A closed terminal (SIGHUP) stops it as a Ctrl-C does: the broker, the pipelines and
+    # the feeds run in sessions of their own, and would outlive it.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stopping.set())
-    run_or_exit(lambda: Running(plan, stopping).run())
+    # And should it be killed outright, its watchdog ends what it started.
+    with ending_together(terminate=False):
+        run_or_exit(lambda: Running(plan, stopping).run())
 
 
 @dataclass(frozen=True)

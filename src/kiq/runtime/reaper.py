@@ -108,20 +108,22 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
-def ending_together(grace_s: float = 10.0) -> Iterator[str]:
+def ending_together(grace_s: float = 10.0, terminate: bool = True) -> Iterator[str]:
     """Every process started inside the block, and every one those start, ends with it.
 
-    However the block ends: a SIGTERM to this process raises ``Terminated`` inside it, so
-    its own cleanup (``finally``, ``with``) runs; what is still marked when it is over,
-    or once this process is gone (a SIGKILL included), the block's watchdog ends. Yields
-    the mark; this process's environment carries it only inside the block.
+    However the block ends: with ``terminate``, a SIGTERM to this process raises
+    ``Terminated`` inside it, so its own cleanup (``finally``, ``with``) runs (without,
+    the caller handles its signals itself, as ``kiq up`` does); what is still marked when
+    it is over, or once this process is gone (a SIGKILL included), the block's watchdog
+    ends. Yields the mark; this process's environment carries it only inside the block.
     """
     before = os.environ.get(MARKS)
     mark = add_mark()
     watchdog = Watchdog(mark, grace_s)
-    in_main = threading.current_thread() is threading.main_thread()  # handlers go there only
-    previous = signal.getsignal(signal.SIGTERM) if in_main else None
-    if in_main:
+    # Handlers can be set from the main thread only.
+    ours = terminate and threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if ours else None
+    if ours:
         signal.signal(signal.SIGTERM, _terminate)
     try:
         yield mark
