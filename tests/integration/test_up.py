@@ -150,8 +150,8 @@ def test_up_leaves_nothing_running_when_its_terminal_closes_or_it_is_killed(
     tmp_path: Path, sig: signal.Signals
 ):
     """The broker and the feed run in sessions of their own. A closed terminal (SIGHUP to
-    the group) stops ``kiq up`` as a Ctrl-C does; killed outright, its watchdog ends what
-    it started."""
+    the group) stops ``kiq up`` and its nodes as a Ctrl-C does; killed outright, its
+    watchdog ends what it started."""
     argv = colors_app(tmp_path, two_free_ports())
     log = tmp_path / "up.log"
     with log.open("wb") as out:
@@ -180,6 +180,9 @@ def test_up_leaves_nothing_running_when_its_terminal_closes_or_it_is_killed(
     text = log.read_text()
     if sig is signal.SIGHUP:
         assert code == 0 and "colors stopped" in text and "Traceback" not in text, text
+        for node in ("n1", "n2"):  # the hangup reached them too: each stopped as on a SIGTERM
+            node_log = (tmp_path / "home" / f"{node}.log").read_text()
+            assert f"stopping node={node} (signal)" in node_log, node_log[-2000:]
     else:
         assert code == -signal.SIGKILL
     left = ours(tmp_path)

@@ -277,7 +277,10 @@ class _BadLineReporter:
 
 @contextmanager
 def _stop_on_signals() -> Iterator[threading.Event]:
-    """Ctrl-C (or SIGTERM) sets the event, so the feed stops cleanly; a second one aborts."""
+    """Ctrl-C (or SIGTERM, or a closed terminal's SIGHUP) sets the event, so the feed stops
+    cleanly; a second one aborts."""
+    from kiq.runtime.signals import STOP_SIGNALS
+
     stop = threading.Event()
 
     def handle(signum: int, frame: object) -> None:
@@ -288,7 +291,7 @@ def _stop_on_signals() -> Iterator[threading.Event]:
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
     try:
         yield stop
     finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -195,6 +194,7 @@ def _check_port(host: str, port: int) -> None:
 async def _serve(built: BuiltNode) -> None:
     """Serve ``built.app`` (and start its read workers) until SIGINT or SIGTERM."""
     from kiq.runtime.ports import free_port
+    from kiq.runtime.signals import STOP_SIGNALS
     from kiq.workers.home import HomeApp, Workers, new_token
     from kiq.workers.server import http_server
 
@@ -226,7 +226,7 @@ async def _serve(built: BuiltNode) -> None:
         watchdog.daemon = True
         watchdog.start()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, shut_down)
     log.info(
         "serving node=%s url=%s auth=%s node-to-node=%s processes=%d",

@@ -137,12 +137,13 @@ def run_app(
 ) -> None:
     """`kiq up` (and `kiq demo`, on the shipped stock application's file)."""
     from kiq.runtime.reaper import ending_together
+    from kiq.runtime.signals import STOP_SIGNALS
 
     plan = run_or_exit(lambda: Plan.load(config, trigger, limits, tls, **flags))
     stopping = threading.Event()
     # A closed terminal (SIGHUP) stops it as a Ctrl-C does: the broker, the pipelines and
     # the feeds run in sessions of their own, and would outlive it.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: stopping.set())
     # And should it be killed outright, its watchdog ends what it started.
     with ending_together(terminate=False):

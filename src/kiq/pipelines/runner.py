@@ -27,6 +27,7 @@ from kiq.pipelines.realtime import realtime_local_master
 from kiq.pipelines.session import build_session
 from kiq.pipelines.targets import Target
 from kiq.runtime.jars import partitioner_jar
+from kiq.runtime.signals import STOP_SIGNALS
 from kiq.settings import SparkSettings
 from kiq.tables.declared import Started
 from kiq.tables.versions import DEFAULT_VERSION, check_version, run_name
@@ -107,7 +108,7 @@ def run_targets(
     spark = build_session(spark_settings, app_name=f"kiq-{name}")
     stop = stop_event or threading.Event()
     if stop_event is None and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, lambda *_: stop.set())
     queries: list[StreamingQuery] = []
     started: dict[str, list[str]] = {}  # run name -> the tables it declared

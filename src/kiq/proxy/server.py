@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import Callable
 
 from kiq.proxy.app import ProxyApp
+from kiq.runtime.signals import STOP_SIGNALS
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ async def serve_proxy(app: ProxyApp, host: str, port: int, backlog: int = 2048) 
         stop_server()
 
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop)
     log.info("proxy on http://%s:%d for %s", host, port, ", ".join(app.router.seeds))
     await server.serve()

@@ -11,7 +11,6 @@ import asyncio
 import http.client
 import logging
 import os
-import signal
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -20,6 +19,7 @@ from kiq.api.app import create_app
 from kiq.kafka import KafkaSecurity
 from kiq.logs import setup_logging
 from kiq.node_build import LogWriter, app_endpoints, peer_ssl
+from kiq.runtime.signals import STOP_SIGNALS
 from kiq.security import security_for
 from kiq.security import tls as tls_contexts
 from kiq.stores import MemoryBudget
@@ -118,7 +118,7 @@ async def _run() -> None:
         worker.end_streams()
         server.stop()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     stopping = loop.create_task(stop.wait())
     stopping.add_done_callback(lambda _: shut_down())
