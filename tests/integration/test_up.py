@@ -154,20 +154,9 @@ def test_up_leaves_nothing_running_when_its_terminal_closes_or_it_is_killed(
     watchdog ends what it started."""
     argv = colors_app(tmp_path, two_free_ports())
     log = tmp_path / "up.log"
-    with log.open("wb") as out:
-        up = subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    up = start_up(argv, tmp_path, dict(os.environ), log)
     try:
-        deadline = time.monotonic() + 300
-        while "every table has data" not in log.read_text():
-            assert up.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.5)
+        until_every_table_has_data(up, log)
         assert ours(tmp_path), "kiq up started nothing under its home"
         if sig is signal.SIGHUP:
             os.killpg(up.pid, sig)  # as a terminal's hangup reaches its foreground group
@@ -193,26 +182,35 @@ def test_up_leaves_nothing_running_when_its_terminal_closes_or_it_is_killed(
     assert left == [], left
 
 
-@contextlib.contextmanager
-def kiq_up(argv: list[str], cwd: Path, env: dict[str, str], name: str) -> Iterator[None]:
-    """``kiq up`` running until every table has data; Ctrl-C after, and a clean exit."""
-    log = cwd / "up.log"
+def start_up(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``kiq up`` writing to ``log``, in a process group of its own: the test's signals."""
     with log.open("wb") as out:
-        up = subprocess.Popen(
+        return subprocess.Popen(
             argv,
             cwd=cwd,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: the test's Ctrl-C
+            start_new_session=True,
         )
+
+
+def until_every_table_has_data(up: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 300
+    while "every table has data" not in log.read_text():
+        assert up.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def kiq_up(argv: list[str], cwd: Path, env: dict[str, str], name: str) -> Iterator[None]:
+    """``kiq up`` running until every table has data; Ctrl-C after, and a clean exit."""
+    log = cwd / "up.log"
+    up = start_up(argv, cwd, env, log)
     try:
-        deadline = time.monotonic() + 300
-        while "every table has data" not in log.read_text():
-            assert up.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.5)
+        until_every_table_has_data(up, log)
         yield
     finally:
         if up.poll() is None:

@@ -10,8 +10,9 @@ says what is the session's. ``end_marked`` finds them by their environment in
 A session that is itself SIGKILLed cannot do that: a ``Watchdog`` is a small process
 that waits for its session's end (its stdin reaching end of file, which happens
 however the session went) and then ends whatever still carries the mark.
-``ending_together`` is all of that for a block of a command (``kiq bench``'s stack):
-inside it a SIGTERM raises, so the block's own cleanup runs as after a Ctrl-C.
+``ending_together`` is all of that for a block of a command (``kiq bench``'s stack,
+``kiq up``); inside it a SIGTERM may raise, so the block's own cleanup runs as after a
+Ctrl-C.
 Linux only: without ``/proc`` nothing carries a mark and nothing is ended.
 """
 
