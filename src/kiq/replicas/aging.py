@@ -18,7 +18,9 @@ it only moves forward.
 **Tombstones are guarded.** The partition's active node writes a tombstone for each
 key it found expired, with the header ``kiq.expire-below`` = the offset it read + 1.
 A replica applies such a tombstone only to an entry written below that offset, so a
-value written after the sweep read the key survives (``guard``).
+value written after the sweep read the key survives (``guard``). The header is read
+as untrusted input (``replicas.headers``): a tombstone whose header is not one offset
+is a bad record, sent to the dead letters, and deletes nothing.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class Aging:
             return
         try:
             cutoff = shift(end, -self.retention_ms)
-        except ValueError:  # not a time after all: the clock ignores it
+        except (ValueError, OverflowError):  # not a time (or year 1 less retention): ignored
             return
         self.newest_end = end
         self.ends_before = cutoff

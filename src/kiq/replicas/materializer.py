@@ -10,6 +10,15 @@ stops being read, carries the reason in ``fault`` (the node is not ready while
 one of its own partitions has one), and every ``retry_s`` is read again from its
 own applied offset, until a write succeeds. The other replicas go on meanwhile.
 
+A table's records, headers included, are untrusted input: whoever may write the
+topic writes them. A record that cannot be applied (no key, a key too long or not
+UTF-8, a value its codec refuses, a ``kiq.expire-below`` that is not an offset:
+``replicas.headers``, anything a check raises on it) goes to the dead letters with the
+reason, alone; the rest of the fetch is applied. A replica's position never passes a
+record that was neither applied nor dead-lettered: when the dead-letter topic refuses
+one, or anything else fails for one partition, that replica faults as above, and the
+other partitions and tables of the fetch are applied.
+
 A log that ends below what a replica applied was deleted and made again (or
 truncated): the replica's data describes records that are gone, and its offsets
 would make it skip the new ones as already applied. Its store is wiped and the
@@ -30,7 +39,8 @@ from kiq.errors import BadRecord, StoreClosedError
 from kiq.kafka.dlq import DeadLetters
 from kiq.kafka.reader import Fetched, PartitionReader, Record
 from kiq.metrics import NodeMetrics
-from kiq.replicas.aging import EXPIRE_BELOW, Aging, guard
+from kiq.replicas.aging import Aging, guard
+from kiq.replicas.headers import tombstone_guard
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
 from kiq.replicas.taps import Tap, Taps
@@ -40,6 +50,10 @@ from kiq.stores.heap import release_freed_memory
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
 
 log = logging.getLogger(__name__)
+
+_MAX_REASON = 200  # characters of an unexpected error in a dead letter's reason
+_NO_GUARDS: dict[int, int] = {}  # shared, never written: a fetch with no guarded tombstone
+_NONE_EXPIRED: frozenset[int] = frozenset()
 
 
 class Materializer:
@@ -239,27 +253,24 @@ class Materializer:
             runtime, replica = self._replica_of(topic, partition)
             if runtime is None or replica is None:
                 continue
-            last = messages[-1].offset()
-            if last < replica.position:  # already applied (a re-assign can re-deliver)
-                continue
-            batch = self._decode(runtime, messages, replica)
-            if not self._store(replica, batch, last):
-                continue
-            if replica.aging is not None:
-                replica.aging.saw(batch)
-            replica.position = last + 1
-            if last >= replica.waits.lowest:  # a parked lookup waits for what just landed
-                replica.waits.reached(last)
-            replica.restored += len(batch)
-            replica.end_offset = max(replica.end_offset, replica.position)
-            self._metrics.records_applied.labels(runtime.spec.name).inc(len(batch))
-            tap = self.taps.get(replica.table, partition)
-            if tap is not None:
-                _tell(tap, last, batch, _expiries(messages) if _deletes(batch) else frozenset())
+            try:
+                self._apply_records(runtime, replica, messages)
+            except Exception as exc:  # one partition's failure must not drop the others' records
+                if replica.fault is None:
+                    log.exception(
+                        "replica apply failed table=%s partition=%d applied=%d; "
+                        "reading it again from there in %.0fs",
+                        replica.table,
+                        partition,
+                        replica.applied_offset,
+                        self._retry_s,
+                    )
+                self._fault(replica, f"a fetch could not be applied: {exc!r}"[:_MAX_REASON])
+        faulted = self._faulted
         for (topic, partition), end in fetched.ends.items():
             _, replica = self._replica_of(topic, partition)
-            if replica is None:
-                continue
+            if replica is None or (faulted and (replica.table, partition) in faulted):
+                continue  # a faulted replica moves only when read again from what it holds
             # An end below the position is no sign of a shorter log here: one fetch can
             # hold an end-of-partition event older than records it also brought.
             if end > replica.position:  # skipped offsets (compaction, control records)
@@ -273,6 +284,30 @@ class Materializer:
                     _tell(tap, end - 1, [], frozenset())
             replica.end_offset = max(end, replica.position)
             self._caught_up(replica)
+
+    def _apply_records(
+        self, runtime: TableRuntime, replica: Replica, messages: list[Record]
+    ) -> None:
+        """Stores one partition's records of a fetch, and moves its replica past them."""
+        last = messages[-1].offset()
+        if last < replica.position:  # already applied (a re-assign can re-deliver)
+            return
+        batch, guards = self._decode(runtime, messages, replica)
+        if guards:
+            batch = self._guarded(replica, batch, guards)
+        if not self._store(replica, batch, last):
+            return
+        if replica.aging is not None:
+            replica.aging.saw(batch)
+        replica.position = last + 1
+        if last >= replica.waits.lowest:  # a parked lookup waits for what just landed
+            replica.waits.reached(last)
+        replica.restored += len(batch)
+        replica.end_offset = max(replica.end_offset, replica.position)
+        self._metrics.records_applied.labels(runtime.spec.name).inc(len(batch))
+        tap = self.taps.get(replica.table, replica.partition)
+        if tap is not None:
+            _tell(tap, last, batch, frozenset(guards) if guards else _NONE_EXPIRED)
 
     def _restore_from_start(self, replica: Replica, end: int) -> None:
         """The log now ends at ``end``, below what ``replica`` applied: see the docstring.
@@ -309,7 +344,6 @@ class Materializer:
         except StoreClosedError:
             return False  # revoked meanwhile: nothing more to do for it
         except Exception as exc:
-            key = (replica.table, replica.partition)
             if replica.fault is None:
                 log.error(
                     "replica store write failed table=%s partition=%d applied=%d error=%s; "
@@ -320,9 +354,7 @@ class Materializer:
                     exc,
                     self._retry_s,
                 )
-            replica.fault = f"its store refused a write: {exc}"
-            self._reader.unassign([(replica.topic, replica.partition)])
-            self._faulted[key] = time.monotonic() + self._retry_s
+            self._fault(replica, f"its store refused a write: {exc}")
             return False
         if replica.fault is not None:
             log.warning(
@@ -333,6 +365,13 @@ class Materializer:
             )
             replica.fault = None
         return True
+
+    def _fault(self, replica: Replica, reason: str) -> None:
+        """Stops reading ``replica`` past what it holds; it is read again from its applied
+        offset in ``retry_s`` (``_retry_faulted``). The node is not ready meanwhile."""
+        replica.fault = reason
+        self._reader.unassign([(replica.topic, replica.partition)])
+        self._faulted[(replica.table, replica.partition)] = time.monotonic() + self._retry_s
 
     def _retry_faulted(self, now: float) -> None:
         """Reopens each faulted replica's store and reads it again from its applied offset.
@@ -372,20 +411,12 @@ class Materializer:
         return Aging(spec.retention_ms if spec.windowed else None, spec.key_separator or "|")
 
     def _guarded(
-        self, replica: Replica, messages: list[Record], batch: list[Change]
+        self, replica: Replica, batch: list[Change], guards: dict[int, int]
     ) -> list[Change]:
         """``batch`` without the sweep's tombstones that met a newer value (``replicas.aging``).
 
-        Only a batch with a tombstone comes here, and only tombstones' headers are read.
+        ``guards``: each guarded tombstone's offset and its ``kiq.expire-below`` (``_decode``).
         """
-        guards: dict[int, int] = {}
-        for msg in messages:
-            if msg.value() is None:
-                for name, raw in msg.headers() or ():
-                    if name == EXPIRE_BELOW and raw is not None and raw.isdigit():
-                        guards[msg.offset()] = int(raw)  # else not kiq's: a plain tombstone
-        if not guards:
-            return batch
         store = replica.store
 
         def current(key: bytes) -> int | None:
@@ -408,19 +439,21 @@ class Materializer:
 
     def _decode(
         self, runtime: TableRuntime, messages: list[Record], replica: Replica
-    ) -> list[Change]:
-        """The changes to store; a record that cannot be served goes to the dead letters.
+    ) -> tuple[list[Change], dict[int, int]]:
+        """The changes to store, and the guards of the sweep's tombstones among them.
 
-        Restores run through here once per record, so the common case (every
-        record good) checks the whole fetch at once; only a fetch with a bad
-        record pays for checking records one by one to find it. Only a fetch with a
-        tombstone has its tombstones' headers read (a sweep's are guarded: ``_guarded``).
+        Every record is untrusted input (``replicas.headers``): one that cannot be
+        applied goes to the dead letters with the reason, alone, and the rest are
+        applied. Restores run through here once per record, so the common case (every
+        record good) checks the whole fetch at once; only a fetch with a bad record
+        pays for checking records one by one to find it. Only a fetch with a tombstone
+        has its tombstones' headers read.
         """
         from_offset = replica.position
         if messages[0].offset() < from_offset:
             messages = [m for m in messages if m.offset() >= from_offset]
             if not messages:
-                return []
+                return [], _NO_GUARDS
         keys = [m.key() for m in messages]
         values = [m.value() for m in messages]
         offsets = [m.offset() for m in messages]
@@ -433,15 +466,18 @@ class Materializer:
                     decoded = runtime.codec.decode_all(values)
                     changes = list(zip(present, decoded, offsets, strict=True))
                     if None in values:
-                        return self._guarded(replica, messages, changes)
-                    return changes
-            except (UnicodeDecodeError, BadRecord):
-                pass
-        return self._guarded(replica, messages, self._decode_each(runtime, messages))
+                        return changes, _guards(messages)
+                    return changes, _NO_GUARDS
+            except Exception:  # BadRecord, or anything a hostile record makes a check raise
+                pass  # one by one, to send only the bad ones to the dead letters
+        return self._decode_each(runtime, messages, replica.partition)
 
-    def _decode_each(self, runtime: TableRuntime, messages: list[Record]) -> list[Change]:
+    def _decode_each(
+        self, runtime: TableRuntime, messages: list[Record], partition: int
+    ) -> tuple[list[Change], dict[int, int]]:
         decode = runtime.codec.decode
         changes: list[Change] = []
+        guards: dict[int, int] = {}
         for msg in messages:
             key, value, offset = msg.key(), msg.value(), msg.offset()
             try:
@@ -453,11 +489,44 @@ class Materializer:
                     key.decode("utf-8")
                 except UnicodeDecodeError:
                     raise BadRecord("key is not UTF-8") from None
-                changes.append((key, None if value is None else decode(value), offset))
-            except BadRecord as exc:  # a tombstone (None value) deletes the key
-                self._dlq.send(runtime.spec.topic, msg.partition(), offset, key, value, str(exc))
-                self._metrics.dead_letters.labels(runtime.spec.name).inc()
-        return changes
+                if value is None:  # a tombstone deletes the key; a sweep's is guarded
+                    below = tombstone_guard(msg)
+                    if below is not None:
+                        guards[offset] = below
+                    changes.append((key, None, offset))
+                else:
+                    changes.append((key, decode(value), offset))
+            except BadRecord as exc:
+                self._dead_letter(runtime, partition, offset, key, value, str(exc))
+            except Exception as exc:  # whatever else a record makes a check raise
+                reason = f"record cannot be applied: {exc!r}"
+                self._dead_letter(runtime, partition, offset, key, value, reason[:_MAX_REASON])
+        return changes, guards
+
+    def _dead_letter(
+        self,
+        runtime: TableRuntime,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+    ) -> None:
+        """Sends a record that cannot be applied to the dead letters, with ``reason``.
+
+        A record the dead-letter topic refuses as it is (larger than the producer's
+        limit) goes without its key and value: the headers still say where it is in
+        its topic. If that is refused too, this raises, and the partition is read
+        again later from what it holds: its position never passes a record that was
+        neither applied nor dead-lettered.
+        """
+        topic = runtime.spec.topic
+        try:
+            self._dlq.send(topic, partition, offset, key, value, reason)
+        except Exception as exc:
+            copy = f"{reason}; the record is not copied here: {exc!r}"
+            self._dlq.send(topic, partition, offset, None, None, copy[: 2 * _MAX_REASON])
+        self._metrics.dead_letters.labels(runtime.spec.name).inc()
 
     def _refresh_watermarks(self) -> None:
         for replica in list(self._replicas.values()):
@@ -524,15 +593,15 @@ def _tell(tap: Tap, through: int, batch: list[Change], expired: frozenset[int]) 
         log.exception("watch tap failed through=%d; the watchers of it may miss a change", through)
 
 
-def _deletes(batch: list[Change]) -> bool:
-    return any(change[1] is None for change in batch)
+def _guards(messages: list[Record]) -> dict[int, int]:
+    """The ``kiq.expire-below`` of each tombstone in ``messages`` that has one, by offset.
 
-
-def _expiries(messages: list[Record]) -> frozenset[int]:
-    """The offsets of the expiry sweep's tombstones (``kiq.expire-below``): a watcher is told
-    the key expired rather than that it was deleted."""
-    return frozenset(
-        m.offset()
-        for m in messages
-        if m.value() is None and any(name == EXPIRE_BELOW for name, _ in m.headers() or ())
-    )
+    Raises ``BadRecord`` when one is not valid: ``_decode`` then judges each record alone.
+    """
+    guards: dict[int, int] = {}
+    for msg in messages:
+        if msg.value() is None:
+            below = tombstone_guard(msg)
+            if below is not None:
+                guards[msg.offset()] = below
+    return guards
