@@ -43,7 +43,7 @@ from kiq.replicas.expiry import ExpirySweeper, Outgoing
 from kiq.security import Security, security_for
 from kiq.security import tls as tls_contexts
 from kiq.settings import NodeSettings, ServeSettings, TlsSettings
-from kiq.stores import MemoryBudget
+from kiq.stores import MemoryBudget, private_dir
 from kiq.tables import TableRuntime, TableSpec, codec_for
 from kiq.tables.declared import Served, decode_catalog, parse_serve_tables, resolve_tables
 from kiq.tables.versions import Alias, decode_aliases
@@ -82,6 +82,9 @@ def build_node(settings: NodeSettings) -> BuiltNode:
     endpoints = app_endpoints(settings)
     kafka = KafkaSecurity.from_settings(settings.kafka)  # reads the password file now
     budget = MemoryBudget.of_mib(serve.store_memory_mb)
+    # The node's stores and files, readable by its own user alone.
+    private_dir(serve.data_dir)
+    private_dir(serve.data_dir / "tables", own=True)
     tables, aliases = catalog_tables(serve, served, settings.app.name, kafka)
     writer = LogWriter(serve.bootstrap, kafka)
     node = _node(serve, tables, kafka, budget, writer)
@@ -130,16 +133,33 @@ def _node(
 ) -> Node:
     """The node's parts that talk to Kafka, and the node made of them."""
     runtimes: dict[str, TableRuntime] = {}
+    missing: list[ConfigError] = []
     for spec in tables:
-        count = topic_partitions(serve.bootstrap, spec.topic, security=kafka)
+        count = None
+        if spec.declared is None or spec.topic != serve.dead_letter_topic:
+            count = topic_partitions(serve.bootstrap, spec.topic, security=kafka)
         if count is None:
-            raise ConfigError(
+            error = ConfigError(
                 f"table {spec.name}: topic {spec.topic!r} does not exist on "
                 f"{serve.bootstrap}, or kiq's Kafka user may not describe it: create it "
                 "(with the input's partition count) first, or grant Describe and Read on it "
                 "(docs/security.md, Kafka ACLs)"
             )
+            if spec.declared is None:
+                raise error  # the operator's own NAME=TOPIC
+            # A declaration: served once its topic is there (NodeCatalog), never fatal.
+            log.warning(
+                "table declaration not served yet table=%s topic=%s reason=%s",
+                spec.name,
+                spec.topic,
+                "no such topic" if spec.topic != serve.dead_letter_topic else "dead letters",
+            )
+            missing.append(error)
+            continue
         runtimes[spec.name] = TableRuntime(spec, codec_for(spec), count)
+    if not runtimes and missing:
+        raise missing[0]
+    tables = [runtimes[name].spec for name in runtimes]
     if topic_partitions(serve.bootstrap, serve.dead_letter_topic, security=kafka) is None:
         create_topics(serve.bootstrap, {serve.dead_letter_topic: 1}, security=kafka)
     grouped = [t.topic for t in tables if not t.global_]

@@ -22,15 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-import msgspec
-
 from kiq.catalog import CATALOG_TOPIC
+from kiq.errors import ConfigError
 from kiq.kafka import KafkaSecurity, delete_topics, topic_partitions
-from kiq.kafka.compacted import Follower
+from kiq.kafka.compacted import Follower, read_latest
 from kiq.node import Node
 from kiq.stores import remove_table_stores
-from kiq.tables import TableRuntime, codec_for
+from kiq.tables import TableRuntime, checks, codec_for
 from kiq.tables.declared import Declared, Served, serves, spec_for
+from kiq.tables.retire import RESERVED
 from kiq.tables.versions import Alias, alias_key
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,8 @@ _ALIAS = "alias:"
 _CLOSE_WAIT_S = 10.0
 # How often a declared version whose topic does not exist yet is looked for again.
 _RETRY_S = 1.0
+# At most this many declarations wait for their topic (a flood of them costs no more).
+_MAX_PENDING = 1000
 
 
 class NodeCatalog:
@@ -86,45 +88,77 @@ class NodeCatalog:
         self.follower.stop()
 
     def apply(self, records: list[tuple[str, bytes | None]]) -> None:
-        """One batch of catalog records, in the order written (empty: a quiet poll)."""
+        """One batch of catalog records, in the order written (empty: a quiet poll). Each
+        is untrusted (``kiq.tables.checks``): one that is refused, or fails, is skipped
+        alone and never stops the others."""
         for key, value in records:
-            if key.startswith(_TABLE):
-                self._declared(key, value)
-            elif key.startswith(_ALIAS):
-                self._aliased(key, value)
+            try:
+                if key.startswith(_TABLE):
+                    self._declared(key, value)
+                elif key.startswith(_ALIAS):
+                    self._aliased(key, value)
+            except Exception as exc:  # the next record is still applied; the log has why
+                log.warning(
+                    "catalog record not applied topic=%s key=%.200r error=%s",
+                    CATALOG_TOPIC,
+                    key,
+                    exc,
+                )
         if self._pending and time.monotonic() >= self._retry_at:
             self._retry_at = time.monotonic() + _RETRY_S
             for key, declared in list(self._pending.items()):
                 if self._add(declared):
                     self._pending.pop(key, None)
+                    self._served_by(key, declared)
 
     def _declared(self, key: str, value: bytes | None) -> None:
         if value is None:
             self._pending.pop(key, None)
+            # Only a name this node derived from a valid record and serves: never the key's.
             name = self._names.pop(key, None)
             if name is not None:
                 self._retire(name)
             return
-        try:
-            declared = msgspec.json.decode(value, type=Declared)
-        except msgspec.DecodeError:
-            return  # a newer kiq's record: the node serves what it understands
+        declared = checks.decode(CATALOG_TOPIC, key, value, Declared)
+        if declared is None:
+            return  # refused (logged once), or a newer kiq's: the node serves what it can read
         if not serves(self._served, self._every, declared, self._app):
             return
-        self._names[key] = declared.name
         if declared.name in self._node.tables:
+            self._served_by(key, declared)
             return  # served already (a change to it takes a restart, as before)
-        if not self._add(declared):
+        if self._add(declared):
+            self._served_by(key, declared)
+        elif key in self._pending or len(self._pending) < _MAX_PENDING:
             self._pending[key] = declared
+        else:
+            checks.refused(CATALOG_TOPIC, key, "too many declarations wait for their topic")
+
+    def _served_by(self, key: str, declared: Declared) -> None:
+        """Note that the version ``key`` declares is served: its tombstone retires it."""
+        if declared.name in self._node.tables and checks.internal_name_ok(declared.name):
+            self._names[key] = declared.name
 
     def _add(self, declared: Declared) -> bool:
         """Serve ``declared``; False while its topic does not exist yet (the pipeline declares
-        a table before it creates the topic)."""
+        a table before it creates the topic), or another table is served from it."""
         try:
             spec = spec_for(self._served, declared, self._standby)
+            other = next(
+                (
+                    t.spec.name
+                    for t in list(self._node.tables.values())
+                    if t.spec.topic == spec.topic and t.spec.name != spec.name
+                ),
+                None,
+            )
+            if other is not None:
+                raise ConfigError(f"table {other} is served from topic {spec.topic!r}")
+            if spec.topic == self._node.settings.dead_letter_topic:
+                raise ConfigError(f"topic {spec.topic!r} is the node's dead letters")
             count = topic_partitions(self._bootstrap, spec.topic, security=self._security)
         except Exception as exc:  # a clash with [serve] tables, or Kafka: said once, tried again
-            if declared.name not in self._warned:
+            if declared.name not in self._warned and len(self._warned) < _MAX_PENDING:
                 self._warned.add(declared.name)
                 log.warning("table version not served yet table=%s error=%s", declared.name, exc)
             return False
@@ -136,16 +170,13 @@ class NodeCatalog:
     def _aliased(self, key: str, value: bytes | None) -> None:
         alias = None
         if value is not None:
-            try:
-                alias = msgspec.json.decode(value, type=Alias)
-            except msgspec.DecodeError:
-                return
-            if alias.app != self._app or alias.catalog_key != key:
+            alias = checks.decode(CATALOG_TOPIC, key, value, Alias)
+            if alias is None or alias.app != self._app:
                 return
             table = alias.table
         else:
             app, _, table = key[len(_ALIAS) :].partition("/")
-            if alias_key(table, app) != key or app != self._app:
+            if not checks.table_name_ok(table) or alias_key(table, app) != key or app != self._app:
                 return
         self._node.set_alias(table, alias)
 
@@ -191,7 +222,14 @@ class CatalogWriter:
     async def delete_topics(self, topics: Sequence[str]) -> list[str]:
         return await asyncio.to_thread(self._delete, list(topics))
 
+    async def latest(self) -> dict[str, bytes]:
+        return await asyncio.to_thread(
+            read_latest, self._bootstrap, CATALOG_TOPIC, security=self._security
+        )
+
     def _delete(self, topics: list[str]) -> list[str]:
+        # The last fence: whatever a caller decided, never the catalog, progress or Kafka's own.
+        topics = [t for t in topics if t not in RESERVED and not t.startswith("__")]
         there = [t for t in topics if topic_partitions(self._bootstrap, t, security=self._security)]
         if there:
             delete_topics(self._bootstrap, there, security=self._security)

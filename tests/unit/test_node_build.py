@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from kiq import node_build
@@ -18,6 +20,8 @@ from kiq.errors import ConfigError
 from kiq.kafka import PLAINTEXT, KafkaSecurity
 from kiq.node_build import BuiltNode, LogWriter, build_node
 from kiq.settings import NodeSettings
+from kiq.tables import checks
+from kiq.tables.declared import Declared
 
 PARTITIONS = 2
 
@@ -177,3 +181,49 @@ def test_the_built_node_advertises_the_scheme_it_serves(
 
 def _close(built: BuiltNode) -> None:
     built.app.peers.close()
+
+
+def test_a_hostile_or_unservable_catalog_never_stops_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    checks._said.clear()  # each refusal is logged once per process
+    Kafka(monkeypatch)
+    asked = node_build.topic_partitions
+
+    def topic_partitions(bootstrap: str, topic: str, *, security: KafkaSecurity) -> int | None:
+        return None if topic == "gone-topic" else asked(bootstrap, topic, security=security)
+
+    hostile = {
+        "table:kiq//abs/outside": {"table": "/abs/outside", "topic": "x", "key": ["k"]},
+        "table:kiq/..": {"table": "..", "topic": "y", "key": ["k"]},
+        "table:kiq/badsep": {"table": "badsep", "topic": "z", "key": ["a", "b"], "sep": "||"},
+        "table:kiq/nokey": {"table": "nokey", "topic": "w", "key": []},
+    }
+    declared = [
+        Declared(table="later", topic="gone-topic", key=("k",)),  # its topic not there yet
+        Declared(table="aaa", topic="t", key=("k",)),  # the operator's t=t reads that topic
+        Declared(table="real", topic="real-topic", key=("k",)),
+    ]
+    records = {key: msgspec.json.encode(value) for key, value in hostile.items()}
+    records.update({d.catalog_key: d.encode() for d in declared})
+
+    class Catalog:
+        @staticmethod
+        def read_latest(bootstrap: str, topic: str, *, security: KafkaSecurity) -> dict:
+            return records
+
+    monkeypatch.setattr(node_build, "compacted", Catalog)
+    monkeypatch.setattr(node_build, "topic_partitions", topic_partitions)
+    settings = NodeSettings.load(
+        serve={"bootstrap": "k:9092", "data_dir": tmp_path / "n", "tables": ["*", "t=t,standby=0"]}
+    )
+    built = build_node(settings)
+    try:
+        assert sorted(built.node.tables) == ["real", "t"]
+        assert caplog.text.count("catalog record refused") == len(hostile)
+        assert "table declaration not served table=aaa" in caplog.text
+        assert "table declaration not served yet table=later" in caplog.text
+        assert stat.S_IMODE((tmp_path / "n").stat().st_mode) == 0o700
+        assert stat.S_IMODE((tmp_path / "n" / "tables").stat().st_mode) == 0o700
+    finally:
+        _close(built)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from kiq import node_catalog
@@ -16,7 +17,7 @@ from kiq.kafka import PLAINTEXT
 from kiq.node import Node, NodeView
 from kiq.node_catalog import NodeCatalog
 from kiq.replicas import ReplicaState
-from kiq.tables import TableRuntime, codec_for
+from kiq.tables import TableRuntime, checks, codec_for
 from kiq.tables.declared import Declared, Served, parse_served
 from kiq.tables.spec import TableSpec
 from kiq.tables.versions import Alias
@@ -389,3 +390,31 @@ def test_v1_declared_before_the_node_started_can_be_retired_too(
     assert list(node.tables) == ["totals@v2"]
     assert node.current["totals"].spec.name == "totals@v2"
     assert not (node.settings.data_dir / "tables" / "totals").exists()
+
+
+def test_a_hostile_declaration_and_its_tombstone_delete_nothing_and_stop_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    checks._said.clear()  # each refusal is logged once per process
+    local = make_node(tmp_path / "nodes", Cluster(), TABLES)
+    node, data_dir = local.node, local.node.settings.data_dir
+    (data_dir / "tables").mkdir(parents=True)
+    (data_dir / "keep").mkdir()
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    catalog = follower(local, monkeypatch, Topics(totals=4, totals_v2=4))
+    hostile = [
+        (f"table:shop/{name}", {"table": name, "topic": "totals.v2", "key": ["k"], "app": "shop"})
+        for name in (str(outside), "..", "../../outside", ".")
+    ]
+    hostile += [
+        ("table:shop/badsep", {"table": "badsep", "topic": "b", "key": ["a"], "sep": "||"}),
+        ("table:shop/totals@v8", {**msgspec.to_builtins(V2), "version": "v9"}),  # not its key
+    ]
+    records = [(key, msgspec.json.encode(value)) for key, value in hostile]
+    catalog.apply([*records[:3], (V2.catalog_key, V2.encode()), *records[3:]])
+    assert list(node.tables) == ["totals", "totals@v2"], "the valid record among them is served"
+    catalog.apply([(key, None) for key, _ in records])
+    assert (outside / "keep").is_dir() and (data_dir / "keep").is_dir()
+    assert list(node.tables) == ["totals", "totals@v2"]
+    assert caplog.text.count("catalog record refused") == len(records)

@@ -24,6 +24,7 @@ import msgspec
 
 from kiq.catalog import PROGRESS_TOPIC
 from kiq.kafka import PLAINTEXT, KafkaSecurity, compacted
+from kiq.tables import checks
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -82,6 +83,30 @@ class QueryProgress(msgspec.Struct, frozen=True, kw_only=True):
 
     def encode(self) -> bytes:
         return msgspec.json.encode(self)
+
+    def check(self, key: str) -> None:
+        """Its schema (``kiq.tables.checks``): bounded names, text and numbers, its own key.
+        A driver's record is shown by every node; a forged one is refused, not shown."""
+        checks.app(self.app)
+        checks.pipeline(self.pipeline)
+        checks.text(self.query, "query", 200)
+        checks.text(self.trigger, "trigger", 40)
+        checks.count(self.batch, "batch", minimum=-1)
+        checks.count(self.input_rows, "input_rows")
+        checks.rate(self.input_rows_per_s, "input_rows_per_s")
+        checks.rate(self.processed_rows_per_s, "processed_rows_per_s")
+        for field, value in (("batch_ms", self.batch_ms), ("behind", self.behind)):
+            if value is not None:
+                checks.count(value, field)
+        checks.items(self.sources, "sources", 64)
+        for source in self.sources:
+            checks.text(source.source, "a source", 4_000, lines=True)
+            if source.behind is not None:
+                checks.count(source.behind, "a source's behind")
+        checks.count(self.reported_ms, "reported_ms", checks.MAX_MS)
+        checks.count(self.published_ms, "published_ms", checks.MAX_MS)
+        checks.text(self.error, "error", 100_000, raw=True)
+        checks.key(key, self.key)
 
     def stale(self, now_ms: int) -> bool:
         """A running query not heard of for ``STALE_S``: its driver is gone or cut off."""
@@ -185,12 +210,12 @@ def _now_ms() -> int:
 
 def decode_progress(records: Mapping[str, bytes], app: str | None = None) -> list[QueryProgress]:
     """The queries' progress in a read of the topic (``app``'s only, when given), by key; a
-    record this kiq cannot read is skipped."""
+    record this kiq cannot read, or that breaks its schema (``QueryProgress.check``), is
+    logged once and skipped."""
     found = []
     for key in sorted(records):
-        try:
-            progress = msgspec.json.decode(records[key], type=QueryProgress)
-        except msgspec.DecodeError:
+        progress = checks.decode(PROGRESS_TOPIC, key, records[key], QueryProgress)
+        if progress is None:
             continue
         if app is None or progress.app == app:
             found.append(progress)

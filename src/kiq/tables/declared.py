@@ -11,13 +11,16 @@ be repeated there but must agree, or the node stops naming both sides.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
 
+from kiq.catalog import CATALOG_TOPIC, PROGRESS_TOPIC
 from kiq.errors import ConfigError
+from kiq.tables import checks
 from kiq.tables.spec import TableSpec, parse_table
 from kiq.tables.versions import (
     DEFAULT_VERSION,
@@ -26,6 +29,8 @@ from kiq.tables.versions import (
     run_name,
     versioned_topic,
 )
+
+log = logging.getLogger(__name__)
 
 Partitioning = Literal["key", "input"]
 _PREFIX = "table:"
@@ -85,6 +90,42 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
     def encode(self) -> bytes:
         return msgspec.json.encode(self)
 
+    def check(self, key: str) -> None:
+        """Its schema (``kiq.tables.checks``): names that are never paths, bounded numbers,
+        its own key, and a table a node can make of it (``spec_of``)."""
+        checks.table(self.table)
+        checks.version(self.version)
+        checks.app(self.app)
+        _table_topic(self.topic, "topic")
+        checks.items(self.key, "key", 32)
+        if not self.key:
+            raise checks.Refused("key must name at least one column")
+        for part in self.key:
+            checks.name(part, "a key part", 200)
+        if self.sep is not None:
+            checks.sep(self.sep)
+        checks.count(self.partitions, "partitions", checks.MAX_PARTITIONS)
+        if self.pipeline:
+            checks.pipeline(self.pipeline)
+            if "@" in self.pipeline:
+                raise checks.Refused("pipeline names no version (version says it)")
+        checks.text(self.query, "query")
+        for field, ms in (("ttl_ms", self.ttl_ms), ("retention_ms", self.retention_ms)):
+            if ms is not None:
+                checks.count(ms, field, checks.MAX_MS, minimum=1)
+        for field, column in (("window", self.window), ("rank_by", self.rank_by)):
+            if column is not None:
+                checks.name(column, field, 200)
+        checks.text(self.checkpoint, "checkpoint", 4096)
+        checks.items(self.dead_letters, "dead_letters", 64)
+        for topic in self.dead_letters:
+            _table_topic(topic, "dead_letters")
+        checks.key(key, self.catalog_key)
+        try:
+            spec_of(self)
+        except ConfigError as exc:
+            raise checks.Refused(str(exc)) from None
+
     def describe(self) -> str:
         """How the pipeline declared it, for messages."""
         key = (self.sep or "|").join(self.key) if self.sep else self.key[0]
@@ -113,6 +154,24 @@ class Started(msgspec.Struct, frozen=True, kw_only=True):
 
     def encode(self) -> bytes:
         return msgspec.json.encode(self)
+
+    def check(self, key: str) -> None:
+        """Its schema (``kiq.tables.checks``): a run name (``NAME``, ``NAME@VERSION``), its
+        tables' names, a time, its own key."""
+        checks.pipeline(self.pipeline)
+        checks.items(self.tables, "tables", checks.MAX_ITEMS)
+        for table in self.tables:
+            checks.internal(table, "a table")
+        checks.count(self.started_at_ms, "started_at_ms", checks.MAX_MS)
+        checks.app(self.app)
+        checks.key(key, self.catalog_key)
+
+
+def _table_topic(topic: object, what: str) -> None:
+    """A topic a table may be read from or dead-lettered to: none of kiq's own or Kafka's."""
+    checks.topic(topic, what)
+    if topic in (CATALOG_TOPIC, PROGRESS_TOPIC) or str(topic).startswith("__"):
+        raise checks.Refused(f"{what} {topic!r} is one of kiq's or Kafka's own topics")
 
 
 def decode_started(records: Mapping[str, bytes], app: str | None = None) -> dict[str, Started]:
@@ -184,13 +243,19 @@ def resolve_tables(
     Without ``served`` (or with ``every_declared``, ``*`` in ``[serve] tables``), every
     table the catalog holds for ``app`` too. A served entry the catalog lacks needs its
     topic (``NAME=TOPIC``): a topic no pipeline writes, a producer's own. A served entry
-    that disagrees with the catalog is a ``ConfigError`` naming both.
+    that no declared version of its table agrees with is a ``ConfigError`` naming both (the
+    entry is at fault); a declaration the node cannot serve (one that disagrees while
+    another version agrees, one whose topic a table before it takes) is logged and left
+    out: a catalog record never stops a node.
     """
     tables: dict[str, TableSpec] = {}
     if every_declared or not served:
         for d in sorted(catalog.values(), key=lambda d: d.name):
             if d.app == app:
-                tables[d.name] = _from_catalog(d, None, default_standby)
+                try:
+                    tables[d.name] = _from_catalog(d, None, default_standby)
+                except ConfigError as exc:
+                    _not_served(d, str(exc))
     for entry in served:
         versions = [d for d in catalog.values() if d.table == entry.name and d.app == app]
         if not versions:
@@ -202,10 +267,49 @@ def resolve_tables(
                 )
             tables[entry.name] = entry.spec
             continue
+        clashes: list[ConfigError] = []
         for declared in sorted(versions, key=lambda d: d.name):
-            _check_agrees(entry, declared)
-            tables[declared.name] = _from_catalog(declared, entry, default_standby)
-    return list(tables.values())
+            try:
+                _check_agrees(entry, declared)
+                tables[declared.name] = _from_catalog(declared, entry, default_standby)
+            except ConfigError as exc:
+                clashes.append(exc)
+                tables.pop(declared.name, None)
+                _not_served(declared, str(exc))
+        if len(clashes) == len(versions):
+            raise clashes[0]
+    named = {entry.name for entry in served}
+    return _own_topics(list(tables.values()), named)
+
+
+def _own_topics(tables: list[TableSpec], named: set[str]) -> list[TableSpec]:
+    """``tables`` less each declared one whose topic another takes first: the operator's own
+    ``NAME=TOPIC`` entries, then the tables ``[serve] tables`` names, then the others in
+    name order. Two tables never read one topic."""
+    first = sorted(tables, key=lambda t: (t.declared is not None, t.table not in named, t.name))
+    taken: dict[str, str] = {}
+    dropped: set[str] = set()
+    for spec in first:
+        if spec.topic in taken and spec.declared is not None:
+            log.warning(
+                "table declaration not served table=%s topic=%s reason=%s",
+                spec.name,
+                spec.topic,
+                f"table {taken[spec.topic]} is served from that topic",
+            )
+            dropped.add(spec.name)
+            continue
+        taken.setdefault(spec.topic, spec.name)
+    return [t for t in tables if t.name not in dropped]
+
+
+def _not_served(declared: Declared, reason: str) -> None:
+    log.warning(
+        "table declaration not served table=%s topic=%s reason=%s",
+        declared.name,
+        declared.topic,
+        reason,
+    )
 
 
 def serves(served: Sequence[Served], every_declared: bool, declared: Declared, app: str) -> bool:

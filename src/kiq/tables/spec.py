@@ -6,7 +6,6 @@ so a spec from TOML or code is held to the same rules.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from kiq.errors import ConfigError
+from kiq.tables import checks
 from kiq.tables.durations import parse_duration
 from kiq.tables.versions import split_internal
 
@@ -29,11 +29,9 @@ _EXAMPLES = (
     "quotes=stock-quotes or ref=symbols,store=memory,global or ev=events,format=avro,schema=ev.avsc"
 )
 
-# A table's own name; a node's name for another version of it adds "@VERSION"
-# (kiq.tables.versions), which a name given by a user never has.
-_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}(@[A-Za-z0-9_-]{1,40})?")
-# Kafka's own rule for topic names.
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+# A table's own name is kiq.tables.checks's rule (never a path); a node's name for another
+# version of it adds "@VERSION" (kiq.tables.versions), which a name given by a user never has.
+_TOPIC = checks.TOPIC_NAME
 
 
 @dataclass(frozen=True)
@@ -89,9 +87,10 @@ class TableSpec:
 
     def __post_init__(self) -> None:
         self._check_aging()
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+        if not checks.internal_name_ok(self.name):
             raise ConfigError(
-                f"table name {self.name!r} is invalid: use 1-100 of A-Z a-z 0-9 . _ -"
+                f"table name {self.name!r} is invalid: use 1-100 of A-Z a-z 0-9 . _ - "
+                "(not . or .., no ..)"
             )
         if not isinstance(self.topic, str) or not _TOPIC.fullmatch(self.topic):
             raise ConfigError(

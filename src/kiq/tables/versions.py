@@ -22,14 +22,16 @@ from typing import TypeVar
 
 import msgspec
 
+from kiq.catalog import CATALOG_TOPIC
 from kiq.errors import ConfigError
+from kiq.tables import checks
 
-_R = TypeVar("_R", bound=msgspec.Struct)
+_R = TypeVar("_R", bound=checks.Checked)
 
 DEFAULT_VERSION = "v1"
 # Between a table's name and its version, in the names nodes use internally.
 VERSION_MARK = "@"
-_VERSION = re.compile(r"[A-Za-z0-9_-]{1,40}")
+_VERSION = checks.VERSION_NAME
 _ALIAS = "alias:"
 
 
@@ -83,6 +85,16 @@ class Alias(msgspec.Struct, frozen=True, kw_only=True):
     def catalog_key(self) -> str:
         return alias_key(self.table, self.app)
 
+    def check(self, key: str) -> None:
+        """Its schema (``kiq.tables.checks``): a table's own name, versions, its own key."""
+        checks.table(self.table)
+        checks.version(self.version)
+        checks.app(self.app)
+        checks.count(self.switched_at_ms, "switched_at_ms", checks.MAX_MS)
+        if self.previous is not None:
+            checks.version(self.previous, "previous")
+        checks.key(key, self.catalog_key)
+
     def encode(self) -> bytes:
         return msgspec.json.encode(self)
 
@@ -97,14 +109,14 @@ def decode_aliases(records: Mapping[str, bytes], app: str | None = None) -> dict
 
 
 def catalog_records(records: Mapping[str, bytes], prefix: str, kind: type[_R]) -> Iterator[_R]:
-    """The records of one kind in a catalog read (their keys start with ``prefix``); one kiq
-    cannot read (written by a newer kiq, say) is skipped, not fatal."""
+    """The records of one kind in a catalog read (their keys start with ``prefix``), each
+    held to its schema (``kiq.tables.checks``); one that breaks it, or that kiq cannot read
+    (written by a newer kiq, say), is logged once and skipped, never fatal."""
     for key, value in records.items():
         if key.startswith(prefix):
-            try:
-                yield msgspec.json.decode(value, type=kind)
-            except msgspec.DecodeError:
-                continue
+            record = checks.decode(CATALOG_TOPIC, key, value, kind)
+            if record is not None:
+                yield record
 
 
 def current_version(versions: Iterable[str], alias: Alias | None) -> str | None:
