@@ -264,9 +264,11 @@ def test_versions_diff_switch_rollback_retire(bootstrap: str, tmp_path: Path):
         }
         assert (checkpoints / runs["v1"]).is_dir() and (checkpoints / runs["v2"]).is_dir()
         v1.stop()  # its last progress record says it stopped
-        retired = kiq("retire", TABLE, "v1", "--url", urls[1])
+        # The checkpoint root the pipelines ran with: only RUN under it is deleted.
+        retired = kiq("retire", TABLE, "v1", "--url", urls[1], "--checkpoint", str(checkpoints))
         assert retired.returncode == 0, retired.stdout + retired.stderr
         assert topic_partitions(bootstrap, TABLE) is None
+        assert topic_partitions(bootstrap, f"{TABLE}.v2") is not None, "v2's topic stays"
         assert not (checkpoints / runs["v1"]).exists()
         assert (checkpoints / runs["v2"]).is_dir()
         for node in cluster.nodes.values():

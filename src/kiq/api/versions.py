@@ -5,8 +5,12 @@ and the pipelines' progress for how far each version's query has read, so one an
 says whether a version is complete: what ``kiq diff`` waits for, and what ``kiq switch``
 checks before it moves the name. The switch itself is one record in the table catalog
 (an ``Alias``), which every node follows (``kiq.node_catalog``); the answer comes once
-every node reachable says it has moved. Retiring writes the version's declaration's
-tombstone, which makes every node close and delete its stores, then deletes its topic.
+every node reachable says it has moved. Retiring, in this order: refuses (nothing changed)
+the current version, one whose pipeline runs, or when the catalog cannot be read; decides
+from the whole catalog which topics may go (``kiq.tables.retire``: only those kiq derives
+for the version and nothing else uses); writes the declaration's tombstone, which makes
+every node close and delete its stores; deletes the topics decided, naming each one kept
+(``topics_kept``, and a ``retire kept`` log line) rather than failing half-way.
 The catalog and Kafka are reached through ``CatalogAdmin``, a collaborator the node's
 composition root gives (the API talks to no broker itself).
 """
@@ -21,14 +25,15 @@ from typing import Any, Protocol
 
 from kiq.api.admin import own_status
 from kiq.api.dashboard import PipelineProgress
-from kiq.api.errors import ApiError, BadRequest, UnknownTable
+from kiq.api.errors import ApiError, BadRequest, Unavailable, UnknownTable
 from kiq.catalog import CATALOG_TOPIC, PROGRESS_TOPIC
 from kiq.node import NodeView
 from kiq.routing import NodeStatus, PeerError, Peers
 from kiq.routing.wire import ReplicaStatus
 from kiq.tables import TableRuntime
 from kiq.tables.declared import catalog_key
-from kiq.tables.versions import DEFAULT_VERSION, Alias, run_name, versioned_topic
+from kiq.tables.retire import Kept, RetireTopics, input_topics, retire_topics, sharing_run
+from kiq.tables.versions import Alias, run_name
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,11 @@ class CatalogAdmin(Protocol):
 
     async def delete_topics(self, topics: Sequence[str]) -> list[str]:
         """Delete those of ``topics`` that exist; the ones deleted."""
+        ...
+
+    async def latest(self) -> Mapping[str, bytes]:
+        """The catalog's latest record of every key, every application's (read to its end):
+        what a retire checks a declaration's topics against."""
         ...
 
 
@@ -159,14 +169,37 @@ class VersionsApi:
         pipeline = str(declared.get("pipeline") or "")
         run = run_name(pipeline, version) if pipeline else ""
         query = str(declared.get("query") or "")
-        for q in await self._queries():
+        queries = await self._queries()
+        for q in queries:
             if q.get("pipeline") == run and q.get("state") == "running" and not q.get("stale"):
                 raise Conflict(
                     f"pipeline {run} still writes {table} {version} (query {q.get('query')} is "
                     "running): stop it first, then retire the version"
                 )
-        name, topic = target.spec.name, target.spec.topic
-        offset = await catalog.put(CATALOG_TOPIC, catalog_key(table, catalog.app, version), None)
+        # Decided before anything changes: a catalog that cannot be read refuses the retire
+        # whole. The declaration's topics are claims; only what kiq derives is deleted.
+        name, key = target.spec.name, catalog_key(table, catalog.app, version)
+        try:
+            records = await catalog.latest()
+        except Exception as exc:  # the broker's or the client's
+            raise Unavailable(
+                f"cannot read the table catalog to check what retiring {table} {version} may "
+                f"delete ({exc or type(exc).__name__}): nothing was changed, try again"
+            ) from exc
+        topics = retire_topics(
+            key=key,
+            topic=target.spec.topic,
+            version=version,
+            dead_letters=_letters(declared),
+            catalog=records,
+            served={n: t.spec.topic for n, t in list(self.node.tables.items()) if n != name},
+            inputs=input_topics(queries),
+        )
+        checkpoint_path = str(declared.get("checkpoint") or "")
+        shared = sharing_run(
+            key=key, app=catalog.app, run=run, checkpoint=checkpoint_path, catalog=records
+        )
+        offset = await catalog.put(CATALOG_TOPIC, key, None)
         await catalog.followed(offset, FOLLOW_WAIT_S)
         nodes = await self._until(
             auth, lambda s: name in s.tables, lambda present: not present, dropped=True
@@ -178,27 +211,49 @@ class VersionsApi:
             and t.spec.declared is not None
             and run_name(str(t.spec.declared.get("pipeline") or ""), t.spec.version) == run
         ]
-        last_of_run = bool(run) and not others
-        # Its query's dead letters, unless a table still served shares that query.
-        letters = _letters(declared) or [_dead_letters(topic, version)]
-        kept = {d for t in others for d in _letters(t.spec.declared or {})}
-        deleted = await catalog.delete_topics([topic, *(d for d in letters if d not in kept)])
+        last_of_run = bool(run) and not others and shared is None
+        # The declaration is gone now: what follows is named in the answer, never an error.
+        deleted, kept = await self._delete(catalog, topics)
+        for k in kept:
+            log.warning(
+                "retire kept table=%s version=%s topic=%s reason=%r",
+                table,
+                version,
+                k.topic,
+                k.reason,
+            )
         checkpoint = None
         if last_of_run:
             # The pipeline version is gone with its last table: its start and progress too.
             await catalog.put(CATALOG_TOPIC, f"pipeline:{catalog.app}/{run}", None)
             if query:
                 await catalog.put(PROGRESS_TOPIC, f"{catalog.app}/{run}/{query}", None)
-            checkpoint = str(declared.get("checkpoint") or "") or None
+            checkpoint = checkpoint_path or None
         log.info("table retired table=%s version=%s topics=%s", table, version, ",".join(deleted))
         return {
             "table": table,
             "version": version,
+            "run": run or None,
             "topics_deleted": deleted,
+            "topics_kept": [k.as_json() for k in kept],
             "checkpoint": checkpoint,
             "last_of_run": last_of_run,
             "nodes": nodes,
         }
+
+    async def _delete(
+        self, catalog: CatalogAdmin, topics: RetireTopics
+    ) -> tuple[list[str], list[Kept]]:
+        """Deletes ``topics.delete``; what was deleted, and every topic kept (a deletion
+        that failed is one, with the broker's reason)."""
+        kept = list(topics.kept)
+        if not topics.delete:
+            return [], kept
+        try:
+            return await catalog.delete_topics(topics.delete), kept
+        except Exception as exc:  # the broker's or the client's: said, not raised
+            why = f"could not delete it: {exc or type(exc).__name__}; delete it by hand"
+            return [], kept + [Kept(t, why) for t in topics.delete]
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -263,15 +318,6 @@ def _letters(declared: Mapping[str, object]) -> list[str]:
     """The dead-letter topics a declaration records (none in a record older than that)."""
     found = declared.get("dead_letters")
     return [str(d) for d in found] if isinstance(found, list | tuple) else []
-
-
-def _dead_letters(topic: str, version: str) -> str:
-    """Where ``ctx.write_table`` sends a version's dead letters unless told otherwise:
-    ``TOPIC-dlq``, ``TOPIC-dlq.V`` for a version V other than v1 (``topic`` being
-    ``TOPIC.V``: kiq.pipelines.context)."""
-    if version == DEFAULT_VERSION:
-        return f"{topic}-dlq"
-    return versioned_topic(f"{topic.removesuffix(f'.{version}')}-dlq", version)
 
 
 def _version(table: str, version: str, versions: Mapping[str, TableRuntime]) -> TableRuntime:

@@ -10,7 +10,6 @@ so they work from any machine that reaches a node: the node does the cluster's w
 from __future__ import annotations
 
 import re
-import shutil
 import ssl
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote
 
 import orjson
 import typer
@@ -27,8 +26,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from kiq import settings
+from kiq.cli.checkpoints import drop_checkpoint
 from kiq.cli.compare import Diff, Rules, compare
 from kiq.cli.context import CliState, ConfigOption, console, err_console
+from kiq.cli.tokens import TokenFileOption, TokenOption, bearer_token
 from kiq.errors import ConfigError, KiqError
 
 if TYPE_CHECKING:
@@ -44,10 +45,6 @@ transport: httpx.BaseTransport | None = None
 UrlOption = Annotated[
     str | None,
     typer.Option("--url", help="a node's URL \\[the config's \\[serve] advertised URL]"),
-]
-TokenOption = Annotated[
-    str | None,
-    typer.Option(envvar="KIQ_TOKEN", help="bearer token, on a cluster with authentication"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON document")]
 
@@ -113,7 +110,7 @@ def _refusal(url: str, response: httpx.Response) -> str:
         message = response.text.strip()[:200] or response.reason_phrase
     hint = ""
     if response.status_code == 401:
-        hint = " (give a token with --token or KIQ_TOKEN)"
+        hint = " (give a token with --token-file FILE or KIQ_TOKEN)"
     elif response.status_code == 403:
         hint = " (switch and retire need a token with the kiq:admin scope)"
     return f"{url}: {message}{hint} [HTTP {response.status_code}]"
@@ -186,6 +183,7 @@ def versions(
     table: Annotated[str, typer.Argument(help="the table's name")],
     url: UrlOption = None,
     token: TokenOption = None,
+    token_file: TokenFileOption = None,
     as_json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -194,7 +192,7 @@ def versions(
     conf = state.config_file(config)
 
     def run() -> int:
-        with _one_node(url, token, conf) as node:
+        with _one_node(url, bearer_token(token, token_file), conf) as node:
             found = node.versions(table)
         if as_json:
             _echo_json(found)
@@ -244,6 +242,7 @@ def switch(
         bool, typer.Option("--force", help="switch even if the version has not caught up")
     ] = False,
     token: TokenOption = None,
+    token_file: TokenFileOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Make TABLE mean VERSION on every node (readers asking for no version get it)."""
@@ -251,7 +250,7 @@ def switch(
     conf = state.config_file(config)
 
     def run() -> int:
-        with _one_node(url, token, conf) as node:
+        with _one_node(url, bearer_token(token, token_file), conf) as node:
             answer = node.json(
                 "POST", f"{_path(table)}/switch", body={"version": version, "force": force}
             )
@@ -295,16 +294,30 @@ def retire(
     table: Annotated[str, typer.Argument(help="the table's name")],
     version: Annotated[str, typer.Argument(help="the version to drop (not the current one)")],
     url: UrlOption = None,
+    checkpoint_root: Annotated[
+        str | None,
+        typer.Option(
+            "--checkpoint",
+            help="the checkpoint root the pipeline ran with; only ROOT/PIPELINE@VERSION "
+            "(ROOT/PIPELINE for v1) is deleted \\[the config's \\[spark] checkpoint_dir]",
+        ),
+    ] = None,
     token: TokenOption = None,
+    token_file: TokenFileOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Drop a version that no longer serves: its topics, its stores, and its checkpoint
-    once no table of that pipeline version is left."""
+    once no table of that pipeline version is left.
+
+    Only the topics kiq derives for the version (TOPIC.VERSION, its dead letters) and that
+    nothing else uses are deleted, and only the version's own checkpoint directory under
+    the checkpoint root; whatever is kept is named, with the reason."""
     state: CliState = ctx.obj
     conf = state.config_file(config)
 
     def run() -> int:
-        with _one_node(url, token, conf) as node:
+        root = settings.load(settings.SparkSettings, conf, checkpoint_dir=checkpoint_root)
+        with _one_node(url, bearer_token(token, token_file), conf) as node:
             answer = node.json("POST", f"{_path(table)}/retire", body={"version": version})
         nodes: dict[str, str] = answer.get("nodes") or {}
         late = {n: v for n, v in sorted(nodes.items()) if v != "dropped"}
@@ -323,9 +336,20 @@ def retire(
             )
         for topic in answer.get("topics_deleted") or []:
             console.print(f"  deleted topic {escape(str(topic))}", soft_wrap=True)
+        for kept in answer.get("topics_kept") or []:
+            what = kept if isinstance(kept, dict) else {}
+            console.print(
+                f"  kept topic {escape(str(what.get('topic')))}: {escape(str(what.get('reason')))}",
+                soft_wrap=True,
+                highlight=False,
+            )
         checkpoint = answer.get("checkpoint")
         if checkpoint:
-            console.print(f"  {escape(_drop_checkpoint(str(checkpoint)))}", soft_wrap=True)
+            said = answer.get("run")
+            done = drop_checkpoint(
+                str(checkpoint), root.checkpoint_root, str(said) if said else None, version
+            )
+            console.print(f"  {escape(done)}", soft_wrap=True, highlight=False)
         elif answer.get("last_of_run"):
             console.print("  no checkpoint was recorded for its pipeline version")
         else:
@@ -335,34 +359,6 @@ def retire(
         return 0
 
     _guard(run, failure=1)
-
-
-def _drop_checkpoint(where: str) -> str:
-    """Delete a checkpoint directory on this machine; what was done, or what to do."""
-    parts = urlsplit(where)
-    if parts.scheme == "file":
-        path = Path(unquote(parts.path))
-    elif re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", where):
-        return (
-            f"checkpoint {where} is no longer used: delete it there "
-            "(kiq does not delete remote storage)"
-        )
-    else:
-        path = Path(where)
-    if not path.is_absolute() or len(path.parts) < 3 or path == Path.home():
-        return (
-            f"checkpoint {where} is no longer used: delete it yourself "
-            "(kiq deletes only an absolute path below a top-level directory)"
-        )
-    if not path.exists():
-        return (
-            f"checkpoint {path} is no longer used: it is not on this machine, "
-            "delete it where the pipeline ran"
-        )
-    if not path.is_dir():
-        return f"checkpoint {path} is not a directory: left as it is"
-    shutil.rmtree(path)
-    return f"deleted checkpoint {path}"
 
 
 # -- kiq diff --------------------------------------------------------------------------------
@@ -415,6 +411,7 @@ def diff(
     ] = 300.0,
     page: Annotated[int, typer.Option(min=1, max=1000, help="keys per request")] = 500,
     token: TokenOption = None,
+    token_file: TokenFileOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Compare two versions of a table key by key, once both have caught up.
@@ -429,9 +426,10 @@ def diff(
         urls = _urls(url, conf)
         if len(urls) > 2:
             raise ConfigError("--url: give one node, or two (--from's, then --to's)")
+        bearer = bearer_token(token, token_file)
         with ExitStack() as stack:
-            first = stack.enter_context(_node(urls[0], token, conf))
-            second = stack.enter_context(_node(urls[1], token, conf)) if len(urls) == 2 else None
+            first = stack.enter_context(_node(urls[0], bearer, conf))
+            second = stack.enter_context(_node(urls[1], bearer, conf)) if len(urls) == 2 else None
             left, right = _sides(table, old, new, first, second)
             _wait(table, left, right, timeout)
             found = compare(

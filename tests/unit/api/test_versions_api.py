@@ -75,10 +75,15 @@ class Catalog:
         self.records: list[tuple[str, str, bytes | None]] = []
         self.topics = set(TOPICS) | {"totals-dlq", "totals-dlq.v2", "totals.v2-dlq"}
         self.deleted: list[str] = []
+        self.latest_records: dict[str, bytes] = {}  # the catalog topic, compacted
 
     async def put(self, topic: str, key: str, value: bytes | None) -> int:
         self.records.append((topic, key, value))
         if topic == CATALOG_TOPIC:
+            if value is None:
+                self.latest_records.pop(key, None)
+            else:
+                self.latest_records[key] = value
             for follower in self.followers.values():
                 await asyncio.to_thread(follower.apply, [(key, value)])
         return len(self.records) - 1
@@ -92,9 +97,13 @@ class Catalog:
         self.deleted += there
         return there
 
+    async def latest(self) -> dict[str, bytes]:
+        return dict(self.latest_records)
+
     def declare(self, *tables: Declared, on: Sequence[str] = ("n1", "n2")) -> None:
         """A pipeline's declarations, followed by the nodes ``on``."""
         for d in tables:
+            self.latest_records[d.catalog_key] = d.encode()
             for node_id in on:
                 self.followers[node_id].apply([(d.catalog_key, d.encode())])
 
@@ -469,7 +478,9 @@ def test_retire_drops_the_version_everywhere_and_deletes_what_it_wrote(pair: Pai
     assert r.json() == {
         "table": "totals",
         "version": "v2",
+        "run": "orders@v2",
         "topics_deleted": ["totals.v2", "totals-dlq.v2"],
+        "topics_kept": [],
         "checkpoint": "/ck/orders@v2",
         "last_of_run": True,
         "nodes": {"n1": "dropped", "n2": "dropped"},

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kiq.cli import versions as versions_cli
+from kiq.cli.checkpoints import drop_checkpoint
 from kiq.cli.main import app
 
 runner = CliRunner()
@@ -211,13 +212,17 @@ def test_switch_refused(nodes):
     assert "v2 is not caught up: 120 records behind" in result.stderr
 
 
-def _retired(checkpoint: str | None, last: bool = True) -> httpx.Response:
+def _retired(
+    checkpoint: str | None, last: bool = True, run: str | None = "stocks", **more: Any
+) -> httpx.Response:
     return httpx.Response(
         200,
         json={
             "table": "bars",
             "version": "v1",
+            "run": run,
             "topics_deleted": ["bars", "bars-dlq"],
+            **more,
             "checkpoint": checkpoint,
             "last_of_run": last,
             "nodes": {"node-1": "dropped", "node-2": "dropped"},
@@ -229,7 +234,8 @@ def test_retire_deletes_a_local_checkpoint(nodes, tmp_path):
     where = tmp_path / "checkpoints" / "stocks"
     (where / "bars" / "offsets").mkdir(parents=True)
     nodes["a"].answers["POST /v1/tables/bars/retire"] = _retired(str(where))
-    result = runner.invoke(app, ["retire", "bars", "v1", "--url", A])
+    root = str(tmp_path / "checkpoints")
+    result = runner.invoke(app, ["retire", "bars", "v1", "--url", A, "--checkpoint", root])
     assert result.exit_code == 0, result.output
     assert "retired v1 (dropped on 2 nodes)" in result.stdout
     assert "deleted topic bars-dlq" in result.stdout
@@ -272,7 +278,8 @@ def test_retire_keeps_a_checkpoint_still_in_use(nodes):
 def test_retire_leaves_a_path_it_does_not_have(nodes, tmp_path):
     gone = tmp_path / "elsewhere" / "stocks"
     nodes["a"].answers["POST /v1/tables/bars/retire"] = _retired(str(gone))
-    result = runner.invoke(app, ["retire", "bars", "v1", "--url", A])
+    root = str(gone.parent)
+    result = runner.invoke(app, ["retire", "bars", "v1", "--url", A, "--checkpoint", root])
     assert result.exit_code == 0 and "not on this machine" in result.stdout
 
 
@@ -423,5 +430,5 @@ def test_the_commands_are_registered():
 
 
 def test_checkpoint_near_the_root_is_never_deleted(tmp_path: Path):
-    assert "delete it yourself" in versions_cli._drop_checkpoint("/tmp")
-    assert "delete it yourself" in versions_cli._drop_checkpoint("relative/stocks")
+    assert "delete it yourself" in drop_checkpoint("/tmp", "/", "tmp", "v1")
+    assert "delete it yourself" in drop_checkpoint("relative/stocks", "relative", "stocks", "v1")
