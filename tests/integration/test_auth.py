@@ -134,9 +134,11 @@ def test_two_nodes_with_jwt_and_a_cluster_secret(secured):
             r = httpx.get(f"{node.url}/v1/tables/kv/keys/{key}", headers=kv, timeout=10)
             assert r.status_code == 200
 
-    # Metadata needs a token (and kiq:admin); liveness does not.
+    # Metadata needs a token (every node asked: kiq:admin); liveness does not.
     assert httpx.get(f"{n1.url}/v1/metadata", timeout=10).status_code == 401
-    assert httpx.get(f"{n1.url}/v1/metadata", headers=read, timeout=10).status_code == 403
+    assert httpx.get(f"{n1.url}/v1/metadata", headers=read, timeout=10).status_code == 200
+    every = httpx.get(f"{n1.url}/v1/metadata?cluster=true", headers=read, timeout=10)
+    assert every.status_code == 403
     assert httpx.get(f"{n1.url}/v1/health/live", timeout=10).status_code == 200
 
     # The node-to-node path with only a user token, even an all-powerful one.

@@ -2,18 +2,23 @@
 
 /v1/metadata carries enough for a smart client or a reverse proxy to route
 requests straight to the right node: every partition's active and standbys with
-their URLs, and this node's own replicas with offsets and lag.
+their URLs, and this node's own replicas with offsets and lag. It names only the
+members this node has proven (``proven_members``): a client sends its token where
+the metadata points.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from prometheus_client import generate_latest
 
+from kiq.api.proven import proven_members
+from kiq.cluster import Member
 from kiq.node import NodeView
 from kiq.routing import NodeStatus, PeerError, Peers
 from kiq.routing.wire import ReplicaStatus, encode
@@ -21,9 +26,10 @@ from kiq.routing.wire import ReplicaStatus, encode
 log = logging.getLogger(__name__)
 
 
-def tables(node: NodeView) -> bytes:
+def tables(node: NodeView, admin: bool = False) -> bytes:
     """The tables by their own names, each as its current version; ``versions`` lists every
-    version this node serves (``GET /v1/tables/{table}/versions`` says more)."""
+    version this node serves (``GET /v1/tables/{table}/versions`` says more). Checkpoint
+    paths (a path on the pipeline's machine) only for an ``admin`` caller."""
     return orjson.dumps(
         {
             "tables": [
@@ -39,7 +45,7 @@ def tables(node: NodeView) -> bytes:
                     "global": t.spec.global_,
                     "sep": t.spec.key_separator,
                     # how its pipeline declared it (the table catalog); null: a plain topic
-                    "declared": dict(t.spec.declared) if t.spec.declared is not None else None,
+                    "declared": _declared(t.spec.declared, admin),
                 }
                 for name, t in sorted(node.current.items())
             ]
@@ -47,14 +53,22 @@ def tables(node: NodeView) -> bytes:
     )
 
 
+def _declared(declared: Mapping[str, object] | None, admin: bool) -> dict[str, object] | None:
+    if declared is None:
+        return None
+    return dict(declared) if admin else {k: v for k, v in declared.items() if k != "checkpoint"}
+
+
 async def metadata(
     node: NodeView, peers: Peers, cluster: bool, authorization: str | None = None
 ) -> bytes:
-    """This node's view; with ``cluster``, every replica's state and lag asked of its node."""
-    local = metadata_of(node)
+    """This node's view, naming only the members it has proven (``proven_members``); with
+    ``cluster``, every replica's state and lag asked of its node."""
+    trusted = await proven_members(node, peers)
+    local = metadata_of(node, trusted)
     if not cluster:
         return orjson.dumps(local)
-    others = [m for m in node.view.members.values() if m.node_id != node.node_id]
+    others = [m for m in trusted if m.node_id != node.node_id]
     answers = await asyncio.gather(*(_status(peers, m.url, authorization) for m in others))
     reachable = {node.node_id}
     states: dict[tuple[str, str, int], dict[str, Any]] = {}  # (node, table, partition) → state
@@ -106,12 +120,19 @@ def own_status(node: NodeView) -> NodeStatus:
     return NodeStatus(node.node_id, node.view.version, replicas, current, list(node.tables))
 
 
-def metadata_of(node: NodeView) -> dict[str, Any]:
+def metadata_of(node: NodeView, trusted: frozenset[Member]) -> dict[str, Any]:
+    """``trusted``: the members that may be named (``proven_members``). Any other is left
+    out, its node id and its URL: a partition's active that is not one is null, as when
+    nobody holds it; ``unproven`` lists the node ids left out."""
     view = node.view
+    named = {m.node_id: m.url for m in view.members.values() if m in trusted}
+    named[node.node_id] = node.url
+    unproven = sorted(n for n in view.members if n not in named)
     out: dict[str, Any] = {
         "node": {"id": node.node_id, "url": node.url},
         "view_version": view.version,
-        "nodes": [{"id": m.node_id, "url": m.url} for m in sorted(view.members.values())],
+        "nodes": [{"id": n, "url": url} for n, url in sorted(named.items())],
+        "unproven": unproven,
         "tables": {},
     }
     for table, runtime in sorted(node.current.items()):
@@ -120,12 +141,14 @@ def metadata_of(node: NodeView) -> dict[str, Any]:
         for p in range(runtime.partitions):
             reps = view.of(name, p)
             local = node.replica(name, p)
+            active = reps.active if reps.active in named else None
+            standbys = [n for n in reps.standbys if n in named]
             parts.append(
                 {
                     "partition": p,
-                    "active": reps.active,
-                    "standbys": list(reps.standbys),
-                    "urls": {n: view.url(n) for n in reps.all},
+                    "active": active,
+                    "standbys": standbys,
+                    "urls": {n: named[n] for n in (active, *standbys) if n is not None},
                     "local": local.describe() if local else None,
                 }
             )

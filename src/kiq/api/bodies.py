@@ -121,6 +121,9 @@ class Metadata(Struct):
     node: dict[str, str]
     view_version: int
     nodes: list[dict[str, str]]
+    unproven: Annotated[
+        list[str], Meta(description="group members this node has not proven: never named")
+    ]
     tables: Annotated[dict[str, Any], Meta(description="by table: its partitions' replicas")]
 
 

@@ -20,7 +20,8 @@ from kiq.api import admin, bodies, dashboard, sse
 from kiq.api.asgi import query
 from kiq.api.auth import Access, caller, forwarded_caller
 from kiq.api.batches import Batches
-from kiq.api.errors import BadRequest, NotHere, Unavailable
+from kiq.api.errors import BadRequest, InsufficientScope, NotHere, Unavailable
+from kiq.api.limits import caller_of
 from kiq.api.lookups import Lookups
 from kiq.api.names import VERSION, resolve
 from kiq.api.request_body import read_body
@@ -90,7 +91,8 @@ class Handlers:
         return Response(answer, media_type=MSGPACK)
 
     async def tables(self, request: Request) -> Response:
-        return _json(admin.tables(self._node))
+        shown = self._access is None or self._access.is_admin(request.scope)  # checkpoints
+        return _json(admin.tables(self._node, shown))
 
     def _table(self, request: Request) -> TableRuntime:
         """The version of the path's table the request reads (``?version=``, else current)."""
@@ -183,7 +185,7 @@ class Handlers:
         self, request: Request, runtime: TableRuntime, keys: list[bytes], prefixes: list[bytes]
     ) -> Response:
         last = request.headers.get("last-event-id") or query(request.scope).get("last_event_id")
-        sub = await self.watches.open(runtime, keys, prefixes, last)
+        sub = await self.watches.open(runtime, keys, prefixes, last, caller_of(request.scope))
         return _Stream(SubscriptionFrames(self.watches.watches, sub, runtime))
 
     async def internal_changes(self, request: Request) -> Response:
@@ -201,6 +203,10 @@ class Handlers:
 
     async def metadata(self, request: Request) -> Response:
         cluster = query(request.scope).get("cluster", "") in ("1", "true")
+        # Any caller may route by the map (it names proven members only); asking every node
+        # for its replicas costs each of them a call, so that stays an operator's.
+        if cluster and self._access is not None and not self._access.is_admin(request.scope):
+            raise InsufficientScope("kiq:admin")
         return _json(await admin.metadata(self._node, self._peers, cluster, _auth(request)))
 
     async def live(self, request: Request) -> Response:

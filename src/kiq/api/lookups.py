@@ -9,7 +9,8 @@ reader. Local and forwarded answers become a response in one place, ``_answer``,
 both carry the same headers; no value becomes the error its outcome maps to
 (``api.errors.lookup_error``). An API may pass ``enrich`` to add to a found value
 what another table holds (the stock quote's day statistics); plain table lookups
-pass none.
+pass none. ``?redirect=true`` answers 307 to the best replica's node only once this
+node has proven it a member (``api.proven``); else the key is read as without it.
 
 Another node's lookups arrive in batches (POST /v1/internal/lookups, ``internal``):
 each item is answered from this node's replicas only, an outcome per item, never
@@ -31,10 +32,11 @@ from kiq.api.errors import BadRequest, lookup_error, send_error
 from kiq.api.limits import caller_of
 from kiq.api.names import resolve, version_header
 from kiq.api.params import bool_param, check_key, int_param, key_from_path
+from kiq.api.proven import may_redirect
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
 from kiq.replicas import ReplicaState
-from kiq.routing import FORWARDED, LookupResult, Outcome, ReplicaReader
+from kiq.routing import FORWARDED, LookupResult, Outcome, Peers, ReplicaReader
 from kiq.routing.local import MOVED
 from kiq.routing.wire import DecodeError, Lookup, decode_lookups, encode
 from kiq.security import Principal
@@ -54,9 +56,11 @@ Enrich = Callable[[bytes], Awaitable[bytes]]
 
 
 class Lookups:
-    def __init__(self, node: NodeView, reader: ReplicaReader) -> None:
-        """``reader``: the node's one ``ReplicaReader`` (shared with ``Batches``)."""
+    def __init__(self, node: NodeView, reader: ReplicaReader, peers: Peers) -> None:
+        """``reader``: the node's one ``ReplicaReader`` (shared with ``Batches``); ``peers``:
+        whom it has proven, the only nodes a redirect names (``api.proven``)."""
         self.reader = reader
+        self._peers = peers
         self._here = self.reader.here
         # The node's live mappings and its partitioner, bound once for the hot path.
         self._node = node
@@ -159,8 +163,9 @@ class Lookups:
                 parker = caller_of(scope)  # whom a wait for it counts against
         if params and header(scope, _FORWARDED) is None and bool_param(params, "redirect"):
             location = self.reader.elsewhere(table, partition, max_lag)
-            if location is not None:
+            if location is not None and await may_redirect(self._node, self._peers, location):
                 return await _redirect(send, scope, location)
+            # not a proven member: read as without ``redirect`` (its standbys, or forwarded)
         return await self._read(
             scope, send, runtime, key, partition, enrich, max_lag, min_offset, wait_ms, parker
         )

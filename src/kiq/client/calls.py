@@ -16,7 +16,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from kiq.client.errors import Unavailable, error_for
+from kiq.client.errors import ClientError, Unavailable, error_for
 from kiq.client.results import Item, Lookup, Many, Page
 from kiq.client.retry import RetryPolicy
 from kiq.client.router import Router
@@ -110,9 +110,19 @@ def _retriable(response: httpx.Response) -> bool:
 
 
 def ok(response: httpx.Response, url: str | None = None) -> httpx.Response:
-    """``response`` when it is a success; else the error it means."""
-    if response.status_code >= 400:
-        raise error_for(response.status_code, response.content, url or str(response.url))
+    """``response`` when it is a success; else the error it means. A redirect is one: the
+    client follows none, as its token goes only to origins it trusts (``origins.py``)."""
+    status = response.status_code
+    if 300 <= status < 400:
+        where = headers_of(response).get("location", "")
+        raise ClientError(
+            f"{url or response.url} answered {status} to {where!r}: kiq.client follows no "
+            "redirect (it sends its token only to the nodes it was given and those they name)",
+            status,
+            url=url or str(response.url),
+        )
+    if status >= 400:
+        raise error_for(status, response.content, url or str(response.url))
     return response
 
 

@@ -10,6 +10,7 @@ import httpx
 
 from kiq.client import calls
 from kiq.client.calls import params, prefix_plan, segment
+from kiq.client.origins import Credentials
 from kiq.client.results import Item, Lookup, Many, Page, Window
 from kiq.client.retry import RetryPolicy
 from kiq.client.router import Router
@@ -31,7 +32,9 @@ class ClientCore:
         seeds = [u.strip() for u in urls.split(",")] if isinstance(urls, str) else list(urls)
         self.router = Router([u for u in seeds if u], max_age_s=metadata_max_age_s)
         self.retry = retry if retry is not None else RetryPolicy()
-        self.headers: dict[str, str] = {"authorization": f"Bearer {token}"} if token else {}
+        # The token goes only where ``Credentials`` allows (``origins.py``), not on every request.
+        self.headers: dict[str, str] = {}
+        self.auth = Credentials(token, self.router.trusted) if token else None
 
     def refresh(self) -> Flow[None]:
         return calls.refresh(self.router)
@@ -128,9 +131,10 @@ def http_options(
     one large one. A node found later in the metadata shares the default pool."""
     options: dict[str, Any] = {
         "headers": core.headers,
+        "auth": core.auth,
         "timeout": timeout_s,
         "verify": verify,
-        "follow_redirects": False,
+        "follow_redirects": False,  # a Location is no origin the token may go to
         "limits": NODE_LIMITS,
     }
     if transport is not None:

@@ -7,6 +7,9 @@ new ``view_version``). Refreshes are at least ``min_interval_s`` apart, so a clu
 in failover is not asked for its metadata by every failed call. When the cluster
 refuses the metadata (it needs kiq:admin on a node with authentication), the router
 sends every call to any node and lets the node forward it.
+
+``trusted`` is where the token may go (``origins.py``): the seeds, and the members the
+metadata last read names; a new topology replaces the members it vouched for.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from kiq.client.keys import TableInfo
+from kiq.client.origins import Origin, origin_of, origins
 from kiq.client.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -34,6 +38,7 @@ class Router:
         if not urls:
             raise ValueError("a kiq client needs at least one node's URL")
         self.seeds = urls
+        self._trusted = origins(urls)
         self.topology: Topology | None = None
         self.unrouted = False  # the metadata was refused: any node, which forwards
         self.refreshes = 0  # refreshes finished, failed or not: one flight at a time
@@ -71,6 +76,7 @@ class Router:
         if old is not None and old.view_version != topology.view_version:
             log.info("cluster view %d -> %d", old.view_version, topology.view_version)
         self.topology = topology
+        self._trusted = origins((*self.seeds, *topology.all_urls()))
         self._plans.clear()
         self.unrouted = False
         self._stale = False
@@ -83,6 +89,16 @@ class Router:
             log.warning("the cluster refused /v1/metadata (needs kiq:admin): calls go to any node")
         self.unrouted = self.unrouted or refused
         self.refreshes += 1
+
+    # -- whom to trust ----------------------------------------------------------------
+
+    def trusted(self) -> frozenset[Origin]:
+        """The origins the token may go to: the seeds', and those of the members named in
+        the metadata last read (from a trusted node: ``sources`` are only ever these)."""
+        return self._trusted
+
+    def trusts(self, url: str) -> bool:
+        return origin_of(url) in self._trusted
 
     # -- where to send ----------------------------------------------------------------
 

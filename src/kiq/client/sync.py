@@ -23,8 +23,10 @@ class Client:
 
     ``urls``: some of the cluster's nodes (a list, or one string, comma-separated); the
     client learns the rest from ``GET /v1/metadata``. ``token``: a bearer token for
-    every call. Reading the metadata needs ``kiq:admin`` on a cluster that checks
-    tokens; without it, calls go to any node, which forwards them.
+    every call, sent only to those ``urls`` and the nodes their metadata names
+    (``origins.py``; the client follows no redirect). Reading the metadata needs
+    ``kiq:admin`` on a cluster that checks tokens; without it, calls go to any node,
+    which forwards them.
     """
 
     def __init__(

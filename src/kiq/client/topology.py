@@ -46,6 +46,11 @@ class Topology:
             replicas=replicas,
         )
 
+    def all_urls(self) -> tuple[str, ...]:
+        """Every URL the metadata named: its members', and its partitions' replicas'."""
+        held = (u for urls in self.replicas.values() for u in urls)
+        return tuple(dict.fromkeys((*self.urls, *held)))
+
     def holders(self, table: str, partition: int) -> tuple[str, ...]:
         """The URLs that hold ``partition``, best first; empty when none is known."""
         return self.replicas.get((table, partition), ())

@@ -371,6 +371,22 @@ class Peers:
 
     # -- peers proving they are members ---------------------------------------------
 
+    async def proven(self, target: str, wait_s: float = 0.0) -> bool:
+        """Whether ``target`` has proven it holds the cluster secret: the one test before a
+        URL is named to anyone (``/v1/metadata``, a redirect). One not yet proven is
+        challenged now, waited for at most ``wait_s``; a refused one is False at once.
+        Without a cluster key there is nothing to prove: every member is taken at its word."""
+        cluster = self._cluster
+        if cluster is None or target in self._proven:
+            return True
+        if wait_s <= 0:
+            return False
+        try:
+            await asyncio.wait_for(self._prove(target, cluster), wait_s)
+        except (PeerError, TimeoutError):
+            return False  # a proof still under way goes on, and counts for the next ask
+        return True
+
     async def _prove(self, target: str, cluster: ClusterKey) -> None:
         """Returns once ``target`` has proven it holds the cluster secret; ``PeerError`` else."""
         refused_until = self._refused.get(target)
