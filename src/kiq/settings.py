@@ -437,6 +437,16 @@ class LimitsSettings(_Section):
     max_parked_waits_per_caller: int = Field(
         64, ge=1, description="lookups waiting for min_offset at once per client, then 429"
     )
+    # api/holds.py: no caller takes the node's connection slots (health and peers keep some).
+    max_watches_per_caller: int = Field(
+        64, ge=1, description="watch streams open at once per client, then 429"
+    )
+    max_requests_per_caller: int = Field(
+        128, ge=1, description="requests in flight at once per client (not health or peers)"
+    )
+    reserved_connections: int = Field(
+        256, ge=0, description="slots kept for health and peers (at most half the slots)"
+    )
     header_timeout_s: float = Field(
         30.0, gt=0, le=60, description="to send a request's headers, and to idle between requests"
     )
@@ -451,6 +461,16 @@ class LimitsSettings(_Section):
     @property
     def burst(self) -> int:
         return self.rate_burst or max(1, math.ceil(self.rate_limit))
+
+    @property
+    def request_slots(self) -> int:
+        """Connection slots callers' requests may hold: those not kept for health and peers."""
+        return self.max_connections - min(self.reserved_connections, self.max_connections // 2)
+
+    @property
+    def stream_slots(self) -> int:
+        """Watch streams at once on the node: within ``request_slots``, whatever max_watches."""
+        return min(self.max_watches, self.request_slots)
 
 
 class AuthSettings(_Section):

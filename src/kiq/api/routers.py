@@ -23,6 +23,7 @@ from kiq.api.asgi import Receive, Scope, Send
 from kiq.api.auth import Access, Guard
 from kiq.api.errors import NoRoute
 from kiq.api.handlers import Handlers
+from kiq.api.holds import Held, Holds
 from kiq.api.limits import Asgi, Limit, RateLimiter
 from kiq.api.routes import CORE, MEMBERS
 from kiq.api.spec import RouteSpec, Rule
@@ -43,16 +44,23 @@ class _Route(Route):
 
 
 def _checks(
-    rule: Rule, limited: bool, access: Access | None, limiter: RateLimiter | None
+    rule: Rule,
+    limited: bool,
+    access: Access | None,
+    limiter: RateLimiter | None,
+    holds: Holds | None = None,
 ) -> list[Middleware]:
     """What runs before a handler, outermost first: its rule, then the limit, which counts
-    the caller the rule verified. Nothing a node does not need."""
+    the caller the rule verified, then the caller's cap on requests in flight (api/holds.py).
+    Nothing a node does not need."""
     stack = []
     check = access.check(rule) if access is not None else None
     if check is not None:
         stack.append(Middleware(Guard, check))
     if limited and limiter is not None:
         stack.append(Middleware(Limit, limiter))
+    if limited and holds is not None:
+        stack.append(Middleware(Held, holds))
     return stack
 
 
@@ -61,10 +69,11 @@ def route(
     endpoint: Callable[..., Any],
     access: Access | None,
     limiter: RateLimiter | None,
+    holds: Holds | None = None,
 ) -> _Route:
     """``spec``'s route to ``endpoint`` (a Starlette handler, or an ASGI app), behind its
-    rule and limit."""
-    stack = _checks(spec.access, spec.limited, access, limiter)
+    rule and limits."""
+    stack = _checks(spec.access, spec.limited, access, limiter, holds)
     return _Route(spec.method, spec.path, endpoint, stack)
 
 
@@ -93,11 +102,16 @@ def unmatched(access: Access | None, limiter: RateLimiter | None) -> Asgi:
     return default
 
 
-def core_router(handlers: Handlers, access: Access | None, limiter: RateLimiter | None) -> Router:
+def core_router(
+    handlers: Handlers,
+    access: Access | None,
+    limiter: RateLimiter | None,
+    holds: Holds | None = None,
+) -> Router:
     """The core routes but the raw lookup path: every path under ``RESERVED`` is answered
     here."""
     routes = [
-        route(spec, functools.partial(spec.endpoint, handlers), access, limiter)
+        route(spec, functools.partial(spec.endpoint, handlers), access, limiter, holds)
         for spec in CORE
         if spec.endpoint is not None
     ]
@@ -108,10 +122,11 @@ def app_router(
     routes: Sequence[tuple[RouteSpec[Any], Asgi]],
     access: Access | None,
     limiter: RateLimiter | None,
+    holds: Holds | None = None,
 ) -> Router:
     """An application's routes, for paths outside ``RESERVED``: each spec with its ASGI
     endpoint, an object (Starlette takes a plain function for a request handler)."""
-    built = [route(spec, endpoint, access, limiter) for spec, endpoint in routes]
+    built = [route(spec, endpoint, access, limiter, holds) for spec, endpoint in routes]
     return _router(built, unmatched(access, limiter))
 
 

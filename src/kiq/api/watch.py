@@ -20,6 +20,7 @@ import orjson
 
 from kiq.api.batches import value_json
 from kiq.api.errors import ApiError, BadRequest, UnknownTable
+from kiq.api.holds import Holds
 from kiq.api.params import check_key
 from kiq.api.sse import frame
 from kiq.live import Cursor, Event, Subscription, Watches
@@ -86,9 +87,12 @@ class SubscriptionFrames:
 
 
 class WatchApi:
-    def __init__(self, node: NodeView, watches: Watches) -> None:
+    """``holds``: the watch streams open per caller and on the node (api/holds.py)."""
+
+    def __init__(self, node: NodeView, watches: Watches, holds: Holds | None = None) -> None:
         self.node = node
         self.watches = watches
+        self.holds = holds
 
     def runtime(self, table: str) -> TableRuntime:
         runtime = self.node.tables.get(table)
@@ -102,8 +106,11 @@ class WatchApi:
         keys: list[bytes],
         prefixes: list[bytes],
         last_event_id: str | None,
+        caller: str | None = None,
     ) -> Subscription:
-        """A subscription with its snapshot; 400s for bad input, 503 on a full node."""
+        """A subscription with its snapshot; 400s for bad input, 429 when ``caller`` (the
+        token's subject, else the client's address; None: an application's own watch) has
+        as many open as it may, 503 on a full node. Its hold is given back when it ends."""
         if not keys and not prefixes:
             raise BadRequest("name the keys to watch (keys=a,b,c) or a prefix (prefix=P)")
         if len(keys) > MAX_WATCH_KEYS:
@@ -127,7 +134,19 @@ class WatchApi:
         for prefix in prefixes:
             for p in self._prefix_partitions(runtime, prefix):
                 by_prefix.setdefault(p, []).append(prefix)
-        return await self.watches.subscribe(runtime.spec.name, by_key, by_prefix, resume)
+        hold = self.holds.take(caller) if self.holds is not None else None
+        try:
+            return await self.watches.subscribe(
+                runtime.spec.name,
+                by_key,
+                by_prefix,
+                resume,
+                on_end=None if hold is None else hold.release,
+            )
+        except BaseException:
+            if hold is not None:
+                hold.release()  # once only: the failed subscribe may have given it back
+            raise
 
     def _prefix_partitions(self, runtime: TableRuntime, prefix: bytes) -> range | list[int]:
         """The partitions a prefix's keys can be in: one when it names the partition key."""

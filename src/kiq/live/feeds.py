@@ -6,19 +6,28 @@ other is relayed: a loop asks the best replica elsewhere (``ReplicaReader.change
 differs from what this node knows of the watched keys, waiting there for the next write.
 The hub (``watches.py``) moves a feed between the two as replicas come and go; what the
 feed knows (``known``) makes the move exact: the new source answers the difference.
+
+A relay's request stays small: it names the keys watched one by one, never the keys
+found under a prefix; for those it sends a cursor (``through``, as ``Changes.since``) and
+compares the count the replica holds under each prefix with its own (``found``). A lower
+count means keys were deleted: the next request asks for every key under the prefixes
+(``since`` -1) and what is missing from the answer is told deleted. A prefix holding
+more keys than a watch may (``MAX_PREFIX_KEYS``) ends its watchers' streams, saying so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import Iterable
 
 from kiq.live.events import Event, Kind
 from kiq.live.subscription import Subscription
 from kiq.routing import ReplicaReader
+from kiq.routing.local import MAX_PREFIX_KEYS
 from kiq.routing.wire import Changes, ChangesResult
-from kiq.stores.base import Change
+from kiq.stores.base import Change, prefix_end
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +49,9 @@ class Feed:
         self.prefixed: set[Subscription] = set()
         self.known: dict[bytes, int] = {}  # watched key → its value's offset, -1: absent
         self.seen: dict[bytes, int] = {}  # watched key → offset of the last state offered
+        self.found: dict[bytes, int] = {}  # key under a prefix → its value's offset, if any
+        self.resync = False  # a prefix lost keys: ask for all of them next (``since`` -1)
+        self._wanted: tuple[bytes, ...] = ()  # every prefix watched (``prefixes``)
         self.through = -1
         self.local = False  # fed by this node's replica (else relayed)
         self.relay: asyncio.Task[None] | None = None
@@ -54,10 +66,14 @@ class Feed:
             self.known.setdefault(key, UNKNOWN)
         if sub.prefixes:
             self.prefixed.add(sub)
+            self._wanted = tuple(self.prefixes())
 
     def remove(self, sub: Subscription) -> None:
         self.subs.discard(sub)
-        self.prefixed.discard(sub)
+        if sub in self.prefixed:
+            self.prefixed.discard(sub)
+            self._wanted = wanted = tuple(self.prefixes())
+            self.found = {k: o for k, o in self.found.items() if k.startswith(wanted)}
         for key in sub.keys:
             subs = self.by_key.get(key)
             if subs is not None:
@@ -89,10 +105,15 @@ class Feed:
         if through > self.through:
             self.through = through
 
-    def answered(self, answer: ChangesResult, only: Subscription | None = None) -> None:
-        """A relayed answer (or a local catch-up read): each key that differs, then how far
-        the replica that answered held. With ``only``: that new subscriber's snapshot, told
-        to it alone."""
+    def answered(
+        self,
+        answer: ChangesResult,
+        only: Subscription | None = None,
+        asked: Changes | None = None,
+    ) -> None:
+        """A relayed answer (or a local catch-up read) to ``asked``: each key that differs,
+        then how far the replica that answered held. With ``only``: that new subscriber's
+        snapshot, told to it alone."""
         source = answer.source
         if source is not None:
             self.stale, self.lag = source.stale, source.lag
@@ -103,8 +124,46 @@ class Feed:
             else:
                 unknown = only is not None or self.known.get(key) == UNKNOWN
                 self.offer(key, Kind.ABSENT if unknown else Kind.DELETE, None, offset, only)
+        if answer.overflow:
+            self.overflowed(answer.overflow, only)
+        if only is None and asked is not None and source is not None:
+            self._counted(asked, answer, source.applied_offset)
         if only is None and source is not None and source.applied_offset > self.through:
             self.through = source.applied_offset
+
+    def overflowed(self, prefixes: Iterable[bytes], only: Subscription | None = None) -> None:
+        """Ends the streams of the watchers of ``prefixes``, which hold more keys than a
+        watch may: told, never cut short in silence."""
+        for prefix in prefixes:
+            reason = (
+                f"prefix {prefix.decode(errors='replace')!r} holds more than "
+                f"{MAX_PREFIX_KEYS} keys in partition {self.partition}: watch a longer prefix"
+            )
+            for sub in (only,) if only is not None else list(self.prefixed):
+                if prefix in sub.prefixes:
+                    sub.drop(reason)
+
+    def _counted(self, asked: Changes, answer: ChangesResult, applied: int) -> None:
+        """What the counts under the asked prefixes say: after an answer to ``since`` -1, a
+        key found before and missing now was deleted; a count below ours, that some were."""
+        if asked.since is None or len(answer.counts) != len(asked.prefixes):
+            return  # an older replica: it answered by ``known``
+        whole = tuple(p for p in asked.prefixes if p not in answer.overflow)
+        if asked.since < 0 and whole:
+            listed = {key for key, _, _ in answer.changed}
+            for key in [k for k in self.found if k not in listed and k not in self.known]:
+                if key.startswith(whole):
+                    self.offer(key, Kind.DELETE, None, applied)
+                    self.found.pop(key, None)  # told, or nobody watches it any more
+        keys = sorted(self.found)
+        self.resync = False
+        for prefix, count in zip(asked.prefixes, answer.counts, strict=True):
+            if prefix in answer.overflow:
+                continue
+            end = prefix_end(prefix)
+            hi = len(keys) if end is None else bisect.bisect_left(keys, end)
+            if hi - bisect.bisect_left(keys, prefix) != count:
+                self.resync = True
 
     def offer(
         self,
@@ -119,9 +178,14 @@ class Feed:
         subs = self.watchers(key) if only is None else (only,)
         if not subs:
             return
-        if offset > self.seen.get(key, -1):
+        if key in self.by_key and offset > self.seen.get(key, -1):
             self.seen[key] = offset
             self.known[key] = offset if kind is Kind.VALUE else -1
+        if self._wanted and key.startswith(self._wanted) and offset >= self.found.get(key, -1):
+            if kind is Kind.VALUE:
+                self.found[key] = offset
+            else:
+                self.found.pop(key, None)
         event = Event(
             self.table,
             key,
@@ -138,14 +202,18 @@ class Feed:
             sub.offer(event)
 
     def asked(self, wait_ms: int) -> Changes:
-        """What to ask a replica: the watched keys as known, the prefixes, ``through``."""
+        """What to ask a replica: the keys watched one by one as known, the prefixes and
+        ``through`` (the cursor under them too; -1 when they lost keys: no wait then)."""
+        prefixes = self.prefixes()
+        since = -1 if self.resync else self.through
         return Changes(
             self.table,
             self.partition,
             list(self.known.items()),
-            self.prefixes(),
+            prefixes,
             self.through,
-            wait_ms,
+            0 if self.resync else wait_ms,
+            since,
         )
 
     # -- the relay ------------------------------------------------------------------------
@@ -162,8 +230,9 @@ class Feed:
     async def _relay(self, reader: ReplicaReader) -> None:
         failures = 0
         while self.subs:
+            asked = self.asked(RELAY_WAIT_MS)
             try:
-                answer = await reader.changes(self.asked(RELAY_WAIT_MS), None)
+                answer = await reader.changes(asked, None)
             except Exception:
                 log.exception("watch relay table=%s partition=%d", self.table, self.partition)
                 answer = None
@@ -179,4 +248,4 @@ class Feed:
                 await asyncio.sleep(min(RELAY_RETRY_S * failures, 2.0))
                 continue
             failures = 0
-            self.answered(answer)
+            self.answered(answer, asked=asked)

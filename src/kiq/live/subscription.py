@@ -26,9 +26,11 @@ class Subscription:
         "_resume",
         "_wake",
         "dropped",
+        "ended",
         "keys",
         "last",
         "max_pending",
+        "on_end",
         "partitions",
         "prefixes",
         "present",
@@ -59,6 +61,8 @@ class Subscription:
         # partition → what its feed has applied (the hub's, read when a cursor is written)
         self.through_of: Callable[[int], int] = lambda p: -1
         self.dropped: str | None = None
+        self.ended = False  # unsubscribed: its feeds and its hold (``on_end``) given back
+        self.on_end: Callable[[], None] | None = None
         self._resume = resume
         self._pending: dict[bytes, Event] = {}
         self._wake = asyncio.Event()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kiq.errors import StoreClosedError
 from kiq.live.events import Cursor, Kind
@@ -72,8 +72,10 @@ class Watches:
         keys: Mapping[int, list[bytes]],
         prefixes: Mapping[int, list[bytes]],
         resume: Cursor | None = None,
+        on_end: Callable[[], None] | None = None,
     ) -> Subscription:
-        """A subscriber of ``keys`` and ``prefixes`` (by partition), its snapshot offered."""
+        """A subscriber of ``keys`` and ``prefixes`` (by partition), its snapshot offered.
+        ``on_end`` is called once when it is unsubscribed (a failed snapshot included)."""
         partitions = tuple(sorted({*keys, *prefixes}))
         every_prefix = tuple(sorted({p for ps in prefixes.values() for p in ps}))
         sub = Subscription(
@@ -85,6 +87,7 @@ class Watches:
             resume,
         )
         sub.through_of = lambda p: self._through(table, p)
+        sub.on_end = on_end
         self._count += 1
         sub.snapshotting.update(partitions)
         feeds = [self._feed(table, p) for p in partitions]
@@ -102,7 +105,13 @@ class Watches:
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
+        """Once per subscriber: a second call (a stream closed after a failed open) is none."""
+        if sub.ended:
+            return
+        sub.ended = True
         self._count -= 1
+        if sub.on_end is not None:
+            sub.on_end()
         for p in sub.partitions:
             feed = self._feeds.get((sub.table, p))
             if feed is None:
@@ -193,9 +202,10 @@ class Watches:
         feed.stop_relay()
         self._attach(feed, replica)
         # What changed between the relay's last answer and the tap: asked of the replica.
-        answer = await self._reader.here.changes(feed.asked(0))
+        asked = feed.asked(0)
+        answer = await self._reader.here.changes(asked)
         if answer is not None:
-            feed.answered(answer)
+            feed.answered(answer, asked=asked)
 
     # -- snapshots ------------------------------------------------------------------------
 
@@ -209,7 +219,9 @@ class Watches:
                 return
             except StoreClosedError:
                 pass  # revoked under the read: ask elsewhere
-        asked = Changes(feed.table, feed.partition, [(k, UNKNOWN) for k in keys], prefixes, -1, 0)
+        asked = Changes(
+            feed.table, feed.partition, [(k, UNKNOWN) for k in keys], prefixes, -1, 0, since=-1
+        )
         answer = await self._reader.changes(asked, None)
         if answer is None:
             return  # no replica answers now: the relay tells the state once one does
@@ -241,7 +253,11 @@ def _local_snapshot(
         else:
             feed.offer(key, Kind.VALUE, got[0], got[1], only=sub)
     for prefix in prefixes:
-        for key, value, offset in store.scan(prefix, prefix_end(prefix), MAX_PREFIX_KEYS):
+        rows = store.scan(prefix, prefix_end(prefix), MAX_PREFIX_KEYS + 1)
+        if len(rows) > MAX_PREFIX_KEYS:
+            feed.overflowed([prefix], only=sub)
+            del rows[MAX_PREFIX_KEYS:]
+        for key, value, offset in rows:
             if aging is None or not aging.expired(key, offset):
                 feed.offer(key, Kind.VALUE, value, offset, only=sub)
     sub.snapshot_through[feed.partition] = applied

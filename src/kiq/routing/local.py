@@ -216,8 +216,7 @@ class LocalReplicas:
 
         async def read() -> ChangesResult:
             source = self._source(replica)
-            changed = _changed(replica.store, replica.aging, asked, source.applied_offset)
-            return ChangesResult(changed, source)
+            return _changed(replica.store, replica.aging, asked, source)
 
         answer = await self._through_reopen(replica, read)
         if answer is None or answer.changed or asked.wait_ms <= 0:
@@ -368,15 +367,19 @@ def _top_unexpired(
         asked *= 2
 
 
-# A relayed prefix watch reads at most this many keys of each prefix per answer.
+# The most keys a prefix watch covers in one partition: a prefix holding more is answered
+# in part and named in ``ChangesResult.overflow``, and its watchers are told (kiq.live).
 MAX_PREFIX_KEYS = 10_000
 
 
 def _changed(
-    store: ReadOnlyStore, aging: Aging | None, asked: Changes, applied: int
-) -> list[tuple[bytes, bytes | None, int]]:
+    store: ReadOnlyStore, aging: Aging | None, asked: Changes, source: Source
+) -> ChangesResult:
     """The keys whose state differs from ``asked.known`` (a value with its offset; ``None``
-    with ``applied`` for a key now absent), then the keys under ``asked.prefixes`` it lacks."""
+    with the applied offset for a key now absent), then the keys under ``asked.prefixes``
+    it lacks: those written after ``asked.since``, or with no ``since`` every one (see
+    ``Changes``); with each prefix's count of keys, and those that overflow."""
+    applied = source.applied_offset
     out: list[tuple[bytes, bytes | None, int]] = []
     known = dict(asked.known)
     for key, offset in asked.known:
@@ -388,8 +391,22 @@ def _changed(
                 out.append((key, None, applied))
         elif got[1] != offset:
             out.append((key, got[0], got[1]))
+    since = -1 if asked.since is None else asked.since
+    told = set(known)
+    counts: list[int] = []
+    overflow: list[bytes] = []
     for prefix in asked.prefixes:
-        for key, value, offset in store.scan(prefix, prefix_end(prefix), MAX_PREFIX_KEYS):
-            if key not in known and (aging is None or not aging.expired(key, offset)):
+        rows = store.scan(prefix, prefix_end(prefix), MAX_PREFIX_KEYS + 1)
+        if len(rows) > MAX_PREFIX_KEYS:
+            overflow.append(prefix)
+            del rows[MAX_PREFIX_KEYS:]
+        count = 0
+        for key, value, offset in rows:
+            if aging is not None and aging.expired(key, offset):
+                continue
+            count += 1
+            if offset > since and key not in told:
+                told.add(key)  # once, under overlapping prefixes too
                 out.append((key, value, offset))
-    return out
+        counts.append(count)
+    return ChangesResult(out, source, counts, overflow)

@@ -29,8 +29,10 @@ few bytes beyond its key and value:
     ScanResult      [[item...], Source|nil, reverse, window(bin)]
     Top             [table, partition, n, prefix(bin), max_lag|nil, window(bin)]
     Source          [partition, lag, stale, applied_offset, served_by(bin)]
-    Changes         [table, partition, [[key(bin), offset]...], [prefix(bin)...], through, wait_ms]
-    ChangesResult   [[[key(bin), value(bin)|nil, offset]...], Source|nil]
+    Changes         [table, partition, [[key(bin), offset]...], [prefix(bin)...], through, wait_ms,
+                     since|nil]
+    ChangesResult   [[[key(bin), value(bin)|nil, offset]...], Source|nil, [count...],
+                     [prefix(bin)...]]
     ChannelAsk      [id, body(bin), credential, statement]
     ChannelAnswer   [id, status, body(bin)]
 
@@ -209,7 +211,13 @@ class Changes(msgspec.Struct, array_like=True, frozen=True, gc=False):
     the asker knows of some keys (``known``: each key's offset, -1 for absent) and of the
     keys under ``prefixes``; the receiver waits up to ``wait_ms`` for its replica to apply
     anything past ``through``, then answers every key whose state differs from ``known``.
-    A key under a prefix that ``known`` lacks counts as known absent."""
+
+    Under ``prefixes``, ``known`` names no key: the asker sends a cursor, ``since``, and is
+    answered the keys there written after it (every one at -1), with how many each prefix
+    holds, so that the request stays small however many keys the asker has seen (it finds
+    a deletion by a count lower than its own, and then asks ``since`` -1 to learn which).
+    An asker of an older kind sends no ``since`` (None): a key under a prefix that
+    ``known`` lacks counts as known absent then."""
 
     table: str
     partition: int
@@ -217,15 +225,20 @@ class Changes(msgspec.Struct, array_like=True, frozen=True, gc=False):
     prefixes: list[bytes] = []
     through: int = -1
     wait_ms: int = 0
+    since: int | None = None
 
 
 class ChangesResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """The keys whose state differs from what the asker knew (a value with its offset, or
     ``None`` for a key now absent), and the replica that answered: its ``applied_offset``
-    is the offset the answer holds everything up to."""
+    is the offset the answer holds everything up to. ``counts``: how many keys each asked
+    prefix holds, in the asked order; ``overflow``: the prefixes holding more keys than a
+    watch may (``routing.local.MAX_PREFIX_KEYS``), answered in part."""
 
     changed: list[tuple[bytes, bytes | None, int]] = []
     source: Source | None = None
+    counts: list[int] = []
+    overflow: list[bytes] = []
 
 
 class ChannelAsk(msgspec.Struct, array_like=True, frozen=True, gc=False):

@@ -26,7 +26,8 @@ def test_a_batch_reaches_key_and_prefix_watchers_and_expiries_say_so():
     assert told(by_key) == [(b"a", "value", 10)]
     assert told(by_prefix) == [(b"p:1", "expire", 12)]
     assert feed.through == 12
-    assert feed.known == {b"a": 10, b"p:1": -1}  # what a relay would ask about; zz is nobody's
+    # what a relay would ask about: the key watched by name, never a key under a prefix
+    assert feed.known == {b"a": 10} and feed.found == {}  # zz is nobody's, p:1 gone
 
 
 def test_a_relayed_answer_tells_absent_for_keys_never_known_and_delete_after():
