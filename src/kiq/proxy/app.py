@@ -1,12 +1,16 @@
 """The proxy's ASGI application: each request to its owner, in one hop.
 
-A request is read whole, sent where ``targets.target`` says (the key's owner first,
-its standbys on failure: ``kiq.client``'s retry loop, for reads only), and its answer
+A request is admitted under ``limits.ProxyLimits`` (requests and watches at once, its
+body's size by method, body bytes held by all requests) before a byte of its body is
+read, then read whole, sent where ``targets.target`` says (the key's owner first, its
+standbys on failure: ``kiq.client``'s retry loop, for reads only), and its answer
 relayed as the node gave it: status, body, kiq's headers. A multiget is split by owner
 as the client splits it, so no node forwards a key. A watch is relayed as a stream
 until either side closes it; the caller reconnects with ``Last-Event-ID`` as it would
 to a node. The caller's ``Authorization`` goes along; the proxy's own token only reads
-the metadata.
+the metadata (``GET /v1/metadata`` and ``GET /v1/tables``). Both go only to the nodes
+the proxy was given or that they vouch for (``trust.Vouched``), with the caller's
+address sealed when the proxy has the cluster secret.
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ from kiq.client.errors import ClientError
 from kiq.client.retry import NO_RETRY, RetryPolicy
 from kiq.client.router import Router
 from kiq.client.steps import Send, run_async
+from kiq.proxy.limits import Admission, Body, ProxyLimits, Refused
 from kiq.proxy.targets import Target, target
+from kiq.proxy.trust import CALLER, Vouched
+from kiq.security.callers import HEADER as CALLER_HEADER
+from kiq.security.callers import CallerSeal
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +42,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 SendMessage = Callable[[Message], Awaitable[None]]
 
-MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_SPLIT_KEYS = 10_000  # a node's default [limits] max_multiget_keys: more go whole
 _READS = frozenset({"GET", "HEAD"})
 # Not relayed either way: hop-by-hop, and what httpx or the server sets itself.
@@ -52,14 +59,19 @@ _HOP = frozenset(
         "content-length",
         "content-encoding",
         "accept-encoding",
+        CALLER_HEADER,  # the proxy's own to set (trust.Vouched), never a caller's
+        "x-kiq-client",
     }
 )
 _JSON = (b"content-type", b"application/json")
 
 
 class ProxyApp:
-    """``nodes``: some of the cluster's URLs; ``token``: the proxy's own bearer token, for
-    ``GET /v1/metadata`` (``kiq:admin`` on a cluster with authentication)."""
+    """``nodes``: some of the cluster's URLs, trusted as given; ``token``: the proxy's own
+    bearer token, for ``GET /v1/metadata`` (``kiq:admin`` on a cluster with authentication)
+    and ``GET /v1/tables`` (any valid token), never sent on a caller's behalf; ``limits``:
+    what it admits; ``callers``: the cluster secret's seal for callers' addresses (None:
+    the nodes count every caller as the proxy's own address)."""
 
     def __init__(
         self,
@@ -69,8 +81,15 @@ class ProxyApp:
         timeout_s: float = 70.0,
         metadata_max_age_s: float = 10.0,
         verify: Any = True,
+        limits: ProxyLimits | None = None,
+        callers: CallerSeal | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.router = Router(nodes, max_age_s=metadata_max_age_s)
+        self.limits = limits if limits is not None else ProxyLimits()
+        self.admission = Admission(self.limits)
+        self._callers = callers
+        self._transport = transport  # what carries requests past ``Vouched``: tests' stand-ins
         self._own = {"authorization": f"Bearer {token}"} if token else None
         self._retry = retry if retry is not None else RetryPolicy()
         self._timeout_s = timeout_s  # a lookup may wait up to 60 s for min_offset
@@ -78,6 +97,11 @@ class ProxyApp:
         self._http: httpx.AsyncClient | None = None
         self._refreshing: asyncio.Lock | None = None
         self._end: asyncio.Event | None = None  # set when the proxy stops (end_streams)
+
+    @property
+    def seals_callers(self) -> bool:
+        """Whether the nodes see each caller's own address (else the proxy's, for all)."""
+        return self._callers is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: SendMessage) -> None:
         if scope["type"] == "http":
@@ -90,23 +114,47 @@ class ProxyApp:
         raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         query_string = scope.get("query_string", b"").decode("latin-1")
         query = dict(parse_qsl(query_string, keep_blank_values=True))
-        body = await _body(receive)
-        if body is None:
-            await _respond(send, 413, _error("too_large", "the request body is too large"))
-            return
-        headers = {
-            k.decode("latin-1"): v.decode("latin-1")
-            for k, v in scope["headers"]
-            if k.decode("latin-1").lower() not in _HOP
-        }
         where = target(self.router, method, raw_path, query)
-        path = raw_path + ("?" + query_string if query_string else "")
-        if where.stream:
-            await self._stream(where, path, headers, receive, send)
-        elif where.multiget_table is not None and (keys := _keys(body)) is not None:
-            await self._multiget(where.multiget_table, keys, headers, send)
-        else:
-            await self._forward(where, method, path, body, headers, send)
+        try:
+            self.admission.enter(where.stream)
+        except Refused as refused:
+            await self._refuse(send, refused)
+            return
+        body = Body(self.admission, method, scope["headers"])
+        client = scope.get("client")
+        relayed_for = CALLER.set(str(client[0]) if client else None)
+        try:
+            try:
+                body.check()  # a declared length: refused unread
+                content = await body.read(receive)
+            except Refused as refused:
+                await self._refuse(send, refused)
+                return
+            headers = {
+                k.decode("latin-1"): v.decode("latin-1")
+                for k, v in scope["headers"]
+                if k.decode("latin-1").lower() not in _HOP
+            }
+            path = raw_path + ("?" + query_string if query_string else "")
+            if where.stream:
+                body.release()  # a watch holds no body while it streams
+                await self._stream(where, path, headers, receive, send)
+            elif where.multiget_table is not None and (keys := _keys(content)) is not None:
+                await self._multiget(where.multiget_table, keys, headers, send)
+            else:
+                await self._forward(where, method, path, content, headers, send)
+        finally:
+            CALLER.reset(relayed_for)
+            body.release()
+            self.admission.leave(where.stream)
+
+    async def _refuse(self, send: SendMessage, refused: Refused) -> None:
+        headers = [_JSON]
+        if refused.status == 503:
+            headers.append((b"retry-after", self.limits.retry_after.encode()))
+        if refused.status == 413:  # the rest of the body is not read: end the connection
+            headers.append((b"connection", b"close"))
+        await _respond(send, refused.status, _error(refused.code, refused.message), headers)
 
     async def _forward(
         self,
@@ -196,16 +244,25 @@ class ProxyApp:
         before = self.router.refreshes
         async with self._refreshing:
             if self.router.refreshes == before:
-                await run_async(calls.refresh(self.router, self._own), self._client(), _nothing)
+                own = CALLER.set(None)  # the proxy's own call, for no caller
+                try:
+                    flow = calls.refresh(self.router, self._own)
+                    await run_async(flow, self._client(), _nothing)
+                finally:
+                    CALLER.reset(own)
 
     def _client(self) -> httpx.AsyncClient:
-        """Made on first use, in the server's event loop."""
+        """Made on first use, in the server's event loop; every request leaves through
+        ``Vouched`` (trust.py)."""
         if self._http is None:
+            inner = self._transport or httpx.AsyncHTTPTransport(
+                verify=self._verify,
+                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+            )
             self._http = httpx.AsyncClient(
                 timeout=self._timeout_s,
-                verify=self._verify,
                 follow_redirects=False,
-                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+                transport=Vouched(self.router, inner, self._callers),
             )
         return self._http
 
@@ -261,22 +318,6 @@ def _keys(body: bytes) -> list[str] | None:
     if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
         return None
     return keys if len(keys) <= MAX_SPLIT_KEYS else None
-
-
-async def _body(receive: Receive) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(chunks)
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _error(code: str, message: str) -> bytes:

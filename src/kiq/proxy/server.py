@@ -1,4 +1,9 @@
-"""The proxy under granian, as a node is served (``kiq.cli.serve``): until SIGINT/SIGTERM."""
+"""The proxy under granian, as a node is served (``kiq.cli.serve``): until SIGINT/SIGTERM.
+
+granian holds a permit per open connection (``backpressure``): ``ProxyLimits.max_connections``
+at once, the rest wait in the backlog; the app refuses requests past its own limits
+(``limits.py``) with 503 and ``Retry-After``.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,13 @@ async def serve_proxy(app: ProxyApp, host: str, port: int, backlog: int = 2048) 
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per relayed request
     server = Server(
-        app, address=host, port=port, interface=Interfaces.ASGI, log_enabled=False, backlog=backlog
+        app,
+        address=host,
+        port=port,
+        interface=Interfaces.ASGI,
+        log_enabled=False,
+        backlog=backlog,
+        backpressure=app.limits.max_connections,
     )
     stop_server: Callable[[], None] = server.stop  # granian's method is untyped
 
@@ -30,5 +41,11 @@ async def serve_proxy(app: ProxyApp, host: str, port: int, backlog: int = 2048) 
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop)
-    log.info("proxy on http://%s:%d for %s", host, port, ", ".join(app.router.seeds))
+    log.info(
+        "proxy on http://%s:%d for %s callers_sealed=%s",
+        host,
+        port,
+        ", ".join(app.router.seeds),
+        app.seals_callers,
+    )
     await server.serve()

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kiq.security.callers import CallerSeal
 from kiq.security.errors import CredentialRejected
 from kiq.security.keys import read_secret
 
@@ -65,6 +66,10 @@ class ClusterKey:
 
     def __repr__(self) -> str:
         return "ClusterKey(***)"
+
+    def callers(self) -> CallerSeal:
+        """What opens the callers' addresses a proxy sealed with this secret (``callers.py``)."""
+        return CallerSeal(self._secret)
 
     def sign(
         self, destination: str, method: str, path: str, body: bytes, principal: str | None = None

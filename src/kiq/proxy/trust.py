@@ -1,0 +1,86 @@
+"""Where the proxy may send a request at all, and the caller's address sealed on the way.
+
+Every request the proxy makes (its own metadata reads with its token, callers' requests
+with their ``Authorization``, relayed watches) leaves through ``Vouched``, one httpx
+transport, so no path can miss it:
+
+- it goes only to an origin the proxy was given (``--nodes``) or one a node it trusts
+  names in ``/v1/metadata`` (the current topology's members: a node names only the
+  members it has proven, ``kiq.api.proven``). The topology is only ever read from such
+  an origin, so the trust runs back to the configured nodes. Any other URL (a partition
+  naming a URL that is not a member, a stale one) is refused before a connection is
+  made, as a node that does not answer: the call goes on to the next replica.
+- with the cluster secret (``--cluster-secret-file``), it carries ``X-Kiq-Caller``, the
+  address of the caller it is made for (``CALLER``), sealed (``kiq.security.callers``),
+  a fresh seal for every attempt, so a node counts its per-address limits against the
+  caller and not the proxy.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+
+import httpx
+
+from kiq.client.router import Router
+from kiq.client.topology import Topology
+from kiq.security.callers import HEADER, CallerSeal
+
+log = logging.getLogger(__name__)
+
+# The address of the caller the current request is relayed for; None: the proxy's own call.
+CALLER: ContextVar[str | None] = ContextVar("kiq_proxy_caller", default=None)
+_MAX_LOGGED = 1000  # origins refused that are said once in the log, each
+_PORTS = {"http": 80, "https": 443}
+
+
+def origin_of(url: httpx.URL | str) -> str:
+    """``scheme://host:port`` of ``url``, the port always written."""
+    parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    port = parsed.port or _PORTS.get(parsed.scheme, 0)
+    return f"{parsed.scheme}://{parsed.host}:{port}"
+
+
+class Vouched(httpx.AsyncBaseTransport):
+    """``inner`` for the origins ``router`` trusts; a ``ConnectError`` for any other."""
+
+    def __init__(
+        self, router: Router, inner: httpx.AsyncBaseTransport, seal: CallerSeal | None = None
+    ) -> None:
+        self._router = router
+        self._inner = inner
+        self._seal = seal
+        self._seeds = frozenset(origin_of(u) for u in router.seeds)
+        self._for: Topology | None = None
+        self._trusted = self._seeds
+        self._logged: set[str] = set()
+        self.refused = 0  # requests never sent: not to a vouched origin
+
+    def trusted(self) -> frozenset[str]:
+        """The configured origins and the members of the current topology."""
+        topology = self._router.topology
+        if topology is not self._for:
+            members = frozenset(origin_of(u) for u in topology.urls) if topology else frozenset()
+            self._trusted = self._seeds | members
+            self._for = topology
+        return self._trusted
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        origin = origin_of(request.url)
+        if origin not in self.trusted():
+            self.refused += 1
+            if origin not in self._logged and len(self._logged) < _MAX_LOGGED:
+                self._logged.add(origin)
+                log.warning("proxy refused: not a vouched node url=%s", origin)
+            raise httpx.ConnectError(
+                f"{origin} is neither one of --nodes nor a member they vouch for", request=request
+            )
+        address = CALLER.get()
+        if self._seal is not None and address is not None:
+            target = request.url.raw_path.decode("latin-1")
+            request.headers[HEADER] = self._seal.seal(request.method, target, address)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
