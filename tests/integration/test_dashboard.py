@@ -162,3 +162,62 @@ def _read_progress_topic(bootstrap: str) -> list[dict]:
     from kiq.kafka import compacted
 
     return [json.loads(v) for v in compacted.read_latest(bootstrap, PROGRESS_TOPIC).values()]
+
+
+def test_the_page_works_under_its_policy_and_no_page_can_frame_it(
+    bootstrap: str, make_topic, tmp_path: Path
+):
+    """Chromium enforces /ui's Content-Security-Policy: the page still fills in with no
+    violation reported, and a frame of it (even from its own origin) stays empty."""
+    from kiq.runtime import LocalNode
+    from tests.integration.kafka_io import produce
+
+    chromium()
+    topic = make_topic("framed")
+    produce(bootstrap, topic, [("k", json.dumps({"v": 1}))])
+    node = LocalNode(
+        "f1",
+        bootstrap,
+        [f"framed={topic}"],
+        tmp_path / "f1",
+        tmp_path / "f1.log",
+        extra_args=["--cluster", f"kiq-framed-{time.monotonic_ns()}"],
+    )
+    node.start()
+    try:
+        node.wait_ready(90)
+        asyncio.run(_check_policy(node.url, tmp_path))
+    finally:
+        node.stop()
+
+
+async def _check_policy(url: str, tmp: Path) -> None:
+    async with open_page("about:blank", tmp / "chromium", tmp / "chromium.log") as page:
+        await page.send(
+            "Page.addScriptToEvaluateOnNewDocument",
+            source="window.violations = []; document.addEventListener("
+            "'securitypolicyviolation', (e) => window.violations.push(e.violatedDirective));",
+        )
+        await page.send("Page.navigate", url=f"{url}/ui")
+        await page.wait_for(
+            "document.getElementById('node')?.textContent.includes('f1')", 30, "the node's id"
+        )
+        await page.wait_for(
+            "document.querySelector('#tables tr[data-table]')", 15, "this node's tables"
+        )
+        assert await page.evaluate("window.violations") == []
+        framed = await page.evaluate(
+            """new Promise((done) => {
+                 const frame = document.createElement('iframe');
+                 frame.src = '/ui';
+                 frame.onload = () => {
+                   let title = null;
+                   try { title = frame.contentDocument && frame.contentDocument.title; }
+                   catch (e) { title = null; }
+                   done(title);
+                 };
+                 document.body.append(frame);
+                 setTimeout(() => done('no load event'), 10000);
+               })"""
+        )
+        assert framed != "kiq dashboard", framed

@@ -213,3 +213,89 @@ def test_a_worker_ends_with_a_killed_node(node):
     (worker,) = _worker_pids(n)
     n.kill()
     _until(lambda: _gone(worker), timeout_s=15, what="the worker to end after its node")
+
+
+# -- the fences around a node's own processes (issue 37) ----------------------------------
+
+RATE, BURST = 0.05, 5  # one token back every 20 s: a run of a few seconds earns at most one
+
+
+@pytest.fixture
+def limited(bootstrap: str, make_topic, tmp_path: Path):
+    """A node of three processes whose callers may send a burst of 5, then one per 20 s."""
+    topic = make_topic("limited", partitions=3)
+    produce(bootstrap, topic, [(k, json.dumps({"k": k})) for k in KEYS[:30]])
+    made = LocalNode(
+        "w3",
+        bootstrap,
+        [f"limited={topic}"],
+        tmp_path / "w3",
+        tmp_path / "w3.log",
+        extra_args=[
+            *("--cluster", f"kiq-limited-{os.getpid()}-{time.monotonic_ns()}"),
+            *("--rate-limit", str(RATE), "--rate-burst", str(BURST)),
+        ],
+        workers=3,
+    )
+    made.start()
+    try:
+        made.wait_ready(90)
+        _until(lambda: _serving_workers(made) >= 2, what="both read workers to serve")
+        yield made
+    finally:
+        made.stop()
+
+
+def test_a_callers_burst_is_counted_once_for_all_the_nodes_processes(limited):
+    """60 lookups, each on a connection of its own (the kernel spreads them over the three
+    processes): at most the burst, plus what the bucket earns back meanwhile, pass. Each
+    process counting alone let 3 x 5 through."""
+    reached = {_get(limited.url, "/v1/health/live").json().get("worker", 0) for _ in range(30)}
+    assert reached == {0, 1, 2}, reached  # every process takes connections
+    started = time.monotonic()
+    statuses = [
+        _get(limited.url, f"/v1/tables/limited/keys/{KEYS[i % 30]}").status_code for i in range(60)
+    ]
+    earned = (time.monotonic() - started) * RATE
+    assert set(statuses) <= {200, 429}, statuses
+    passed = statuses.count(200)
+    assert BURST <= passed <= BURST + earned, (passed, earned)
+
+
+def _listening_tcp_ports(pid: int) -> set[int]:
+    """The TCP ports ``pid`` listens on: its sockets' inodes, found in /proc/net/tcp*."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_the_nodes_own_listener_is_a_socket_only_its_user_reaches(limited):
+    """The workers reach their node over a Unix socket (0600, in a 0700 directory of its
+    own), and the node listens on no TCP port but its public one."""
+    assert limited.proc is not None
+    assert _listening_tcp_ports(limited.proc.pid) == {limited.port}
+    worker = _worker_pids(limited)[0]
+    environ = dict(
+        entry.split("=", 1)
+        for entry in Path(f"/proc/{worker}/environ").read_text().split("\0")
+        if "=" in entry
+    )
+    home = environ["KIQ_WORKER_HOME"]
+    assert home.startswith("unix:"), home
+    socket_path = Path(home[len("unix:") :])
+    assert socket_path.is_socket()
+    assert socket_path.stat().st_mode & 0o777 == 0o600
+    assert socket_path.parent.stat().st_mode & 0o777 == 0o700
+    assert Path(environ["KIQ_WORKER_LIMITS"]).parent == socket_path.parent
+    limited.stop()
+    _until(lambda: not socket_path.parent.exists(), timeout_s=15, what="the node to remove it")

@@ -30,8 +30,10 @@ from kiq.api.dashboard import PipelineProgress
 from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
 from kiq.api.handlers import Handlers
+from kiq.api.holds import Holds
 from kiq.api.limits import Lookup, RateLimiter, limit_lookups
 from kiq.api.lookups import Lookups
+from kiq.api.relayed import RelayedCallers
 from kiq.api.routers import app_router, core_router
 from kiq.api.routes import CORE, LOOKUP, is_core
 from kiq.api.spec import RouteSpec
@@ -93,6 +95,9 @@ class KiqApp:
             else None
         )
         self.limiter = RateLimiter.of(limits)
+        # A proxy's callers, each by its own address (api/relayed.py): on with a cluster secret.
+        cluster_key = security.cluster if security is not None else None
+        self._callers = RelayedCallers(cluster_key.callers()) if cluster_key is not None else None
         self._node = node
         self._start_node = start_node
         self.router = Router(view.node_id, home=home)
@@ -108,7 +113,7 @@ class KiqApp:
             )
         self.peers = peers
         reader = ReplicaReader(view, self.router, peers, limits)
-        self.lookups = Lookups(view, reader)
+        self.lookups = Lookups(view, reader, peers)
         self._channels = LookupChannels(self.lookups, self.access)  # peers' lookup batches
         self.batches = Batches(view, reader, limits.max_multiget_keys)
         self._writer = writer
@@ -118,11 +123,24 @@ class KiqApp:
             view.replicas,
             view.taps,
             reader,
-            limits.max_watches,
+            limits.stream_slots,
             limits.max_watch_pending,
             relay_only=home is not None,
         )
-        watch_api = WatchApi(view, self.watches)
+        # No caller holds the node's connection slots (api/holds.py).
+        self.holds = Holds(
+            "requests",
+            limits.max_requests_per_caller,
+            limits.request_slots,
+            "max_requests_per_caller",
+        )
+        watch_holds = Holds(
+            "watch streams",
+            limits.max_watches_per_caller,
+            limits.stream_slots,
+            "max_watches_per_caller",
+        )
+        watch_api = WatchApi(view, self.watches, watch_holds)
         custom = endpoints_for(
             declared, self.lookups, self.batches, writer, limits.max_body_bytes, watch_api
         )
@@ -136,8 +154,8 @@ class KiqApp:
             watch_api,
             VersionsApi(view, peers, catalog, progress),
         )
-        core_routes = core_router(handlers, self.access, self.limiter)
-        own_routes = app_router(custom, self.access, self.limiter)
+        core_routes = core_router(handlers, self.access, self.limiter, self.holds)
+        own_routes = app_router(custom, self.access, self.limiter, self.holds)
         self.routers = (core_routes, own_routes)  # core paths, the application's (is_core)
         # Every route this node answers, as declared: what /openapi.json is made from.
         self.specs: tuple[RouteSpec[Any], ...] = (*CORE, *declared)
@@ -161,6 +179,8 @@ class KiqApp:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
         if kind == "http":
+            if self._callers is not None:
+                self._callers.take(scope)
             if scope["method"] == "GET":
                 path: str = scope["path"]
                 if path.startswith(_TABLES):

@@ -18,6 +18,13 @@ A route says whether it is limited (``RouteSpec.limited``, routes.py): node-to-n
 requests (one node forwards for many callers) and health probes are not. The limit
 is put in front of a limited route's handler (``Limit``) and of the raw lookup path
 (``limit_lookups``) only when it is on, so an unlimited node pays nothing for it.
+
+A node of several processes (``kiq serve --workers N``) counts every limit once for
+the node: before its app is built, each process calls ``count_node_wide`` with the
+node's shared table (``api/node_buckets.py``), and the limiters made after that
+(``RateLimiter.of``, ``RateLimiter.for_failures``) count in it. The table is the
+process's, not the app's: the node's app is built from its settings alone
+(``node_build``), the same in the home process and in each worker.
 """
 
 from __future__ import annotations
@@ -29,12 +36,24 @@ from typing import Any
 
 from kiq.api.asgi import Receive, Scope, Send
 from kiq.api.errors import RateLimited, send_error
+from kiq.api.node_buckets import Buckets, BucketTable
 from kiq.settings import LimitsSettings
 
 SWEEP_INTERVAL_S = 10.0
 
 Lookup = Callable[[dict[str, Any], Send, str, bytes], Awaitable[None]]
 Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+RATE_REGION = 0  # the node-wide table's region for the per-caller rate
+FAILURES_REGION = 1  # and for refused credentials per address
+_node_wide: BucketTable | None = None
+
+
+def count_node_wide(table: BucketTable | None) -> None:
+    """Limiters made from now on count in ``table``, shared by every process of this node
+    (None: each process alone, as a node of one process does)."""
+    global _node_wide
+    _node_wide = table
 
 
 class RateLimiter:
@@ -61,6 +80,8 @@ class RateLimiter:
         """The node's limiter, or None when the rate limit is off."""
         if limits.rate_limit <= 0:
             return None
+        if _node_wide is not None:
+            return NodeWideLimiter(_node_wide.region(RATE_REGION), limits.rate_limit, limits.burst)
         return cls(limits.rate_limit, limits.burst, limits.rate_clients)
 
     @classmethod
@@ -68,6 +89,12 @@ class RateLimiter:
         """Refused credentials per client address (``api/auth.py``), or None when off."""
         if limits.auth_failure_rate <= 0:
             return None
+        if _node_wide is not None:
+            return NodeWideLimiter(
+                _node_wide.region(FAILURES_REGION),
+                limits.auth_failure_rate,
+                limits.auth_failure_burst,
+            )
         return cls(limits.auth_failure_rate, limits.auth_failure_burst, limits.rate_clients)
 
     def retry_after(self, caller: str) -> float:
@@ -108,6 +135,29 @@ class RateLimiter:
         table = self._full_at
         while len(table) >= self.clients:
             del table[next(iter(table))]
+
+
+class NodeWideLimiter(RateLimiter):
+    """The same buckets, kept in the node's shared table: every process counts in them."""
+
+    def __init__(
+        self,
+        buckets: Buckets,
+        rate: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,  # CLOCK_MONOTONIC: one for all processes
+    ) -> None:
+        super().__init__(rate, burst, clock=clock)
+        self._buckets = buckets
+
+    def retry_after(self, caller: str) -> float:
+        return self._buckets.take(caller, self.interval, self.capacity, self._clock())
+
+    def would_wait(self, caller: str) -> float:
+        return self._buckets.peek(caller, self.interval, self.capacity, self._clock())
+
+    def __len__(self) -> int:
+        return self._buckets.held(self._clock())
 
 
 def caller_of(scope: Scope) -> str:

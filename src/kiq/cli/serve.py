@@ -22,6 +22,7 @@ from kiq.cli.context import CliState, ConfigOption, run_or_exit
 
 if TYPE_CHECKING:
     from kiq.node_build import BuiltNode
+    from kiq.workers.home import Home
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,12 @@ def serve(
     max_connections: Annotated[
         int | None,
         typer.Option(help="open connections; more wait [2048]"),
+    ] = None,
+    max_watches_per_caller: Annotated[
+        int | None, typer.Option(help="watch streams open per client, then 429 [64]")
+    ] = None,
+    max_requests_per_caller: Annotated[
+        int | None, typer.Option(help="requests in flight per client, then 429 [128]")
     ] = None,
     header_timeout_s: Annotated[
         float | None,
@@ -150,6 +157,8 @@ def serve(
                 "max_body_bytes": max_body_bytes,
                 "max_multiget_keys": max_multiget_keys,
                 "max_connections": max_connections,
+                "max_watches_per_caller": max_watches_per_caller,
+                "max_requests_per_caller": max_requests_per_caller,
                 "header_timeout_s": header_timeout_s,
                 "rate_limit": rate_limit,
                 "rate_burst": rate_burst,
@@ -169,12 +178,20 @@ def serve(
         )
     )
     from kiq.node_build import build_node
+    from kiq.workers.home import Home
 
     run_or_exit(lambda: _check_port(conf.serve.host, conf.serve.port))
-    built = run_or_exit(lambda: build_node(conf))
-    import uvloop
+    home = None
+    if worker_count(conf.serve.workers) > 1:  # before the app, whose limits count in it
+        home = run_or_exit(lambda: Home.open(conf.limits))
+    try:
+        built = run_or_exit(lambda: build_node(conf))
+        import uvloop
 
-    uvloop.run(_serve(built))
+        uvloop.run(_serve(built, home))
+    finally:
+        if home is not None:
+            home.remove()
 
 
 def _check_port(host: str, port: int) -> None:
@@ -191,11 +208,11 @@ def _check_port(host: str, port: int) -> None:
         )
 
 
-async def _serve(built: BuiltNode) -> None:
-    """Serve ``built.app`` (and start its read workers) until SIGINT or SIGTERM."""
-    from kiq.runtime.ports import free_port
+async def _serve(built: BuiltNode, home: Home | None = None) -> None:
+    """Serve ``built.app`` (and start its read workers, with a ``home``) until SIGINT or
+    SIGTERM."""
     from kiq.runtime.signals import STOP_SIGNALS
-    from kiq.workers.home import HomeApp, Workers, new_token
+    from kiq.workers.home import HomeApp, Workers
     from kiq.workers.server import http_server
 
     conf, limits, security = built.settings.serve, built.settings.limits, built.security
@@ -203,13 +220,10 @@ async def _serve(built: BuiltNode) -> None:
     servers = [server]
     count = worker_count(conf.workers)
     workers: Workers | None = None
-    if count > 1:
-        token = new_token()
-        private = free_port()
-        servers.append(
-            http_server(HomeApp(built.app, built.node, token), "127.0.0.1", private, limits)
-        )
-        workers = Workers(count - 1, built.settings.as_env(), f"http://127.0.0.1:{private}", token)
+    if count > 1 and home is not None:
+        private = HomeApp(built.app, built.node, home.token)
+        servers.append(http_server(private, "", 0, limits, uds=home.socket))
+        workers = Workers(count - 1, built.settings.as_env(), home)
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task[None]] = []  # the one stop under way (a second signal: none)
 
@@ -236,10 +250,12 @@ async def _serve(built: BuiltNode) -> None:
         "signed" if security.cluster is not None else "open",
         count,
     )
-    if workers is not None:
-        workers.start()
+    serving = asyncio.gather(*(each.serve() for each in servers))
     try:
-        await asyncio.gather(*(each.serve() for each in servers))
+        if workers is not None and home is not None:
+            await home.listening()  # workers learn of the socket once it answers
+            workers.start()
+        await serving
     finally:
         if workers is not None:
             workers.stop()

@@ -41,6 +41,8 @@ def decode_client_id(client_id: str) -> Member | None:
     parts = client_id.split(_SEP)
     if len(parts) != 3 or parts[0] != _PREFIX or not NODE_ID.fullmatch(parts[1]):
         return None
+    if not parts[2].startswith(("http://", "https://")):  # never a local socket (unix:...)
+        return None
     return Member(node_id=parts[1], url=parts[2])
 
 

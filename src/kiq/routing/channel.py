@@ -50,7 +50,13 @@ from kiq.routing.frames import (
     client_frame,
     new_key,
 )
-from kiq.routing.pool import MAX_BODY_BYTES, MAX_HEAD_BYTES, address_of, request_bytes
+from kiq.routing.pool import (
+    MAX_BODY_BYTES,
+    MAX_HEAD_BYTES,
+    address_of,
+    host_of,
+    request_bytes,
+)
 from kiq.routing.wire import (
     INTERNAL_CHANNEL,
     ChannelAsk,
@@ -296,7 +302,7 @@ class Channels:
             "sec-websocket-key": key,
             **open_headers(),
         }
-        head = request_bytes("GET", INTERNAL_CHANNEL, f"{host}:{port}", headers, b"")
+        head = request_bytes("GET", INTERNAL_CHANNEL, host_of((host, port, context)), headers, b"")
         loop = asyncio.get_running_loop()
 
         def went_away() -> None:
@@ -304,13 +310,18 @@ class Channels:
 
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                _, channel = await loop.create_connection(
-                    lambda: _Channel(head, key, went_away),
-                    host,
-                    port,
-                    ssl=context,
-                    server_hostname=host if context is not None else None,
-                )
+                if port == 0:  # a read worker's node, over its Unix socket
+                    _, channel = await loop.create_unix_connection(
+                        lambda: _Channel(head, key, went_away), host
+                    )
+                else:
+                    _, channel = await loop.create_connection(
+                        lambda: _Channel(head, key, went_away),
+                        host,
+                        port,
+                        ssl=context,
+                        server_hostname=host if context is not None else None,
+                    )
                 await channel.opened
         except ssl.SSLError as exc:
             raise ConnectionError(f"TLS with {host}:{port} failed: {exc}") from exc

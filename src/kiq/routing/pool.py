@@ -34,6 +34,8 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 Response = tuple[int, bytes]  # (status, body)
 Address = tuple[str, int, ssl.SSLContext | None]  # host, port, TLS context (https)
+# A read worker's node (kiq.workers): ``unix:PATH``, a Unix socket, its Address (PATH, 0, None).
+UNIX = "unix:"
 
 
 class _Connection(asyncio.Protocol):
@@ -153,7 +155,7 @@ class ConnectionPool:
         address = self._addresses.get(base_url)
         if address is None:
             address = self._addresses[base_url] = address_of(base_url, self._ssl)
-        data = request_bytes(method, path, f"{address[0]}:{address[1]}", headers, body)
+        data = request_bytes(method, path, host_of(address), headers, body)
         loop = asyncio.get_running_loop()
         conn = await self._acquire(address)
         timer = loop.call_later(timeout_s, conn._fail, f"no answer within {timeout_s:.3f}s")
@@ -177,7 +179,9 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                if context is None:
+                if port == 0:
+                    _, conn = await loop.create_unix_connection(_Connection, host)
+                elif context is None:
                     _, conn = await loop.create_connection(_Connection, host, port)
                 else:
                     _, conn = await loop.create_connection(
@@ -225,6 +229,8 @@ def request_bytes(
 
 def address_of(base_url: str, context: ssl.SSLContext | None) -> Address:
     """Where a peer URL is reached: host, port, and the TLS context for ``https://``."""
+    if base_url.startswith(UNIX):
+        return base_url[len(UNIX) :], 0, None
     parts = urlsplit(base_url)
     if parts.hostname is None or parts.scheme not in ("http", "https"):
         raise ConnectionError(f"{base_url}: a peer URL is http:// or https://")
@@ -233,3 +239,8 @@ def address_of(base_url: str, context: ssl.SSLContext | None) -> Address:
     if context is None:
         raise ConnectionError(f"{base_url}: an https:// peer needs TLS on this node (--tls-ca)")
     return parts.hostname, parts.port or 443, context
+
+
+def host_of(address: Address) -> str:
+    """The Host header for ``address``."""
+    return "localhost" if address[1] == 0 else f"{address[0]}:{address[1]}"

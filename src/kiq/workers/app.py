@@ -60,13 +60,17 @@ def answers_here(scope: Scope) -> bool:
 
 
 class HomeProxy:
-    """Hands a request to the node's private listener at ``home``, as it came."""
+    """Hands a request to the node's private listener (its Unix socket, ``path``), as it
+    came."""
 
-    def __init__(self, home: str, token: str) -> None:
+    def __init__(self, path: str, token: str) -> None:
         self._client = httpx.AsyncClient(
-            base_url=home,
+            base_url="http://localhost",
             timeout=httpx.Timeout(None, connect=5.0),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            transport=httpx.AsyncHTTPTransport(
+                uds=path,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            ),
         )
         self._token = token
 

@@ -11,14 +11,18 @@ import asyncio
 import http.client
 import logging
 import os
+import socket
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from pathlib import Path
 
 from kiq import settings
 from kiq.api.app import create_app
+from kiq.api.limits import count_node_wide
+from kiq.api.node_buckets import BucketTable
 from kiq.kafka import KafkaSecurity
 from kiq.logs import setup_logging
 from kiq.node_build import LogWriter, app_endpoints, peer_ssl
+from kiq.routing.pool import UNIX
 from kiq.runtime.signals import STOP_SIGNALS
 from kiq.security import security_for
 from kiq.security import tls as tls_contexts
@@ -34,20 +38,44 @@ FIRST_SNAPSHOT_S = 60.0  # how long a new worker waits for its node to answer
 POLL_TIMEOUT_S = 5.0  # a poll is held up to a second (workers.home.HOLD_S)
 
 
+class UnixConnection(http.client.HTTPConnection):
+    """An HTTP/1.1 connection over the Unix socket at ``path``."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def socket_of(home: str) -> str:
+    """The path of the node's socket, from its ``unix:PATH`` (``Home.url``)."""
+    if not home.startswith(UNIX):
+        raise ValueError(f"KIQ_WORKER_HOME={home!r} is not unix:PATH: start it from kiq serve")
+    return home[len(UNIX) :]
+
+
 class StatePoller:
     """The worker's one keep-alive connection to its node's private listener, for polls;
     each carries ``report()``, the worker's counters."""
 
     def __init__(self, home: str, token: str, report: Callable[[], bytes]) -> None:
         self._report = report
-        parts = urlsplit(home)
-        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._path = socket_of(home)
         self._headers = {TOKEN_HEADER: token}
         self._conn: http.client.HTTPConnection | None = None
 
     def fetch(self, have_view: int, since: int) -> Snapshot | None:
         if self._conn is None:
-            self._conn = http.client.HTTPConnection(self._host, self._port, timeout=POLL_TIMEOUT_S)
+            self._conn = UnixConnection(self._path, timeout=POLL_TIMEOUT_S)
         try:
             path = f"{STATE_PATH}?view={have_view}&since={since}"
             self._conn.request("POST", path, body=self._report(), headers=self._headers)
@@ -77,6 +105,8 @@ async def _run() -> None:
     index = int(os.environ["KIQ_WORKER_INDEX"])
     home = os.environ["KIQ_WORKER_HOME"]
     token = os.environ["KIQ_WORKER_TOKEN"]
+    # Its limits count with the node's other processes (before the app makes its limiters).
+    count_node_wide(BucketTable.attach(Path(os.environ["KIQ_WORKER_LIMITS"])))
     loop = asyncio.get_running_loop()
     node = MirrorNode(serve)
     poller = StatePoller(home, token, lambda: report_of(index, os.getpid(), node.metrics))
@@ -109,7 +139,7 @@ async def _run() -> None:
         peer_ssl=peer_ssl(conf.tls),
         home=home,
     )
-    worker = WorkerApp(app, HomeProxy(home, token), index)
+    worker = WorkerApp(app, HomeProxy(socket_of(home), token), index)
     server = http_server(
         worker, serve.host, serve.port, conf.limits, tls_contexts.server_files(conf.tls)
     )

@@ -1,7 +1,8 @@
 """The HTTP server each process of a node listens with: granian, embedded in its loop.
 
 The writer and its read workers bind the same address and port (granian sets
-SO_REUSEPORT), so each must listen with the same limits and the same certificate.
+SO_REUSEPORT), so each must listen with the same limits and the same certificate. The
+writer's private listener is a Unix socket (``uds``, mode 0600: ``workers/home.py``).
 """
 
 from __future__ import annotations
@@ -19,18 +20,21 @@ def http_server(
     port: int,
     limits: LimitsSettings,
     tls: tuple[Path, Path] | None = None,
+    uds: Path | None = None,
 ) -> Any:
-    """A granian embedded server of ``app`` (ASGI); ``await server.serve()`` runs it."""
+    """A granian embedded server of ``app`` (ASGI); ``await server.serve()`` runs it. With
+    ``uds`` it listens on that Unix socket instead of ``host`` and ``port``."""
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
     from granian.server.embed import Server
 
     logging.getLogger("granian").setLevel(logging.ERROR)  # "embedded is experimental" noise
     cert, key = tls or (None, None)
-    return Server(
+    server = Server(
         app,
         address=host,
         port=port,
+        uds=uds,
         interface=Interfaces.ASGI,
         log_enabled=False,
         backlog=2048,
@@ -43,3 +47,6 @@ def http_server(
         ssl_cert=cert,
         ssl_key=key,
     )
+    if uds is not None:
+        server.uds_permissions = 0o600  # granian's own setting, which its embedded form omits
+    return server
