@@ -87,20 +87,24 @@ class NodeCatalog:
     def stop(self) -> None:
         self.follower.stop()
 
-    def apply(self, records: list[tuple[str, bytes | None]]) -> None:
-        """One batch of catalog records, in the order written (empty: a quiet poll). Each
-        is untrusted (``kiq.tables.checks``): one that is refused, or fails, is skipped
-        alone and never stops the others."""
-        for key, value in records:
+    def apply(
+        self, records: Sequence[tuple[str, bytes | None]], offsets: Sequence[int] = ()
+    ) -> None:
+        """One batch of catalog records, in the order written (empty: a quiet poll), with
+        their offsets when known. Each is untrusted (``kiq.tables.checks``): one that is
+        refused, or fails, is skipped alone and never stops the others."""
+        for i, (key, value) in enumerate(records):
+            where = f"partition=0 offset={offsets[i]}" if i < len(offsets) else ""
             try:
                 if key.startswith(_TABLE):
-                    self._declared(key, value)
+                    self._declared(key, value, where)
                 elif key.startswith(_ALIAS):
-                    self._aliased(key, value)
+                    self._aliased(key, value, where)
             except Exception as exc:  # the next record is still applied; the log has why
                 log.warning(
-                    "catalog record not applied topic=%s key=%.200r error=%s",
+                    "catalog record not applied topic=%s %s key=%.200r error=%s",
                     CATALOG_TOPIC,
+                    where,
                     key,
                     exc,
                 )
@@ -111,7 +115,7 @@ class NodeCatalog:
                     self._pending.pop(key, None)
                     self._served_by(key, declared)
 
-    def _declared(self, key: str, value: bytes | None) -> None:
+    def _declared(self, key: str, value: bytes | None, where: str = "") -> None:
         if value is None:
             self._pending.pop(key, None)
             # Only a name this node derived from a valid record and serves: never the key's.
@@ -119,7 +123,7 @@ class NodeCatalog:
             if name is not None:
                 self._retire(name)
             return
-        declared = checks.decode(CATALOG_TOPIC, key, value, Declared)
+        declared = checks.decode(CATALOG_TOPIC, key, value, Declared, where)
         if declared is None:
             return  # refused (logged once), or a newer kiq's: the node serves what it can read
         if not serves(self._served, self._every, declared, self._app):
@@ -132,7 +136,9 @@ class NodeCatalog:
         elif key in self._pending or len(self._pending) < _MAX_PENDING:
             self._pending[key] = declared
         else:
-            checks.refused(CATALOG_TOPIC, key, "too many declarations wait for their topic")
+            checks.refused(
+                CATALOG_TOPIC, key, "too many declarations wait for their topic", where=where
+            )
 
     def _served_by(self, key: str, declared: Declared) -> None:
         """Note that the version ``key`` declares is served: its tombstone retires it."""
@@ -167,10 +173,10 @@ class NodeCatalog:
         self._node.add_table(TableRuntime(spec, codec_for(spec), count))
         return True
 
-    def _aliased(self, key: str, value: bytes | None) -> None:
+    def _aliased(self, key: str, value: bytes | None, where: str = "") -> None:
         alias = None
         if value is not None:
-            alias = checks.decode(CATALOG_TOPIC, key, value, Alias)
+            alias = checks.decode(CATALOG_TOPIC, key, value, Alias, where)
             if alias is None or alias.app != self._app:
                 return
             table = alias.table

@@ -6,7 +6,6 @@ a member no trusted node vouches for (the impostor of test_impostor.py)."""
 from __future__ import annotations
 
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from kiq.runtime.ports import free_port
-from kiq.runtime.processes import spawn_logged
+from kiq.runtime.processes import spawn_logged, terminate
 from tests.integration.test_auth import KEYS, bearer, secured, token  # noqa: F401
 from tests.integration.test_impostor import (  # noqa: F401
     FORGED,
@@ -70,12 +69,8 @@ def proxy_process(
             time.sleep(0.1)
         yield url, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        if proc.poll() is None:
+            terminate(proc.pid, 10, proc)
 
 
 def rss_mib(pid: int) -> float:

@@ -418,3 +418,17 @@ def test_a_hostile_declaration_and_its_tombstone_delete_nothing_and_stop_nothing
     assert (outside / "keep").is_dir() and (data_dir / "keep").is_dir()
     assert list(node.tables) == ["totals", "totals@v2"]
     assert caplog.text.count("catalog record refused") == len(records)
+
+
+def test_a_refused_catalog_record_is_named_by_its_offset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """An operator finds the record in the topic (kafka-console-consumer --offset N)."""
+    checks._said.clear()
+    local = make_node(tmp_path / "nodes", Cluster(), TABLES)
+    catalog = follower(local, monkeypatch, Topics(totals=4, totals_v2=4))
+    bad = msgspec.json.encode({"table": "..", "topic": "totals.v2", "key": ["k"], "app": "shop"})
+    catalog.apply([(V2.catalog_key, V2.encode()), ("table:shop/..", bad)], [41, 42])
+    assert "catalog record refused topic=kiq-catalog partition=0 offset=42 key=" in caplog.text
+    assert "offset=41" not in caplog.text
+    assert list(local.node.tables) == ["totals", "totals@v2"]

@@ -153,7 +153,7 @@ class Publisher:
 class Follower:
     """Tails a one-partition compacted topic from its start, for as long as it runs: every
     record (None: a tombstone) goes to ``on_records`` in the order written, a batch at a
-    time, on the follower's own thread.
+    time with the records' offsets (for messages about one), on the follower's own thread.
 
     Nodes follow the table catalog so: a version a pipeline declares, an alias ``kiq
     switch`` moves, a version ``kiq retire`` removes, all reach every node within a fetch
@@ -169,7 +169,7 @@ class Follower:
         self,
         bootstrap: str,
         topic: str,
-        on_records: Callable[[list[tuple[str, bytes | None]]], None],
+        on_records: Callable[[list[tuple[str, bytes | None]], list[int]], None],
         *,
         security: KafkaSecurity = PLAINTEXT,
         poll_s: float = 0.5,
@@ -218,6 +218,7 @@ class Follower:
                 first = consumer.poll(self._poll_s)
                 messages = [] if first is None else [first, *consumer.consume(500, timeout=0)]
                 records: list[tuple[str, bytes | None]] = []
+                offsets: list[int] = []
                 last = -1
                 for msg in messages:
                     err = msg.error()
@@ -230,12 +231,13 @@ class Follower:
                             log.warning("following topic %s: %s", self._topic, err.str())
                         continue
                     records.append(((msg.key() or b"").decode("utf-8", "replace"), msg.value()))
-                    last = max(last, msg.offset() or 0)
+                    offsets.append(msg.offset() or 0)
+                    last = max(last, offsets[-1])
                 idle = self._idle_s is not None and time.monotonic() - called >= self._idle_s
                 if records or idle:
                     called = time.monotonic()
                     try:
-                        self._on_records(records)
+                        self._on_records(records, offsets)
                     except Exception:  # the next records still arrive; the log has the stack
                         log.exception("applying records of topic %s failed", self._topic)
                 if last >= 0:

@@ -16,24 +16,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from kiq.security.errors import CredentialRejected
 from kiq.security.keys import read_secret
+from kiq.security.stamps import Stamps
 
 HEADER = "x-kiq-caller"
 WINDOW_S = 5.0
 MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone, at most; anything longer is junk
 _KEY_DOMAIN = b"kiq-caller-key-v1"
 _DOMAIN = b"kiq-caller-v1\n"
-_MAX_STAMP_DIGITS = 15
-_NONCE_CHARS = 16
-_MAC_CHARS = 64
-_HEX = frozenset("0123456789abcdef")
-_DIGITS = frozenset("0123456789")
 _ADDRESS = frozenset("0123456789abcdefABCDEF:.%[]-_")
 
 
@@ -49,10 +44,7 @@ class CallerSeal:
     ) -> None:
         # Its own key: a sealed address is never a cluster credential, nor the reverse.
         self._key = hmac.new(secret, _KEY_DOMAIN, hashlib.sha256).digest()
-        self._window_ms = int(window_s * 1000)
-        self._clock = clock
-        self._max_seen = max_seen
-        self._seen: dict[bytes, int] = {}  # MAC → its TIME, oldest first
+        self._stamps = Stamps("caller seal", window_s, clock, max_seen)
 
     @classmethod
     def from_file(cls, path: Path) -> CallerSeal:
@@ -64,8 +56,7 @@ class CallerSeal:
     def seal(self, method: str, target: str, address: str) -> str:
         """The header's value for a request ``method target`` made for the caller at
         ``address``."""
-        stamp = str(int(self._clock() * 1000))
-        nonce = os.urandom(8).hex()
+        stamp, nonce = self._stamps.new()
         mac = self._mac(method, target, address, stamp, nonce)
         return f"{address} {stamp}.{nonce}.{mac.hex()}"
 
@@ -75,41 +66,13 @@ class CallerSeal:
         address, _, credential = value.partition(" ")
         if not 0 < len(address) <= MAX_ADDRESS_CHARS or not _ADDRESS.issuperset(address):
             raise CredentialRejected("malformed caller address")
-        parts = credential.split(".")
-        if (
-            len(parts) != 3
-            or not 0 < len(parts[0]) <= _MAX_STAMP_DIGITS
-            or not _DIGITS.issuperset(parts[0])
-            or len(parts[1]) != _NONCE_CHARS
-            or not _HEX.issuperset(parts[1])
-            or len(parts[2]) != _MAC_CHARS
-            or not _HEX.issuperset(parts[2])
-        ):
-            raise CredentialRejected("malformed caller seal")
-        stamp, nonce, mac_hex = parts
-        now_ms = int(self._clock() * 1000)
-        sent_ms = int(stamp)
-        if abs(now_ms - sent_ms) > self._window_ms:
-            raise CredentialRejected("caller seal outside its time window")
-        mac = bytes.fromhex(mac_hex)
-        if not hmac.compare_digest(mac, self._mac(method, target, address, stamp, nonce)):
+        got = self._stamps.parse(credential)
+        expected = self._mac(method, target, address, got.stamp, got.nonce)
+        if not hmac.compare_digest(got.mac, expected):
             raise CredentialRejected("caller seal does not match the request")
-        self._forget(now_ms)
-        if mac in self._seen:
-            raise CredentialRejected("caller seal already used")
-        self._seen[mac] = sent_ms
+        self._stamps.take(got)
         return address
 
     def _mac(self, method: str, target: str, address: str, stamp: str, nonce: str) -> bytes:
         fields = f"{method}\n{target}\n{address}\n{stamp}\n{nonce}\n"
         return hmac.new(self._key, _DOMAIN + fields.encode("latin-1"), hashlib.sha256).digest()
-
-    def _forget(self, now_ms: int) -> None:
-        """Drops what is too old to be accepted again anyway; bounded at ``max_seen``."""
-        seen = self._seen
-        oldest = now_ms - self._window_ms
-        while seen:
-            first = next(iter(seen))
-            if seen[first] >= oldest and len(seen) < self._max_seen:
-                break
-            del seen[first]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,19 +28,13 @@ from pathlib import Path
 from kiq.security.callers import CallerSeal
 from kiq.security.errors import CredentialRejected
 from kiq.security.keys import read_secret
+from kiq.security.stamps import Stamp, Stamps
 
 HEADER = "x-kiq-cluster"
 WINDOW_S = 5.0
 ANSWER_TAG_BYTES = 32
 _DOMAIN = b"kiq-cluster-v2\n"
 _ANSWER_DOMAIN = b"kiq-cluster-answer-v2\n"
-# TIME.NONCE.MAC: 13 digits until the year 2286; the parts' sizes are checked before any
-# arithmetic, so no junk header costs more than a length check.
-_MAX_STAMP_DIGITS = 15
-_NONCE_CHARS = 16
-_MAC_CHARS = 64
-_HEX = frozenset("0123456789abcdef")
-_DIGITS = frozenset("0123456789")
 
 
 class ClusterKey:
@@ -55,10 +48,7 @@ class ClusterKey:
         max_seen: int = 200_000,
     ) -> None:
         self._secret = secret
-        self._window_ms = int(window_s * 1000)
-        self._clock = clock
-        self._max_seen = max_seen
-        self._seen: dict[bytes, int] = {}  # MAC → its TIME, oldest first (pruned as time passes)
+        self._stamps = Stamps("cluster credential", window_s, clock, max_seen)
 
     @classmethod
     def from_file(cls, path: Path) -> ClusterKey:
@@ -75,8 +65,7 @@ class ClusterKey:
         self, destination: str, method: str, path: str, body: bytes, principal: str | None = None
     ) -> str:
         """The credential of a request to the node at ``destination`` (its advertised URL)."""
-        stamp = str(int(self._clock() * 1000))
-        nonce = os.urandom(8).hex()
+        stamp, nonce = self._stamps.new()
         mac = self._mac(destination, method, path, principal, stamp, nonce, body)
         return f"{stamp}.{nonce}.{mac.hex()}"
 
@@ -95,14 +84,11 @@ class ClusterKey:
     ) -> None:
         """Returns when ``credential`` is a fresh, unseen signature of this request, made for
         this node (``destination``: its own advertised URL) and this caller."""
-        stamp, nonce, mac, sent_ms, now_ms = self._parse(credential)
-        expected = self._mac(destination, method, path, principal, stamp, nonce, body)
-        if not hmac.compare_digest(mac, expected):
+        got = self._parse(credential)
+        expected = self._mac(destination, method, path, principal, got.stamp, got.nonce, body)
+        if not hmac.compare_digest(got.mac, expected):
             raise CredentialRejected("cluster credential does not match the request")
-        self._forget(now_ms)
-        if mac in self._seen:
-            raise CredentialRejected("cluster credential already used")
-        self._seen[mac] = sent_ms
+        self._stamps.take(got)
 
     def seal(self, credential: str, answer: bytes) -> bytes:
         """``answer`` with its tag appended: the proof that a member answered this request."""
@@ -117,26 +103,10 @@ class ClusterKey:
             raise CredentialRejected("the answer is not signed with the cluster secret")
         return answer
 
-    def _parse(self, credential: str | None) -> tuple[str, str, bytes, int, int]:
+    def _parse(self, credential: str | None) -> Stamp:
         if not credential:
             raise CredentialRejected("no cluster credential: node-to-node paths are for members")
-        parts = credential.split(".")
-        if (
-            len(parts) != 3
-            or not 0 < len(parts[0]) <= _MAX_STAMP_DIGITS
-            or not _DIGITS.issuperset(parts[0])
-            or len(parts[1]) != _NONCE_CHARS
-            or not _HEX.issuperset(parts[1])
-            or len(parts[2]) != _MAC_CHARS
-            or not _HEX.issuperset(parts[2])
-        ):
-            raise CredentialRejected("malformed cluster credential")
-        stamp, nonce, mac_hex = parts
-        now_ms = int(self._clock() * 1000)
-        sent_ms = int(stamp)
-        if abs(now_ms - sent_ms) > self._window_ms:
-            raise CredentialRejected("cluster credential outside its time window")
-        return stamp, nonce, bytes.fromhex(mac_hex), sent_ms, now_ms
+        return self._stamps.parse(credential)
 
     def _mac(
         self,
@@ -159,13 +129,3 @@ class ClusterKey:
         mac.update(_ANSWER_DOMAIN + credential.encode("latin-1") + b"\n")
         mac.update(answer)
         return mac.digest()
-
-    def _forget(self, now_ms: int) -> None:
-        """Drops what is too old to be accepted again anyway; bounded at ``max_seen``."""
-        seen = self._seen
-        oldest = now_ms - self._window_ms
-        while seen:
-            first = next(iter(seen))
-            if seen[first] >= oldest and len(seen) < self._max_seen:
-                break
-            del seen[first]

@@ -164,7 +164,7 @@ class Checked(Protocol):
 _R = TypeVar("_R", bound=Checked)
 # Refusals already logged, so a record read again (each catalog read, each progress
 # poll) is said once; bounded, so a flood of distinct records costs no memory.
-_said: set[tuple[str, str, bytes]] = set()
+_said: set[tuple[str, str, bytes, str]] = set()
 _SAID_MAX = 4096
 
 
@@ -190,12 +190,13 @@ def decode(
 def refused(
     topic_name: str, record_key: str, reason: str, value: object = b"", where: str = ""
 ) -> None:
-    """Log that a record was refused, once per record."""
+    """Log that a record was refused, once per record and place: the catalog's follower reads
+    from the start what the start-up read saw, and names where each record is."""
     data = (
         bytes(value) if isinstance(value, bytes | bytearray | memoryview) else repr(value).encode()
     )
     digest = hashlib.blake2b(data, digest_size=16).digest()
-    seen = (topic_name, record_key, digest)
+    seen = (topic_name, record_key, digest, where)
     if seen in _said:
         return
     if len(_said) >= _SAID_MAX:

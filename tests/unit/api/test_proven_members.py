@@ -28,8 +28,19 @@ from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, 
 PARTITIONS = 6
 IMPOSTOR = "http://n9.test"
 KEYS = {f"key-{i}": f'{{"n":{i}}}'.encode() for i in range(60)}
-ADMIN = hs256(scope="kiq:admin")
-READER = hs256(scope="kiq:read")
+# Tokens are minted when a test asks (one minted at collection may expire before a long run
+# gets here), and remembered so that no header the impostor saw may carry any of them.
+_MINTED: list[str] = []
+
+
+def admin() -> str:
+    _MINTED.append(hs256(scope="kiq:admin"))
+    return _MINTED[-1]
+
+
+def reader() -> str:
+    _MINTED.append(hs256(scope="kiq:read"))
+    return _MINTED[-1]
 
 
 class Impostor:
@@ -105,13 +116,13 @@ def assert_only_challenged(impostor: Impostor) -> None:
     for method, path, headers in impostor.seen:
         assert (method, path) == ("POST", INTERNAL_HELLO), (method, path)
         assert "authorization" not in headers
-        assert all(ADMIN not in v and READER not in v for v in headers.values())
+        assert not any(t in v for t in _MINTED for v in headers.values())
 
 
 def test_metadata_names_no_member_it_has_not_proven(trio, impostor: Impostor):
     for node in trio:
         for target in ("/v1/metadata", "/v1/metadata?cluster=true"):
-            r = get(node, target, ADMIN)
+            r = get(node, target, admin())
             assert r.status == 200
             assert IMPOSTOR.encode() not in r.body and b"n9.test" not in r.body
             meta = r.json()
@@ -134,7 +145,7 @@ def test_a_member_not_yet_proven_is_challenged_and_named_in_the_same_answer(trio
     """No request went from n1 to n2 before: the metadata proves it first, then names it."""
     n1, _ = trio
     assert not asyncio.run(n1.peers.proven("http://n2.test"))  # not without a challenge
-    meta = get(n1, "/v1/metadata", ADMIN).json()
+    meta = get(n1, "/v1/metadata", admin()).json()
     assert {"id": "n2", "url": "http://n2.test"} in meta["nodes"]
     part = meta["tables"]["t"]["partitions"][1]
     assert part["active"] == "n2" and part["urls"]["n2"] == "http://n2.test"
@@ -150,7 +161,7 @@ def test_redirects_go_only_to_proven_members(trio, impostor: Impostor):
         for round_ in range(3):  # the impostor's penalty for failing has not run out, or has
             for partition, keys in sorted(by_partition.items()):
                 key = keys[round_ % len(keys)]
-                r = get(node, f"/v1/tables/t/keys/{key}?redirect=true", READER)
+                r = get(node, f"/v1/tables/t/keys/{key}?redirect=true", reader())
                 if r.status == 307:
                     owner = "n1" if partition in (0, 3) else "n2"
                     assert partition not in (2, 5), r.headers["location"]
@@ -171,13 +182,13 @@ def test_a_member_that_does_not_answer_the_challenge_in_time_is_left_out(
     _, n1, n2 = start_trio(tmp_path, silent)
     try:
         started = time.monotonic()
-        r = get(n1, "/v1/metadata", ADMIN)
+        r = get(n1, "/v1/metadata", admin())
         assert time.monotonic() - started < 2.0
         assert r.status == 200 and IMPOSTOR.encode() not in r.body
         assert r.json()["unproven"] == ["n9"]
         key = next(k for k in KEYS if partition_for(k, PARTITIONS) == 2)
         started = time.monotonic()
-        r = get(n1, f"/v1/tables/t/keys/{key}?redirect=true", READER)
+        r = get(n1, f"/v1/tables/t/keys/{key}?redirect=true", reader())
         assert r.status == 200 and r.headers["x-kiq-served-by"] in ("n1", "n2")
     finally:
         n1.node.stop()

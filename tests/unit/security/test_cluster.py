@@ -122,14 +122,14 @@ def test_the_seen_credentials_are_forgotten_as_they_age_and_stay_bounded():
     sender, receiver, clock = pair()
     for _ in range(10):
         receiver.verify(HERE, "POST", "/p", BODY, sender.sign(HERE, "POST", "/p", BODY))
-    assert len(receiver._seen) == 10
+    assert len(receiver._stamps) == 10
     clock.now += 6
     receiver.verify(HERE, "POST", "/p", BODY, sender.sign(HERE, "POST", "/p", BODY))
-    assert len(receiver._seen) == 1
+    assert len(receiver._stamps) == 1
     small = ClusterKey(SECRET, clock=clock, max_seen=3)
     for _ in range(10):
         small.verify(HERE, "POST", "/p", BODY, sender.sign(HERE, "POST", "/p", BODY))
-    assert len(small._seen) <= 3
+    assert len(small._stamps) <= 3
 
 
 def test_the_secret_comes_from_a_file_and_never_shows(tmp_path: Path):
