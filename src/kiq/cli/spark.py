@@ -9,7 +9,7 @@ import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, console, run_or_exit
-from kiq.runtime.spark_cluster import LocalSparkCluster, SparkClusterStatus
+from kiq.runtime.spark_cluster import LocalSparkCluster, SparkClusterStatus, started_layout
 
 app = typer.Typer(
     help="Run a local Spark standalone cluster (one master, one worker) for pipelines.",
@@ -19,6 +19,15 @@ app = typer.Typer(
 Port = Annotated[int | None, typer.Option(help="the master's port [default: 7077]")]
 UiPort = Annotated[int | None, typer.Option(help="the master's web UI [default: port+1]")]
 Host = Annotated[str | None, typer.Option(help="address to bind [default: 127.0.0.1]")]
+StartedPort = Annotated[
+    int | None, typer.Option("--port", help="the master's port [default: as started]")
+]
+StartedUiPort = Annotated[
+    int | None, typer.Option("--ui-port", help="the master's web UI [default: as started]")
+]
+StartedHost = Annotated[
+    str | None, typer.Option("--host", help="the master's address [default: as started]")
+]
 DataDir = Annotated[
     Path | None, typer.Option(help="pid files, logs, work dirs [default: .kiq/spark]")
 ]
@@ -31,6 +40,16 @@ def _cluster(ctx: typer.Context, **flags: object) -> LocalSparkCluster:
     return LocalSparkCluster(
         run_or_exit(lambda: settings.load(settings.SparkClusterSettings, state.config, **flags))
     )
+
+
+def _started(ctx: typer.Context, **flags: object) -> LocalSparkCluster:
+    """The cluster as `start` laid it out in the data directory; flags given override it."""
+    where = _cluster(ctx, data_dir=flags.get("data_dir"))
+    recorded: dict[str, object] = dict(started_layout(where.data_dir))
+    if flags.get("port") is not None:
+        recorded.pop("ui_port", None)  # another master's: its UI is port+1 unless given
+    given = {k: v for k, v in flags.items() if v is not None}
+    return _cluster(ctx, **{**recorded, **given})
 
 
 def _print(status: SparkClusterStatus) -> None:
@@ -80,10 +99,15 @@ def start(
 
 @app.command()
 def stop(
-    ctx: typer.Context, port: Port = None, host: Host = None, data_dir: DataDir = None
+    ctx: typer.Context,
+    port: StartedPort = None,
+    host: StartedHost = None,
+    data_dir: DataDir = None,
 ) -> None:
-    """Stop the worker (and its executors) and the master. Fine if they are not running."""
-    cluster = _cluster(ctx, port=port, host=host, data_dir=data_dir)
+    """Stop the worker (and its executors) and the master. Fine if they are not running.
+
+    Host and ports are those `start` used in --data-dir unless given."""
+    cluster = _started(ctx, port=port, host=host, data_dir=data_dir)
     stopped = run_or_exit(cluster.stop)
     console.print("spark stopped" if stopped else "spark was not running")
 
@@ -91,13 +115,15 @@ def stop(
 @app.command()
 def status(
     ctx: typer.Context,
-    port: Port = None,
-    ui_port: UiPort = None,
-    host: Host = None,
+    port: StartedPort = None,
+    ui_port: StartedUiPort = None,
+    host: StartedHost = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Say whether the master runs with a live worker; exit 0 only when it does."""
-    cluster = _cluster(ctx, port=port, ui_port=ui_port, host=host, data_dir=data_dir)
+    """Say whether the master runs with a live worker; exit 0 only when it does.
+
+    Host and ports are those `start` used in --data-dir unless given."""
+    cluster = _started(ctx, port=port, ui_port=ui_port, host=host, data_dir=data_dir)
     current = run_or_exit(cluster.status)
     _print(current)
     if not current.ready:

@@ -2,10 +2,15 @@
 
 Both daemons come from the installed pyspark (its ``bin/spark-class``), so they
 always match the driver's Spark version. Layout under ``data_dir``: ``master.pid``,
-``worker.pid``, ``logs/`` (each daemon's output) and ``work/`` (the worker's
-directory: one per application, with each executor's stdout and stderr).
-``start`` returns once the master lists the worker as alive; executors run in
-JVMs of their own, as they would on other machines.
+``worker.pid``, ``cluster.json`` (the host and ports the master was started on),
+``logs/`` (each daemon's output) and ``work/`` (the worker's directory: one per
+application, with each executor's stdout and stderr). ``start`` returns once the
+master lists the worker as alive; executors run in JVMs of their own, as they would
+on other machines.
+
+The master is recognised by its port, so ``stop`` and ``status`` take the host and
+ports from ``cluster.json`` (``started_layout``) unless told otherwise, and a pid
+file whose Spark daemon still runs is never removed by a command that did not stop it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ log = logging.getLogger(__name__)
 
 _MASTER = "org.apache.spark.deploy.master.Master"
 _WORKER = "org.apache.spark.deploy.worker.Worker"
+_LAYOUT = "cluster.json"
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,23 @@ class SparkClusterStatus:
     ui_url: str
     cores: int
     log_dir: Path
+
+
+def started_layout(data_dir: Path) -> dict[str, str | int]:
+    """The ``host``, ``port`` and ``ui_port`` the master under ``data_dir`` was last started
+    with, as settings' values ({}: never started there, or a record kiq cannot read)."""
+    try:
+        found = json.loads((data_dir.resolve() / _LAYOUT).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    layout: dict[str, str | int] = {}
+    for key, kind in (("host", str), ("port", int), ("ui_port", int)):
+        value = found.get(key)
+        if type(value) is kind and isinstance(value, str | int):
+            layout[key] = value
+    return layout
 
 
 def spark_home() -> Path:
@@ -100,7 +123,9 @@ class LocalSparkCluster:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         if self._running_pid("master") is None:
+            self._refuse_other("master", "start")
             self._check_ports_free()
+            self._record_layout()
             self._launch(
                 "master",
                 _MASTER,
@@ -119,7 +144,11 @@ class LocalSparkCluster:
         return self.status()
 
     def stop(self, timeout_s: float = 30.0) -> bool:
-        """Stop the worker (and so its executors), then the master; False if neither ran."""
+        """Stop the worker (and so its executors), then the master; False if neither ran.
+
+        A pid file goes once its daemon is stopped or gone; one whose Spark daemon runs
+        but is not this cluster's (another port) stays, and is reported as an error.
+        """
         stopped = False
         for role in ("worker", "master"):
             pid = self._running_pid(role)
@@ -128,8 +157,10 @@ class LocalSparkCluster:
                     log.warning("spark %s pid=%d ignored SIGTERM; killed it", role, pid)
                 log.info("spark %s stopped pid=%d", role, pid)
                 stopped = True
-            self._pid_file(role).unlink(missing_ok=True)
+            if self._other_daemon(role) is None:
+                self._pid_file(role).unlink(missing_ok=True)
             self._procs.pop(role, None)
+        self._refuse_other("master", "stop")
         return stopped
 
     # -- processes --------------------------------------------------------------
@@ -145,6 +176,37 @@ class LocalSparkCluster:
         # spark-class execs the JVM, so the pid is the JVM's; its work dir or port makes it ours
         mine = str(self.work_dir) if role == "worker" else str(self.settings.port)
         return pid if processes.runs_with(pid, main, mine) else None
+
+    def _other_daemon(self, role: str) -> int | None:
+        """The pid file's pid if a Spark ``role`` daemon runs there that is not this one's
+        (the master on another port: one started with other flags than these)."""
+        pid = processes.read_pid(self._pid_file(role))
+        if pid is None or not processes.alive(pid, self._procs.get(role)):
+            return None
+        if self._running_pid(role) == pid:
+            return None
+        return pid if processes.runs_with(pid, _MASTER if role == "master" else _WORKER) else None
+
+    def _refuse_other(self, role: str, command: str) -> None:
+        pid = self._other_daemon(role)
+        if pid is None:
+            return
+        log.warning("spark %s pid=%d kept: not on %s", role, pid, self.master_url)
+        raise SparkClusterError(
+            f"the Spark {role} started from {self.data_dir} (pid {pid}) runs, but not as "
+            f"{self.master_url}; kiq spark {command} left it and its pid file alone. Run "
+            f"`kiq spark stop --data-dir {self.data_dir}` without --port/--host (they are "
+            f"read from {self.data_dir / _LAYOUT}), or the --port and --host it was started with"
+        )
+
+    def _record_layout(self) -> None:
+        """Write what ``stop`` and ``status`` need to find the master without flags."""
+        layout = {
+            "host": self.settings.host,
+            "port": self.settings.port,
+            "ui_port": self.settings.effective_ui_port,
+        }
+        (self.data_dir / _LAYOUT).write_text(json.dumps(layout) + "\n")
 
     def _env(self) -> dict[str, str]:
         java = java_executable()
