@@ -63,6 +63,7 @@ from kiq.api.errors import (
 from kiq.api.limits import caller_of
 from kiq.api.lookups import MAX_WAIT_MS, Enrich, Lookups
 from kiq.api.params import check_key, encode_cursor, int_param
+from kiq.api.precedence import shape
 from kiq.api.principal import Principal
 from kiq.api.request_body import read_body
 from kiq.api.results import Many, Page, Read, Served, Windows
@@ -565,7 +566,10 @@ class Routes:
     """Where an application's ``routes(app)`` declares its handlers.
 
     Paths are Starlette's: ``/v1/orders/{id}`` puts ``id`` in ``Request.path_params``.
-    A route answers its one method; the core API's paths are not to be taken. For the
+    A route answers its one method; the core API's paths are not to be taken. Where two
+    paths match a request, the more specific answers, whatever the order declared: a
+    literal segment before a parameter, a parameter before ``{rest:path}``
+    (api/precedence.py); two that differ only in their parameters' names are refused. For the
     node's /openapi.json: ``doc``, the route's OpenAPI operation (``summary``,
     ``parameters``, ``requestBody``, ``responses``; ``#/components/schemas/Error`` is
     kiq's error body); ``request`` and ``response``, the types of its JSON bodies (msgspec
@@ -618,8 +622,16 @@ class Routes:
                     f"route {method} {path} could never be reached: the core API's {core} "
                     f"answers every path under it; move the route elsewhere"
                 )
-        if any(r.method == method and r.path == path for r in self._routes):
-            raise ConfigError(f"route {method} {path} is declared twice")
+        for other in self._routes:
+            if other.method != method or shape(other.path) != shape(path):
+                continue
+            if other.path == path:
+                raise ConfigError(f"route {method} {path} is declared twice")
+            raise ConfigError(
+                f"route {method} {path} could never be reached: {method} {other.path} "
+                f"matches every path it does (only the parameters' names differ); "
+                f"give one of them another path"
+            )
         described = _doc(doc, request, response)
         self._routes.append(RouteSpec(method, path, handler, Rule.CALLER, True, described))
 

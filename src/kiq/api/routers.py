@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.middleware import Middleware
-from starlette.routing import BaseRoute, Match, Route, Router
+from starlette.routing import Match, Route, Router
 
 from kiq.api.asgi import Receive, Scope, Send
 from kiq.api.auth import Access, Guard
@@ -25,6 +25,7 @@ from kiq.api.errors import NoRoute
 from kiq.api.handlers import Handlers
 from kiq.api.holds import Held, Holds
 from kiq.api.limits import Asgi, Limit, RateLimiter
+from kiq.api.precedence import specificity
 from kiq.api.routes import CORE, MEMBERS
 from kiq.api.spec import RouteSpec, Rule
 
@@ -130,5 +131,8 @@ def app_router(
     return _router(built, unmatched(access, limiter))
 
 
-def _router(routes: Sequence[BaseRoute], default: Asgi) -> Router:
-    return Router(list(routes), redirect_slashes=False, default=default)
+def _router(routes: Sequence[_Route], default: Asgi) -> Router:
+    """A router trying ``routes`` most specific first: a literal segment before a parameter,
+    a parameter before a catch-all, whatever the order declared (api/precedence.py)."""
+    ordered = sorted(routes, key=lambda r: specificity(r.path))
+    return Router(ordered, redirect_slashes=False, default=default)
