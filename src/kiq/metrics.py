@@ -211,6 +211,11 @@ class NodeMetrics:
     def route(self, name: str) -> RouteStats:
         return self.routes.setdefault(name, RouteStats())
 
+    def route_totals(self) -> dict[str, RouteStats]:
+        """Each route's counts in every process answering this node's port: its own and
+        its read workers' (what /metrics and the dashboard show)."""
+        return summed_routes(self.routes, self.reported)
+
     def watch_replicas(self, replicas: Callable[[], Iterable[WatchedReplica]]) -> None:
         self.registry.register(_ReplicaCollector(replicas))
 
@@ -219,6 +224,13 @@ class NodeMetrics:
         ``MemoryBudget.usage`` (used, of which memtables). A node's memory grows until
         this fills its budget; what grows beyond it is not RocksDB's cache."""
         self.registry.register(_StoreMemoryCollector(usage, budget_bytes))
+
+
+def summed_routes(routes: dict[str, RouteStats], reported: Reported) -> dict[str, RouteStats]:
+    summed: dict[str, RouteStats] = {}
+    for name, own in [*list(routes.items()), *reported.routes()]:
+        summed.setdefault(name, RouteStats()).add(own)
+    return summed
 
 
 class _RouteCollector(Collector):
@@ -233,10 +245,7 @@ class _RouteCollector(Collector):
         latency = HistogramMetricFamily(
             "kiq_request_seconds", "HTTP request latency", labels=["route"]
         )
-        summed: dict[str, RouteStats] = {}
-        for name, own in [*list(self._routes.items()), *self._reported.routes()]:
-            summed.setdefault(name, RouteStats()).add(own)
-        for name, stats in summed.items():
+        for name, stats in summed_routes(self._routes, self._reported).items():
             for status, count in list(stats.statuses.items()):
                 requests.add_metric([name, str(status)], count)
             cumulative, buckets = 0, []

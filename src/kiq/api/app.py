@@ -154,8 +154,9 @@ class KiqApp:
             watch_api,
             VersionsApi(view, peers, catalog, progress),
         )
-        core_routes = core_router(handlers, self.access, self.limiter, self.holds)
-        own_routes = app_router(custom, self.access, self.limiter, self.holds)
+        # Every route counted in /metrics under its declared pattern (api/counted.py).
+        core_routes = core_router(handlers, self.access, self.limiter, self.holds, view.metrics)
+        own_routes = app_router(custom, self.access, self.limiter, self.holds, view.metrics)
         self.routers = (core_routes, own_routes)  # core paths, the application's (is_core)
         # Every route this node answers, as declared: what /openapi.json is made from.
         self.specs: tuple[RouteSpec[Any], ...] = (*CORE, *declared)

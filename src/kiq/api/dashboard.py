@@ -118,7 +118,8 @@ def _by_table(counter: Counter) -> dict[str, float]:
 
 
 def status(node: NodeView) -> dict[str, Any]:
-    """This node's figures: requests and their latency by route, and per table its replicas
+    """This node's figures: requests and their latency by route (each by its declared
+    pattern, its read workers' included, as /metrics), and per table its replicas
     here (by state), how far behind they are, records applied and dead letters."""
     metrics = node.metrics
     applied = _by_table(metrics.records_applied)
@@ -145,7 +146,7 @@ def status(node: NodeView) -> dict[str, Any]:
         "node": node.node_id,
         "time_ms": int(time.time() * 1000),
         "bounds_ms": _BOUNDS_MS,
-        "routes": {name: route_summary(s) for name, s in sorted(metrics.routes.items())},
+        "routes": {name: route_summary(s) for name, s in sorted(metrics.route_totals().items())},
         "tables": tables,
     }
 

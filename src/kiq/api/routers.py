@@ -21,6 +21,7 @@ from starlette.routing import Match, Route, Router
 
 from kiq.api.asgi import Receive, Scope, Send
 from kiq.api.auth import Access, Guard
+from kiq.api.counted import Counted, route_label
 from kiq.api.errors import NoRoute
 from kiq.api.handlers import Handlers
 from kiq.api.holds import Held, Holds
@@ -28,6 +29,8 @@ from kiq.api.limits import Asgi, Limit, RateLimiter
 from kiq.api.precedence import specificity
 from kiq.api.routes import CORE, MEMBERS
 from kiq.api.spec import RouteSpec, Rule
+from kiq.metrics import NodeMetrics
+from kiq.routing.wire import INTERNAL_LOOKUPS
 
 
 class _Route(Route):
@@ -71,10 +74,13 @@ def route(
     access: Access | None,
     limiter: RateLimiter | None,
     holds: Holds | None = None,
+    metrics: NodeMetrics | None = None,
 ) -> _Route:
     """``spec``'s route to ``endpoint`` (a Starlette handler, or an ASGI app), behind its
-    rule and limits."""
+    rule and limits; counted in ``metrics`` under its declared pattern (api/counted.py)."""
     stack = _checks(spec.access, spec.limited, access, limiter, holds)
+    if metrics is not None:
+        stack.insert(0, Middleware(Counted, metrics, route_label(spec.method, spec.path)))
     return _Route(spec.method, spec.path, endpoint, stack)
 
 
@@ -108,11 +114,20 @@ def core_router(
     access: Access | None,
     limiter: RateLimiter | None,
     holds: Holds | None = None,
+    metrics: NodeMetrics | None = None,
 ) -> Router:
     """The core routes but the raw lookup path: every path under ``RESERVED`` is answered
-    here."""
+    here. Peers' lookup batches are counted by ``Lookups`` itself, as ``internal_lookups``,
+    on this route and on a channel alike."""
     routes = [
-        route(spec, functools.partial(spec.endpoint, handlers), access, limiter, holds)
+        route(
+            spec,
+            functools.partial(spec.endpoint, handlers),
+            access,
+            limiter,
+            holds,
+            metrics if spec.path != INTERNAL_LOOKUPS else None,
+        )
         for spec in CORE
         if spec.endpoint is not None
     ]
@@ -124,10 +139,11 @@ def app_router(
     access: Access | None,
     limiter: RateLimiter | None,
     holds: Holds | None = None,
+    metrics: NodeMetrics | None = None,
 ) -> Router:
     """An application's routes, for paths outside ``RESERVED``: each spec with its ASGI
     endpoint, an object (Starlette takes a plain function for a request handler)."""
-    built = [route(spec, endpoint, access, limiter, holds) for spec, endpoint in routes]
+    built = [route(spec, endpoint, access, limiter, holds, metrics) for spec, endpoint in routes]
     return _router(built, unmatched(access, limiter))
 
 
