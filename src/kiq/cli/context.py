@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -41,12 +41,27 @@ ConfigOption = Annotated[
 
 
 def run_or_exit(fn: Callable[[], T]) -> T:
-    """Run ``fn``; a KiqError becomes its message on stderr and exit code 1, no traceback."""
+    """Run ``fn``; a KiqError becomes its message on stderr and exit code 1, no traceback.
+
+    So does a Kafka client error that got past kiq's own handling (``kiq.kafka.retry``
+    retries what passes on its own): its name, reason and what to check, on one line.
+    """
     try:
         return fn()
     except KiqError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(1) from exc
+        _exit_with(str(exc), exc)
+    except Exception as exc:
+        from kiq.kafka.retry import explain
+
+        said = explain(exc)
+        if said is None:
+            raise
+        _exit_with(said, exc)
+
+
+def _exit_with(message: str, exc: BaseException) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    raise typer.Exit(1) from exc
 
 
 def kafka_security(config_file: Path | None) -> KafkaSecurity:

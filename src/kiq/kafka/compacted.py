@@ -3,8 +3,10 @@
 The catalog is a handful of records (one per table), so it is read from the start to
 the end offsets seen when the read began, latest value per key, with no consumer
 group: every reader sees all of it, and a reader needs only READ and DESCRIBE on the
-topic. Writes wait for the broker's acknowledgement, so a pipeline's declaration is in
-the topic before its query writes the table.
+topic. A read (and ``ensure``) is asked again while Kafka answers with what passes on
+its own, such as a leader not yet elected after a restart (``kiq.kafka.retry``).
+Writes wait for the broker's acknowledgement, so a pipeline's declaration is in the
+topic before its query writes the table.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from kiq.errors import KiqError
 from kiq.kafka.admin import create_topics, topic_partitions
 from kiq.kafka.config import consumer_config, producer_config
+from kiq.kafka.retry import retried, transient
 from kiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -34,8 +37,12 @@ def ensure(
     config: Mapping[str, str] = COMPACTED_ONE,
 ) -> None:
     """Create ``topic`` compacted with one partition unless it exists (order kept per key)."""
-    if topic_partitions(bootstrap, topic, security=security) is None:
-        create_topics(bootstrap, {topic: 1}, config=dict(config), security=security)
+
+    def once() -> None:
+        if topic_partitions(bootstrap, topic, security=security) is None:
+            create_topics(bootstrap, {topic: 1}, config=dict(config), security=security)
+
+    retried(once, what=f"make sure topic {topic!r} exists", bootstrap=bootstrap)
 
 
 def read_latest(
@@ -45,7 +52,22 @@ def read_latest(
     security: KafkaSecurity = PLAINTEXT,
     timeout_s: float = 30.0,
 ) -> dict[str, bytes]:
-    """Every key's latest value (a tombstone removes the key); {} when the topic is absent."""
+    """Every key's latest value (a tombstone removes the key); {} when the topic is absent.
+
+    Transient errors are retried for ``timeout_s`` in all: a node's caller that asks
+    with a short one (the pipelines' progress, behind an HTTP request) is not held longer.
+    """
+    return retried(
+        lambda: _read_latest(bootstrap, topic, security, timeout_s),
+        what=f"read topic {topic!r}",
+        bootstrap=bootstrap,
+        retry_for_s=timeout_s,
+    )
+
+
+def _read_latest(
+    bootstrap: str, topic: str, security: KafkaSecurity, timeout_s: float
+) -> dict[str, bytes]:
     count = topic_partitions(bootstrap, topic, security=security)
     if count is None:
         return {}
@@ -81,6 +103,8 @@ def read_latest(
                         KafkaError._PARTITION_EOF,
                         KafkaError.GROUP_AUTHORIZATION_FAILED,
                     ):
+                        continue
+                    if transient(err):  # the client fetches again; the deadline bounds it
                         continue
                     raise KiqError(f"reading topic {topic!r}: {err.str()}")
                 key = (msg.key() or b"").decode("utf-8", "replace")

@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from kiq.errors import KafkaUnavailable
 from kiq.kafka.config import consumer_config, producer_config
+from kiq.kafka.retry import retried
 from kiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -120,8 +121,19 @@ def read_topic(
     """Every record of ``topic`` up to its end now: (value, partition, offset) in log order.
 
     For checks that must see exactly what the log holds (a benchmark's reference),
-    whatever its producers believed they wrote.
+    whatever its producers believed they wrote. Asked again whole while Kafka answers
+    with what passes on its own (``kiq.kafka.retry``).
     """
+    return retried(
+        lambda: _read_topic(bootstrap, topic, timeout_s, security),
+        what=f"read topic {topic!r}",
+        bootstrap=bootstrap,
+    )
+
+
+def _read_topic(
+    bootstrap: str, topic: str, timeout_s: float, security: KafkaSecurity
+) -> list[tuple[bytes, int, int]]:
     consumer = Consumer(
         consumer_config(bootstrap, f"kiq-read-{uuid.uuid4().hex}", security=security)
     )
