@@ -635,6 +635,19 @@ class AppSettings(_Section):
     def home_dir(self) -> Path:
         return self.home if self.home is not None else Path(".kiq") / self.name
 
+    def own_broker(self, broker: BrokerSettings) -> BrokerSettings:
+        """The local broker `kiq up` runs for this application: its data and logs under
+        ``home`` (``HOME/broker/data``, ``HOME/broker/logs``), so that two applications
+        started from one directory never share topics, unless ``[broker] data_dir`` or
+        ``log_dir`` was given (file, environment or flag) to say where."""
+        given = broker.model_fields_set
+        update = {
+            name: self.home_dir / "broker" / leaf
+            for name, leaf in (("data_dir", "data"), ("log_dir", "logs"))
+            if name not in given
+        }
+        return broker.model_copy(update=update)
+
     @property
     def table_partitions(self) -> int:
         """Partitions of a table topic `kiq up` creates: a table's keys are the input's."""

@@ -18,7 +18,9 @@ app = typer.Typer(
 )
 
 Port = Annotated[int | None, typer.Option(help="client port [default: 9092]")]
-ControllerPort = Annotated[int | None, typer.Option(help="KRaft controller port [default: port+1]")]
+ControllerPort = Annotated[
+    int | None, typer.Option(help="KRaft controller port [default: port + brokers]")
+]
 Host = Annotated[str | None, typer.Option(help="address to listen on [default: 127.0.0.1]")]
 DataDir = Annotated[Path | None, typer.Option(help="broker data [default: .kiq/broker/data]")]
 LogDir = Annotated[Path | None, typer.Option(help="broker logs [default: .kiq/broker/logs]")]

@@ -8,6 +8,10 @@ the broker will not let it create one, or will not even say whether one exists
 (no DESCRIBE), the error names each topic with its partitions, replication and
 settings as a ``kafka-topics.sh --create`` line, and the ``kafka-acls.sh`` line
 that lets kiq's user use them.
+
+Every call here but the liveness checks (``ping``, ``broker_count``) retries what
+passes on its own (a leader not elected yet, a request timed out) for a while
+(``kiq.kafka.retry``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from kiq.errors import ConfigError, KiqError, SetupError
 from kiq.kafka.config import client_config
 from kiq.kafka.logs import KAFKA_LOG
+from kiq.kafka.retry import kafka_error, retried, transient
 from kiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -104,6 +109,16 @@ def topic_partitions(
 ) -> int | None:
     """The partition count of ``topic``, or None when it does not exist, or when kiq's
     user may not DESCRIBE it (then ``create_topics`` says what to grant or create)."""
+    return retried(
+        lambda: _topic_partitions(bootstrap, topic, timeout_s, security),
+        what=f"describe topic {topic!r}",
+        bootstrap=bootstrap,
+    )
+
+
+def _topic_partitions(
+    bootstrap: str, topic: str, timeout_s: float, security: KafkaSecurity
+) -> int | None:
     failures = KAFKA_LOG.auth_failures
     admin = _admin(bootstrap, security)
     try:
@@ -112,6 +127,8 @@ def topic_partitions(
         raise _refused(admin, bootstrap, failures) or exc from exc
     meta = md.topics.get(topic)
     if meta is not None and meta.error is not None:
+        if transient(meta.error):  # a leader not elected yet: not "missing"
+            raise KafkaException(meta.error)
         if meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
             log.warning(
                 "kafka user %s may not DESCRIBE topic %s: taken as missing",
@@ -159,6 +176,22 @@ def create_topics(
     wanted = dict(topics) if isinstance(topics, Mapping) else dict.fromkeys(topics, partitions)
     if not wanted:
         return
+    # Asked again whole: only what is still missing is created the second time.
+    retried(
+        lambda: _create_topics(bootstrap, wanted, replication_factor, config, timeout_s, security),
+        what=f"create {_names(wanted)}",
+        bootstrap=bootstrap,
+    )
+
+
+def _create_topics(
+    bootstrap: str,
+    wanted: Mapping[str, int],
+    replication_factor: int | None,
+    config: Mapping[str, str] | None,
+    timeout_s: float,
+    security: KafkaSecurity,
+) -> None:
     failures = KAFKA_LOG.auth_failures
     admin = _admin(bootstrap, security)
     found, denied = _describe(admin, bootstrap, failures, list(wanted), timeout_s)
@@ -219,6 +252,8 @@ def _describe(
             found[name] = len(fut.result().partitions)
         except KafkaException as exc:
             code = exc.args[0].code()
+            if transient(exc.args[0]):
+                raise  # asked again by create_topics
             if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                 denied.add(name)
             elif code != KafkaError.UNKNOWN_TOPIC_OR_PART:
@@ -246,6 +281,8 @@ def _create(
             if error.code() in _CREATE_REFUSED:
                 refused[name] = error
                 continue
+            if transient(error):
+                raise  # asked again by create_topics
             raise _refused(admin, bootstrap, failures) or KiqError(
                 f"could not create topic {name!r}: {error.str()}"
             ) from exc
@@ -255,8 +292,9 @@ def _create(
 def _check_count(name: str, count: int, wanted: int) -> None:
     if count != wanted:
         raise KiqError(
-            f"topic {name!r} exists with {count} partitions, not {wanted}: "
-            "delete it or ask for its real count"
+            f"topic {name!r} exists with {count} partitions, not {wanted}: delete it with "
+            f"`kiq topics delete {name}` (its records are lost), or ask for {count} "
+            "partitions where it is set (for `kiq up`: [app] topics)"
         )
 
 
@@ -330,11 +368,24 @@ def delete_topics(
 ) -> None:
     """Delete topics and wait until the broker no longer lists them."""
     wanted = list(names)
+    retried(
+        lambda: _delete_topics(bootstrap, wanted, timeout_s, security),
+        what=f"delete {_names(wanted)}",
+        bootstrap=bootstrap,
+    )
+
+
+def _delete_topics(
+    bootstrap: str, wanted: list[str], timeout_s: float, security: KafkaSecurity
+) -> None:
     admin = _admin(bootstrap, security)
     for name, fut in admin.delete_topics(wanted, operation_timeout=timeout_s).items():
         try:
             fut.result()
         except KafkaException as exc:
+            error = kafka_error(exc)
+            if error is not None and transient(error):
+                raise  # asked again by delete_topics
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise KiqError(f"could not delete topic {name!r}: {exc.args[0].str()}") from exc
     deadline = time.monotonic() + timeout_s
@@ -348,6 +399,16 @@ def end_offsets(
     bootstrap: str, topic: str, *, security: KafkaSecurity = PLAINTEXT, timeout_s: float = 10.0
 ) -> dict[int, int]:
     """Each partition of ``topic``'s log end offset (the next offset to be written)."""
+    return retried(
+        lambda: _end_offsets(bootstrap, topic, security, timeout_s),
+        what=f"ask the end offsets of topic {topic!r}",
+        bootstrap=bootstrap,
+    )
+
+
+def _end_offsets(
+    bootstrap: str, topic: str, security: KafkaSecurity, timeout_s: float
+) -> dict[int, int]:
     admin = _admin(bootstrap, security)
     partitions = topic_partitions(bootstrap, topic, security=security)
     if partitions is None:

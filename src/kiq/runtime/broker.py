@@ -92,19 +92,41 @@ class _Node:
         return pid if processes.runs_with(pid, _MAIN, str(self.properties)) else None
 
     def check_ports_free(self) -> None:
-        for port, what, flag in (
-            (self.port, "broker", "--port"),
-            (self.controller_port, "controller", "--controller-port"),
+        """Before this broker starts: its ports free, or an error saying what holds them
+        (another kiq broker, named by its data directory: another application's)."""
+        for port, what, name in (
+            (self.port, "broker", "port"),
+            (self.controller_port, "controller", "controller_port"),
         ):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     sock.bind((self.host, port))
                 except OSError as exc:
-                    raise BrokerError(
-                        f"the {what} port {self.host}:{port} is taken ({exc.strerror}): "
-                        f"stop what holds it or choose another with {flag}"
-                    ) from exc
+                    raise BrokerError(self._taken(what, name, port, exc)) from exc
+
+    def _taken(self, what: str, name: str, port: int, exc: OSError) -> str:
+        flag = (
+            f"[broker] {name} (KIQ_BROKER_{name.upper()}; "
+            f"`kiq broker start --{name.replace('_', '-')}`)"
+        )
+        holder = broker_holding(port)
+        if holder is None or holder == self.data_dir:
+            return (
+                f"the {what} port {self.host}:{port} is taken ({exc.strerror}): "
+                f"stop what holds it or choose another port with {flag}"
+            )
+        return (
+            f"the {what} port {self.host}:{port} is taken by another kiq broker, whose data "
+            f"is in {holder} (another application's, or `kiq broker start`'s); this one's "
+            f"is {self.data_dir}. Stop that broker (`kiq broker stop --data-dir {holder}`) "
+            f"or give this one another port with {flag}"
+            + (
+                f'; or have `kiq up` use that broker: [app] bootstrap = "{self.address}"'
+                if what == "broker"
+                else ""
+            )
+        )
 
     def cluster_id(self) -> str | None:
         """The cluster id this node's storage was formatted with, if it was."""
@@ -456,6 +478,46 @@ class LocalBroker:
             f"{self.settings.start_timeout_s:.0f}s; see {self.log_file}, or stop them with "
             "`kiq broker stop`"
         )
+
+
+def broker_holding(port: int) -> Path | None:
+    """The data directory of the running kiq broker that listens on ``port`` (as a broker
+    or a controller), found by its command line and its ``server.properties``; None when
+    no kiq broker does, or when this system has no ``/proc`` to tell."""
+    try:
+        procs = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+    except OSError:
+        return None
+    for proc in procs:
+        try:
+            argv = [a for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        except OSError:
+            continue
+        if _MAIN.encode() not in argv or not argv[-1].endswith(b"server.properties"):
+            continue
+        properties = Path(os.fsdecode(argv[-1]))
+        if port in _listener_ports(properties):
+            root = properties.parent
+            is_cluster = root.name.startswith("node-") and started_brokers(root.parent) > 1
+            return root.parent if is_cluster else root
+    return None
+
+
+def _listener_ports(properties: Path) -> set[int]:
+    """The ports ``listeners`` in a broker's ``server.properties`` names."""
+    try:
+        lines = properties.read_text().splitlines()
+    except OSError:
+        return set()
+    ports: set[int] = set()
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.strip() == "listeners":
+            for listener in value.split(","):
+                _, _, port = listener.strip().rpartition(":")
+                if port.isdigit():
+                    ports.add(int(port))
+    return ports
 
 
 def started_brokers(data_dir: Path) -> int:
