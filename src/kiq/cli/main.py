@@ -15,9 +15,11 @@ from kiq.cli import (
     new,
     pipeline,
     proxy,
+    reset,
     serve,
     setup,
     spark,
+    topics,
     up,
     versions,
 )
@@ -35,6 +37,9 @@ app.add_typer(feed.app, name="feed")
 app.add_typer(pipeline.app, name="pipeline")
 app.add_typer(bench.app, name="bench")
 app.add_typer(spark.app, name="spark")
+app.add_typer(topics.app, name="topics")
+# `kiq topics reset TABLE` (kiq.cli.reset) uses kiq.cli.topics: registered here, no cycle.
+topics.app.command("reset")(reset.reset)
 app.command("demo")(demo.demo)
 app.command("serve")(serve.serve)
 app.command("proxy")(proxy.proxy)

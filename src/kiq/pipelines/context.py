@@ -34,8 +34,10 @@ from kiq.pipelines.realtime import local_slots, runs_in_realtime
 from kiq.pipelines.tables import (
     WINDOW_PARTS,
     TableOutput,
+    key_types,
     letters_records,
     table_records,
+    value_shape,
     with_window_parts,
 )
 from kiq.tables.declared import Declared
@@ -78,7 +80,7 @@ class _Read:
 
 @dataclass
 class Context:
-    """The one argument of a pipeline function (see the README, "Serve your own pipeline")."""
+    """The one argument of a pipeline function (docs/guides/pipelines.md)."""
 
     spark: SparkSession
     opts: StreamOptions
@@ -333,6 +335,10 @@ class Context:
         dead_letters = tuple(
             dict.fromkeys([letters, *(r.dead_letters for r in reads if r.dead_letters)])
         )
+        # The shape readers rely on, compared with the catalog's at each start.
+        shapes = {
+            o.name: value_shape(df, o, (table_column,) if table_column else ()) for o in outputs
+        }
         self._io.declare(
             [
                 Declared(
@@ -352,6 +358,9 @@ class Context:
                     retention_ms=o.retention_ms,
                     rank_by=o.rank_by,
                     dead_letters=dead_letters,
+                    key_types=key_types(df, o),
+                    value_fields=shapes[o.name][0],
+                    value_type=shapes[o.name][1],
                 )
                 for o in outputs
             ]

@@ -13,13 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-import msgspec
-
 from kiq.catalog import CATALOG_TOPIC
-from kiq.errors import SetupError
+from kiq.errors import ConfigError, SetupError
 from kiq.kafka import compacted, create_topics, topic_partitions
 from kiq.pipelines.kafka_io import StreamOptions, read_topics, write_topic
 from kiq.runtime.jars import PARTITIONER_CLASS, SEPARATOR_OPTION
+from kiq.tables import compatible
 from kiq.tables.declared import Declared, decode_catalog
 
 if TYPE_CHECKING:
@@ -117,21 +116,27 @@ class KafkaIO:
         changed: dict[str, bytes | None] = {}
         for table in tables:
             # Each version of a table is a record of its own: v2 is compared with v2 only.
-            old = decode_catalog(found, app=table.app).get(table.name)
+            declared = decode_catalog(found, app=table.app)
+            old = declared.get(table.name)
             if old == table:
                 continue
-            # A record from before checkpoints were recorded gains one, without a warning.
-            if (
-                old is not None
-                and msgspec.structs.replace(old, checkpoint=table.checkpoint) != table
-            ):
-                log.warning(
-                    "catalog: table %s was declared by %s and is now declared by %s; the "
-                    "topic keeps records written under the old declaration",
-                    table.name,
-                    old.describe(),
-                    table.describe(),
-                )
+            if old is not None:
+                # Refused before anything is written: the topic holds the old shape.
+                refused = compatible.incompatible(old, table)
+                if refused:
+                    taken = {d.version for d in declared.values() if d.table == table.table}
+                    raise ConfigError(compatible.refusal(old, table, refused, taken))
+                # A record from before checkpoints or shapes were recorded gains them quietly.
+                others = compatible.compatible_changes(old, table)
+                if others:
+                    log.warning(
+                        "catalog: table %s was declared by %s and is now declared by %s (%s); "
+                        "the topic keeps records written under the old declaration",
+                        table.name,
+                        old.describe(),
+                        table.describe(),
+                        "; ".join(others),
+                    )
             changed[table.catalog_key] = table.encode()
         if changed:
             compacted.put(bootstrap, CATALOG_TOPIC, changed, security=security)

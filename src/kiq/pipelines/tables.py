@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from kiq.errors import ConfigError
 from kiq.pipelines.records import PREFIX
+from kiq.tables.declared import MAX_VALUE_FIELDS, ValueField
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -170,6 +171,47 @@ def _value(df: DataFrame, table: TableOutput, exclude: Sequence[str]) -> Column:
     if isinstance(kind, (StructType, MapType, ArrayType)):
         return F.to_json(column, {"ignoreNullFields": "false"})
     return column.cast("string")
+
+
+def key_types(df: DataFrame, table: TableOutput) -> tuple[str, ...]:
+    """The Spark types of the key parts the pipeline named, for its declaration (empty when
+    one is too long to record)."""
+    kinds = tuple(df.schema[c].dataType.simpleString() for c in table.declared_key)
+    return kinds if all(_recordable(k) for k in kinds) else ()
+
+
+def value_shape(
+    df: DataFrame, table: TableOutput, exclude: Sequence[str] = ()
+) -> tuple[tuple[ValueField, ...] | None, str | None]:
+    """The value's shape as ``value_of`` writes it, for its declaration: its fields when it is
+    a JSON object (every column but kiq's, ``exclude`` and ``delete``, or ``value``'s
+    struct), else its type (``string`` for text written as it is). (None, None) when it is
+    too large to record (``MAX_VALUE_FIELDS``)."""
+    from pyspark.sql.types import StructType
+
+    if table.value is None:
+        left_out = {*exclude, *([table.delete] if table.delete else [])}
+        fields = [f for f in df.schema.fields if not f.name.startswith(PREFIX)]
+        fields = [f for f in fields if f.name not in left_out]
+    else:
+        kind = df.schema[table.value].dataType
+        if not isinstance(kind, StructType):
+            name = kind.simpleString()
+            return (None, name) if _recordable(name) else (None, None)
+        fields = list(kind.fields)
+    shape = tuple(
+        ValueField(name=f.name, type=f.dataType.simpleString(), nullable=f.nullable) for f in fields
+    )
+    if len(shape) > MAX_VALUE_FIELDS or not all(
+        _recordable(f.type) and _recordable(f.name, 200) for f in shape
+    ):
+        return None, None
+    return shape, None
+
+
+def _recordable(text: str, limit: int = 1_000) -> bool:
+    """Whether the catalog's schema (``Declared.check``) takes ``text`` as a name or type."""
+    return 0 < len(text) <= limit and text.isprintable()
 
 
 def table_records(

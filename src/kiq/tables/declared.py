@@ -37,6 +37,17 @@ _PREFIX = "table:"
 _STARTED = "pipeline:"
 # In [serve] tables: every table the catalog holds for the application, besides the others.
 EVERY_DECLARED = "*"
+# A value of more fields than this is recorded without its shape (``Declared.value_fields``).
+MAX_VALUE_FIELDS = 128
+
+
+class ValueField(msgspec.Struct, frozen=True, kw_only=True):
+    """One field of a table's JSON object value, as the pipeline's DataFrame types it: what
+    readers rely on, compared at each start (``kiq.tables.compatible``)."""
+
+    name: str
+    type: str  # Spark's simpleString: bigint, string, struct<a:int>, ...
+    nullable: bool = True
 
 
 class Declared(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,6 +83,12 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint: str = ""
     # The dead-letter topics of the query that writes it (its inputs' too).
     dead_letters: tuple[str, ...] = ()
+    # The shape readers rely on, which a restart must keep (``kiq.tables.compatible``): the
+    # key parts' Spark types (as ``key``), and the value's fields when it is a JSON object,
+    # else its type. Empty and None: not recorded (an older kiq's record, or too large).
+    key_types: tuple[str, ...] = ()
+    value_fields: tuple[ValueField, ...] | None = None
+    value_type: str | None = None
 
     @property
     def name(self) -> str:
@@ -120,6 +137,16 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
         checks.items(self.dead_letters, "dead_letters", 64)
         for topic in self.dead_letters:
             _table_topic(topic, "dead_letters")
+        checks.items(self.key_types, "key_types", 32)
+        for kind in self.key_types:
+            checks.name(kind, "a key type")
+        if self.value_fields is not None:
+            checks.items(self.value_fields, "value_fields", MAX_VALUE_FIELDS)
+            for f in self.value_fields:
+                checks.name(f.name, "a value field", 200)
+                checks.name(f.type, "a value field's type")
+        if self.value_type is not None:
+            checks.name(self.value_type, "value_type")
         checks.key(key, self.catalog_key)
         try:
             spec_of(self)
