@@ -90,7 +90,7 @@ def test_a_checkpoint_written_under_another_trigger_says_what_to_do():
 
 def test_ctx_opts_kafka_is_the_kafka_security_as_spark_options():
     """``.options(**ctx.opts.kafka)`` is how a pipeline's own reader connects as kiq does
-    (the README, examples/point_of_sale): the name is public API."""
+    (docs/guides/security.md, examples/point_of_sale): the name is public API."""
     from kiq.kafka import KafkaSecurity
 
     assert StreamOptions("127.0.0.1:9092", "/tmp/c").kafka == {}

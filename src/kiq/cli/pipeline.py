@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
@@ -11,6 +15,10 @@ import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, kafka_security, run_or_exit
+from kiq.errors import KiqError
+from kiq.runtime.pipeline_errors import ERROR_FILE_ENV, PipelineFailed, PipelineFailure, brief
+
+log = logging.getLogger(__name__)
 
 app = typer.Typer(help="Run the Spark pipelines that derive kiq's tables.", no_args_is_help=True)
 
@@ -82,13 +90,82 @@ def run(
     ] = None,
 ) -> None:
     """Run pipelines until Ctrl-C; a restart resumes from their checkpoints."""
+    state: CliState = ctx.obj
+    with _reported("+".join(targets or []) or "pipelines"):
+        _run(
+            state,
+            targets,
+            bootstrap,
+            master,
+            trigger,
+            checkpoint,
+            partitions,
+            interval,
+            realtime_batch,
+            version,
+        )
+
+
+@contextlib.contextmanager
+def _reported(name: str) -> Iterator[None]:
+    """A run that ends on an error leaves it in ``KIQ_PIPELINE_ERROR_FILE`` (when given), where
+    `kiq up` reads it; the terminal has had it already (``run_or_exit``)."""
+    where = os.environ.get(ERROR_FILE_ENV)
+    if where:
+        Path(where).unlink(missing_ok=True)  # an earlier run's
+    try:
+        yield
+    except typer.Exit as exc:
+        cause = exc.__cause__
+        if exc.exit_code and isinstance(cause, KiqError) and where:
+            failure = (
+                cause.failure
+                if isinstance(cause, PipelineFailed)
+                else PipelineFailure(pipeline=name, error=type(cause).__name__, message=str(cause))
+            )
+            try:
+                failure.write(Path(where))
+            except OSError as write_error:
+                log.warning("error file not written file=%s: %s", where, write_error)
+        raise
+
+
+def _unexpected(fn: Callable[[], None], name: str) -> Callable[[], None]:
+    """``fn``, where an error that is no KiqError (kiq's own bug, or Spark's) still ends
+    with one message: its traceback goes to the log."""
+
+    def call() -> None:
+        try:
+            fn()
+        except (KiqError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            log.exception("pipeline failed pipeline=%s error=%s", name, type(exc).__name__)
+            failure = PipelineFailure(name, type(exc).__name__, brief(str(exc)))
+            raise PipelineFailed(failure) from exc
+
+    return call
+
+
+def _run(
+    state: CliState,
+    targets: list[str] | None,
+    bootstrap: str | None,
+    master: str | None,
+    trigger: TriggerMode | None,
+    checkpoint: str | None,
+    partitions: int | None,
+    interval: str | None,
+    realtime_batch: str | None,
+    version: str | None,
+) -> None:
+    """The run the flags describe: checked, then until a signal or a failure."""
     from kiq.pipelines.kafka_io import StreamOptions
     from kiq.pipelines.runner import run_targets
     from kiq.pipelines.targets import resolve
     from kiq.tables.declared import parse_serve_tables
     from kiq.tables.versions import check_version
 
-    state: CliState = ctx.obj
     wanted: list[str] = targets or run_or_exit(lambda: _app_pipelines(state.config))
     chosen = [run_or_exit(partial(resolve, t)) for t in dict.fromkeys(wanted)]
     conf = run_or_exit(
@@ -122,8 +199,12 @@ def run(
     served = run_or_exit(lambda: parse_serve_tables(serve.tables)[0])
     topics = {t.name: t.topic for t in served if t.topic is not None}
     app_name = run_or_exit(lambda: settings.load(settings.AppSettings, state.config)).name
+    name = "+".join(t.name for t in chosen)
     run_or_exit(
-        lambda: run_targets(
-            chosen, spark, opts, conf.partitions, topics, app=app_name, version=conf.version
+        _unexpected(
+            lambda: run_targets(
+                chosen, spark, opts, conf.partitions, topics, app=app_name, version=conf.version
+            ),
+            name,
         )
     )

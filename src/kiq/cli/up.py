@@ -217,7 +217,8 @@ class Plan:
         for command in node.app.feeds:
             if not command:
                 raise ConfigError("[app] feeds: a feed is a command, e.g. ['kiq', 'feed', ...]")
-        broker = settings.load(settings.BrokerSettings, file)
+        # The app's own broker data (HOME/broker) unless [broker] data_dir/log_dir say.
+        broker = node.app.own_broker(settings.load(settings.BrokerSettings, file))
         bootstrap = node.app.bootstrap or broker.bootstrap
         on_it = {"bootstrap": bootstrap}
         pipeline = settings.load(settings.PipelineSettings, file, trigger=trigger)
@@ -461,7 +462,7 @@ class Running:
             raise _Stopped
         pipeline = self.pipeline
         if pipeline is not None and pipeline.proc is not None and not pipeline.running:
-            raise KiqError(f"the Spark pipelines stopped; see {pipeline.log_file}")
+            raise KiqError(pipeline.stopped())  # its error as the driver said it, and the log
         for node in self.nodes:
             if node.proc is not None and not node.running:
                 raise KiqError(f"node {node.node_id} stopped; see {node.log_file}:\n{node.tail()}")

@@ -25,8 +25,10 @@ from kiq.pipelines.kafka_io import StreamOptions
 from kiq.pipelines.progress import ProgressPublisher, State
 from kiq.pipelines.realtime import realtime_local_master
 from kiq.pipelines.session import build_session
+from kiq.pipelines.shutdown import quiet_interrupted_batches, wait_for_tasks
 from kiq.pipelines.targets import Target
 from kiq.runtime.jars import partitioner_jar
+from kiq.runtime.pipeline_errors import PipelineFailed, PipelineFailure, brief, raised_at
 from kiq.runtime.signals import STOP_SIGNALS
 from kiq.settings import SparkSettings
 from kiq.tables.declared import Started
@@ -143,6 +145,10 @@ def run_targets(
             )
             try:
                 t.function(ctx)
+            except (KiqError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # the pipeline's own code: its error, said plainly
+                raise _raised(t, exc) from exc
             finally:
                 queries.extend(ctx.queries)
                 owned.extend((run, ctx.triggers.get(q.name, "microbatch"), q) for q in ctx.queries)
@@ -184,7 +190,20 @@ def run_targets(
         log.info("pipeline stopped name=%s", name)
     if failed is not None:
         hint = stale_state_hint(str(error), checkpoints[failed.name])
-        raise KiqError(f"query {failed.name} of pipeline {name} stopped: {error}{hint}")
+        failure = PipelineFailure(name, type(error).__name__, brief(str(error)), failed.name, hint)
+        log.error("%s", failure.log_line())
+        raise PipelineFailed(failure)
+
+
+def _raised(target: Target, exc: Exception) -> PipelineFailed:
+    """A pipeline function's own error as one message: where it raised, the whole traceback
+    in the log at DEBUG."""
+    at = f" (at {where})" if (where := raised_at(exc)) else ""
+    message = f"{type(exc).__name__}: {brief(str(exc))}{at}"
+    failure = PipelineFailure(target.name, type(exc).__name__, message)
+    log.error("%s", failure.log_line())
+    log.debug("the pipeline's traceback pipeline=%s", target.name, exc_info=exc)
+    return PipelineFailed(failure)
 
 
 # Spark's error conditions for a checkpoint whose state another version of a query wrote
@@ -242,10 +261,13 @@ def _stop(
     """
     error: Exception | None = None
     try:
+        if failed is None:
+            quiet_interrupted_batches(spark)
         for q in queries:
             if q.isActive:
                 q.stop()
         error = failed.exception() if failed is not None else None
+        wait_for_tasks(spark)
         spark.stop()
     except Exception as exc:  # py4j errors from a JVM that is already shutting down
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,7 +1,9 @@
 """A pipeline (Spark driver) as a local process, for the demo, benchmarks and tests.
 
 The driver runs in a session of its own, so ``kill`` takes the Python driver and
-the JVM it started down together, like a crashed machine would.
+the JVM it started down together, like a crashed machine would. Stopped on an error, it
+leaves why beside its log (``error_file``, ``kiq.runtime.pipeline_errors``): ``stopped``
+says it without reading Spark's log lines.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kiq.runtime.pipeline_errors import ERROR_FILE_ENV, PipelineFailure
 from kiq.runtime.processes import spawn_logged
+
+# A driver that left no error file: the last lines of its log that are not JVM frames.
+TAIL_LINES = 8
 
 
 @dataclass
@@ -39,8 +45,39 @@ class LocalPipeline:
         cmd += ["--bootstrap", self.bootstrap, "--master", self.master]
         cmd += ["--checkpoint", str(self.checkpoint_dir), "--trigger", self.trigger]
         cmd += ["--partitions", str(self.partitions), *self.extra_args]
-        self.proc = spawn_logged(cmd, self.log_file, self.env, new_session=True)
+        self.error_file.unlink(missing_ok=True)  # an earlier run's
+        env = {**self.env, ERROR_FILE_ENV: str(self.error_file)}
+        self.proc = spawn_logged(cmd, self.log_file, env, new_session=True)
         return self
+
+    @property
+    def error_file(self) -> Path:
+        """Where the driver writes why it stopped (JSON), beside its log."""
+        return self.log_file.with_name(f"{self.log_file.stem}.error.json")
+
+    def failure(self) -> PipelineFailure | None:
+        """Why the driver stopped, as it said, or None (still running, or stopped cleanly
+        or killed, with nothing to say)."""
+        return PipelineFailure.read(self.error_file)
+
+    def stopped(self) -> str:
+        """What to tell the user of a driver that exited: its error and where the rest is."""
+        failure = self.failure()
+        if failure is not None:
+            return f"{failure.summary()}\n(the whole log: {self.log_file})"
+        code = self.proc.returncode if self.proc is not None else None
+        return (
+            f"the Spark pipelines stopped (exit code {code}); see {self.log_file}:\n{self.tail()}"
+        )
+
+    def tail(self, lines: int = TAIL_LINES) -> str:
+        """The log's last lines, JVM stack frames left out."""
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        kept = [line for line in text.splitlines() if not line.lstrip().startswith("at ")]
+        return "\n".join(kept[-lines:])
 
     @property
     def running(self) -> bool:
