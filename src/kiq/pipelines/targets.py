@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from kiq import catalog
@@ -43,6 +44,8 @@ def resolve(text: str) -> Target:
             f"pipeline target {text!r}: expected {_SYNTAX}, or one of {', '.join(SHIPPED)}"
         )
     module = load(where, f"pipeline target {text!r}")
+    if is_file(where):
+        _ship_by_value(module)
     function = getattr(module, attr, None)
     if function is None or not callable(function):
         found = sorted(n for n, v in vars(module).items() if inspect.isfunction(v))
@@ -61,6 +64,14 @@ def target_name(text: str) -> str:
     shipped = {v: k for k, v in SHIPPED.items()}
     stem = Path(where).stem if is_file(where) else where
     return shipped.get(spec) or _UNSAFE.sub("_", f"{stem}.{attr}")
+
+
+def _ship_by_value(module: ModuleType) -> None:
+    """A file's module has a name of kiq's making that Spark's Python workers cannot import:
+    the functions it defines (a UDF, a ``foreach`` writer) travel to them by value."""
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
 
 
 def _check_signature(function: Callable[..., object], text: str) -> None:
