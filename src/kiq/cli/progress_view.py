@@ -18,9 +18,34 @@ from rich.text import Text
 
 from kiq.pipelines.progress import ProgressReader, QueryProgress
 
+# What a rate not known yet shows: never 0.0, which a query doing nothing would show.
+UNKNOWN = "—"
+# Why, and where a Real-Time Mode query's input rate comes from (``QueryProgress``).
+RATES_NOTE = (
+    "— : not measured yet (Spark counts a batch when it ends; a Real-Time Mode batch lasts "
+    "minutes). kafka: input rows/s are rows arriving on the inputs over the last 30 s, "
+    "counted by kiq; processed rows/s the last batch's."
+)
+
 
 def _rate(value: float) -> str:
     return f"{value:,.1f}"
+
+
+def _input_rate(q: QueryProgress) -> str:
+    if q.rates_from == "none":
+        return UNKNOWN
+    return (
+        f"{_rate(q.input_rows_per_s)} (kafka)"
+        if q.rates_from == "kafka"
+        else _rate(q.input_rows_per_s)
+    )
+
+
+def _processed_rate(q: QueryProgress) -> str:
+    # Counted by Spark when a batch ends: unknown before the first.
+    unknown = q.rates_from == "none" or (q.rates_from == "kafka" and q.batch < 0)
+    return UNKNOWN if unknown else _rate(q.processed_rows_per_s)
 
 
 def _batch(q: QueryProgress) -> str:
@@ -44,21 +69,24 @@ def progress_table(queries: Sequence[QueryProgress], now_ms: int) -> Table:
         table.add_row(
             f"{q.pipeline}/{q.query}",
             _state(q, now_ms),
-            _rate(q.input_rows_per_s),
-            _rate(q.processed_rows_per_s),
+            _input_rate(q),
+            _processed_rate(q),
             _batch(q),
             f"{q.behind:,}" if q.behind is not None else "-",
         )
     if not queries:
         table.add_row("no progress published yet", "", "", "", "", "")
+    if any(q.rates_from != "spark" for q in queries):
+        table.caption = RATES_NOTE
+        table.caption_justify = "left"
     return table
 
 
 def progress_lines(queries: Sequence[QueryProgress], now_ms: int) -> list[str]:
     """The same, a line per query (for a log)."""
     return [
-        f"{q.pipeline}/{q.query} {_state(q, now_ms)}: input {_rate(q.input_rows_per_s)} rows/s, "
-        f"processed {_rate(q.processed_rows_per_s)} rows/s, batch {_batch(q)}, "
+        f"{q.pipeline}/{q.query} {_state(q, now_ms)}: input {_input_rate(q)} rows/s, "
+        f"processed {_processed_rate(q)} rows/s, batch {_batch(q)}, "
         f"behind {q.behind if q.behind is not None else '-'}"
         for q in queries
     ]
@@ -108,6 +136,7 @@ class ProgressView:
             table = progress_table(queries, now)
             if error:
                 table.caption = f"progress unavailable: {error}"
+                table.caption_justify = "left"
             shown: RenderableType = Group(Text(self._note), table) if self._note else table
             self._live.update(shown, refresh=True)
         else:

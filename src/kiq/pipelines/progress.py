@@ -24,6 +24,8 @@ import msgspec
 
 from kiq.catalog import PROGRESS_TOPIC
 from kiq.kafka import PLAINTEXT, KafkaSecurity, compacted
+from kiq.kafka.admin import topic_partitions
+from kiq.pipelines.rates import ArrivalRate, arrived, subscribed_topics
 from kiq.tables import checks
 
 if TYPE_CHECKING:
@@ -56,15 +58,21 @@ class SourceProgress(msgspec.Struct, frozen=True):
 
 
 class QueryProgress(msgspec.Struct, frozen=True, kw_only=True):
-    """A query's latest progress. Rates are its last batch's, as Spark measured them,
-    ``batch_ms`` its last batch's that read rows; ``behind`` sums its sources';
-    ``reported_ms`` is when the batch ended (Spark's clock), ``published_ms`` when the
-    driver last wrote the record."""
+    """A query's latest progress. ``batch_ms`` is its last batch's that read rows;
+    ``behind`` sums its sources'; ``reported_ms`` is when the batch ended (Spark's clock),
+    ``published_ms`` when the driver last wrote the record.
+
+    Where the rates come from is ``rates_from``: ``spark``, both the last batch's as Spark
+    measured them; ``kafka``, a Real-Time Mode query's input rate counted by kiq from its
+    input topics' log ends (``kiq.pipelines.rates``), the processed rate Spark's for the
+    last batch that ended; ``none``, no batch has ended and nothing is counted yet. A
+    processed rate is known only once a batch has ended (``batch`` 0 or more)."""
 
     app: str
     pipeline: str
     query: str
     trigger: str = "microbatch"  # or "realtime"
+    rates_from: str = "spark"  # or "kafka", "none"
     state: State = "running"
     batch: int = -1  # none yet
     input_rows: int = 0
@@ -91,6 +99,7 @@ class QueryProgress(msgspec.Struct, frozen=True, kw_only=True):
         checks.pipeline(self.pipeline)
         checks.text(self.query, "query", 200)
         checks.text(self.trigger, "trigger", 40)
+        checks.text(self.rates_from, "rates_from", 40)
         checks.count(self.batch, "batch", minimum=-1)
         checks.count(self.input_rows, "input_rows")
         checks.rate(self.input_rows_per_s, "input_rows_per_s")
@@ -222,6 +231,18 @@ def decode_progress(records: Mapping[str, bytes], app: str | None = None) -> lis
     return found
 
 
+def with_rates(record: QueryProgress, arriving: float | None) -> QueryProgress:
+    """``record`` with where its rates come from: ``arriving`` (rows per second on its
+    inputs, kiq's count; None if not counted) stands for its input rate in Real-Time Mode,
+    where Spark measures a batch only when it ends; a query no batch of which has ended,
+    and that nothing counts, has no rates yet."""
+    if record.trigger == "realtime" and arriving is not None:
+        return msgspec.structs.replace(record, input_rows_per_s=arriving, rates_from="kafka")
+    if record.batch < 0:
+        return msgspec.structs.replace(record, rates_from="none")
+    return record
+
+
 def with_busy_time(record: QueryProgress, busy: dict[str, QueryProgress]) -> QueryProgress:
     """``record``, its batch time that of the query's last batch that read rows (remembered
     in ``busy``, by query): Spark reports an idle query's empty batches too."""
@@ -259,6 +280,11 @@ class ProgressPublisher:
         # Each query's last batch that read rows: an idle query's empty batches take a
         # millisecond, which says nothing of how long its work takes.
         self._busy: dict[str, QueryProgress] = {}
+        # Real-Time Mode queries' input rates, by query, and their input topics' partitions.
+        self._arrivals: dict[str, ArrivalRate] = {}
+        self._partitions: dict[str, int] = {}
+        self._bootstrap = bootstrap
+        self._security = security
         self._out: compacted.Publisher | None = None
         self._ends: LogTimes | None = None
         try:
@@ -299,24 +325,52 @@ class ProgressPublisher:
 
     def _record(self, pipeline: str, trigger: str, query: StreamingQuery) -> QueryProgress:
         last = query.lastProgress
-        if last is None:  # no batch yet
-            return QueryProgress(
-                app=self._app,
-                pipeline=pipeline,
-                query=query.name or str(query.id),
-                trigger=trigger,
-                published_ms=_now_ms(),
-            )
-        spark = json.loads(last.json)
+        spark: dict[str, Any] = json.loads(last.json) if last is not None else {}
         ends: dict[str, dict[int, int]] = {}
         if self._ends is not None:
             for source in spark.get("sources") or ():
                 for topic, parts in offsets_of(source.get("endOffset")).items():
                     if topic not in ends:
                         ends[topic] = self._ends.log_ends(topic, sorted(parts), timeout_s=2.0)
-        spark.setdefault("name", query.name)
-        record = from_spark(spark, app=self._app, pipeline=pipeline, trigger=trigger, log_ends=ends)
-        return with_busy_time(record, self._busy)
+        arriving = self._arriving(query, spark, ends) if trigger == "realtime" else None
+        if last is None:  # no batch has ended yet
+            record = QueryProgress(
+                app=self._app,
+                pipeline=pipeline,
+                query=query.name or str(query.id),
+                trigger=trigger,
+                published_ms=_now_ms(),
+            )
+        else:
+            spark.setdefault("name", query.name)
+            record = from_spark(
+                spark, app=self._app, pipeline=pipeline, trigger=trigger, log_ends=ends
+            )
+        return with_rates(with_busy_time(record, self._busy), arriving)
+
+    def _arriving(
+        self, query: StreamingQuery, spark: Mapping[str, Any], ends: dict[str, dict[int, int]]
+    ) -> float | None:
+        """A Real-Time Mode query's input rate (``kiq.pipelines.rates``): its topics from its
+        last batch's sources, or, before any batch ended, from the running query itself."""
+        if self._ends is None:
+            return None
+        described = [str(s.get("description", "")) for s in spark.get("sources") or ()]
+        topics = subscribed_topics(described or _running_sources(query))
+        if not topics:
+            return None
+        for topic in topics:
+            if topic not in self._partitions:
+                count = topic_partitions(self._bootstrap, topic, 5.0, security=self._security)
+                if count is None:
+                    return None
+                self._partitions[topic] = count
+            if topic not in ends or len(ends[topic]) < self._partitions[topic]:
+                parts = range(self._partitions[topic])
+                ends[topic] = self._ends.log_ends(topic, list(parts), timeout_s=2.0)
+        total = arrived({t: ends[t] for t in topics})
+        rate = self._arrivals.setdefault(query.name or str(query.id), ArrivalRate())
+        return rate.add(_now_ms(), total)
 
     def _warn(self, reason: str) -> None:
         if not self._warned:
@@ -389,6 +443,17 @@ class ProgressReader:
             ],
             "error": error or None,
         }
+
+
+def _running_sources(query: StreamingQuery) -> list[str]:
+    """How a running query's sources describe themselves (as its progress would), asked of
+    the driver's JVM; none when this Spark does not answer so."""
+    try:
+        sources = query._jsq.streamingQuery().sources()
+        return [str(sources.apply(i).toString()) for i in range(sources.size())]
+    except Exception as exc:  # py4j: another Spark's internals, or a query stopping
+        log.debug("query %s: its sources are not known (%s)", query.name, exc)
+        return []
 
 
 def _age(progress: QueryProgress, now_ms: int) -> float:

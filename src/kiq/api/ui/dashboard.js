@@ -182,6 +182,17 @@ function renderStatus(status) {
 
 // -- pipelines ------------------------------------------------------------------------------
 
+// Where a query's rates come from (rates_from): Spark counts a batch when it ends, and a
+// Real-Time Mode batch lasts minutes, so kiq counts its input on the Kafka log meanwhile.
+const NOT_YET = "not measured yet: Spark counts a batch's rows when it ends, and none has";
+const processedKnown = (q) => q.rates_from !== "none" && !(q.rates_from === "kafka" && q.batch < 0);
+const inputWhy = (q) => q.rates_from === "none" ? NOT_YET
+  : q.rates_from === "kafka" ? "rows arriving on its input topics in the last 30 s, kiq's count"
+  : "Spark's, for the last batch";
+const processedWhy = (q) => !processedKnown(q) ? NOT_YET
+  : q.trigger === "realtime" ? "Spark's, for the last Real-Time Mode batch that ended"
+  : "Spark's, for the last batch";
+
 function renderPipelines(answer) {
   const note = document.getElementById("pipelines-note");
   note.textContent = answer.error ? "progress unavailable: " + answer.error
@@ -192,8 +203,10 @@ function renderPipelines(answer) {
     return el("tr", { class: q.stale ? "stale" : q.state, "data-query": q.query },
       el("td", {}, q.pipeline), el("td", {}, q.query), el("td", {}, q.trigger),
       el("td", { title: q.error || "" }, said),
-      el("td", { class: "num" }, num(q.input_rows_per_s, 1)),
-      el("td", { class: "num" }, num(q.processed_rows_per_s, 1)),
+      el("td", { class: "num", title: inputWhy(q) },
+        q.rates_from === "none" ? "–" : num(q.input_rows_per_s, 1)),
+      el("td", { class: "num", title: processedWhy(q) },
+        processedKnown(q) ? num(q.processed_rows_per_s, 1) : "–"),
       el("td", { class: "num", title: "batch " + q.batch }, batch),
       el("td", { class: "num", title: "offsets between the last batch's end and the log end" },
         num(q.behind)),
