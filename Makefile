@@ -1,14 +1,18 @@
 # kiq: one command each for setup, tests and the demo. Every target is idempotent.
 #   make setup   venv + kiq package + JVM jars (`kiq setup`: Kafka broker, Spark Kafka
 #                connector, kiq's composite-key partitioner built from its shipped source)
-#   make test    setup, then the test suite (starts its own broker and Spark)
+#   make test    setup, the docs' strict build, then the test suite (starts its own broker
+#                and Spark)
 #   make lint       setup, then ruff: lint rules and the formatter's layout
 #   make typecheck  setup, then mypy over src/ ([tool.mypy] in pyproject.toml)
 #   make contracts  setup, then the import contracts: which layer may import which
 #                   ([tool.importlinter] in pyproject.toml)
 #   .ci/run         lint, typecheck, contracts, then test, stopping at the first failure
 #   make demo    setup, then `kiq up` on the shipped stock application (src/kiq/apps/stocks/kiq.toml)
-#   make docs    render docs/architecture.svg from docs/architecture.dot (needs Graphviz's dot)
+#   make docs    setup, then the docs site into site/ (mkdocs.yml), strict: a broken link,
+#                anchor or reference fails; the reference pages are generated from the code
+#   make diagram render docs/architecture.svg from docs/architecture.dot (needs Graphviz's
+#                dot; the rendered svg is committed, so CI needs no Graphviz)
 #   make lock-jars  after changing a pom in jvm/: pin the jars it resolves to (needs Maven)
 #   make clean   stop the local broker, remove venv, caches and local state
 
@@ -18,7 +22,7 @@ BIN    := $(VENV)/bin
 JARS   := .cache/jars
 PYTEST_ARGS ?=
 
-.PHONY: setup deps jars lock-jars test test-fast lint typecheck contracts demo docs stop clean
+.PHONY: setup deps jars lock-jars test test-fast lint typecheck contracts demo docs diagram stop clean
 
 setup: deps $(BIN)/.installed jars
 
@@ -45,7 +49,7 @@ jars: $(BIN)/.installed
 lock-jars: $(BIN)/.installed
 	$(BIN)/python scripts/lock_jars.py
 
-test: setup
+test: setup docs
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # Unit tests only: no broker, no Spark.
@@ -65,12 +69,18 @@ contracts: setup
 demo: setup
 	$(BIN)/kiq up --config src/kiq/apps/stocks/kiq.toml
 
-docs:
+# Seconds, no network: the Markdown in docs/, plus the pages scripts/docs_reference.py
+# generates from the settings tree, the CLI and the OpenAPI document, and the Python API
+# from the docstrings (mkdocstrings).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+diagram:
 	dot -Tsvg docs/architecture.dot -o docs/architecture.svg
 
 stop:
 	@if [ -x $(BIN)/kiq ]; then $(BIN)/kiq broker stop; fi
 
 clean: stop
-	rm -rf $(VENV) .cache .kiq build jvm/*/target src/*.egg-info .pytest_cache .ruff_cache .mypy_cache \
+	rm -rf $(VENV) .cache .kiq build site jvm/*/target src/*.egg-info .pytest_cache .ruff_cache .mypy_cache \
 		.import_linter_cache

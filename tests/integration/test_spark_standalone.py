@@ -73,7 +73,7 @@ def test_stock_pipeline_on_a_standalone_cluster_matches_the_reference(
         master=status.master_url,
         partitions=PARTITIONS,
         # off a local master, Spark's 200 state partitions and a task per Kafka partition
-        # are far too many for two cores: as the README says, set both to the cores
+        # are far too many for two cores: as docs/guides/scale-out.md says, set both to the cores
         env={
             "KIQ_SPARK_SHUFFLE_PARTITIONS": "2",
             "KIQ_SPARK_INPUT_TASKS": "2",

@@ -1,8 +1,9 @@
 """kiq.testing agrees with kiq: one pipeline, run for real and through ``run_pipeline``.
 
-The README's orders pipeline (a one-column-key table, a composite-key table, a ``reject``
-condition) runs as ``kiq pipeline run`` runs it, a streaming driver reading a broker, and
-through ``kiq.testing.run_pipeline`` on the same records in the same order: records that
+The pipelines guide's orders pipeline (docs/guides/pipelines.md: a one-column-key table, a
+composite-key table, a ``reject`` condition) runs as ``kiq pipeline run`` runs it, a
+streaming driver reading a broker, and through ``kiq.testing.run_pipeline`` on the same
+records in the same order: records that
 are not JSON, lack a NOT NULL field, fail the rejection or have no value, and a customer
 whose name holds the key separator. Every key and value of both tables, the partition of
 each key's record, every dead letter (topic, key, value, reason and kiq's other headers)
@@ -36,7 +37,7 @@ from kiq.runtime import LocalPipeline
 from kiq.tables.declared import decode_catalog
 from kiq.testing import Run, run_pipeline
 from kiq.testing._session import stop_session
-from tests.integration.test_user_pipeline import BAD, START_MS, make_orders, readme_example
+from tests.integration.test_user_pipeline import BAD, START_MS, guide_example, make_orders
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -52,9 +53,9 @@ def _stop_kiq_testing_spark() -> Iterator[None]:
 
 
 def pipeline_file(tmp_path: Path, suffix: str) -> tuple[Path, dict[str, str]]:
-    """The README's example with topics of this test's own (the broker is the session's)."""
+    """The guide's example with topics of this test's own (the broker is the session's)."""
     names = {n: f"{n}-{suffix}" for n in ("orders", "customer-totals", "orders-by-time")}
-    code = readme_example()
+    code = guide_example()
     for call, name in CALLS:
         text = f'ctx.{call}("{name}"'
         assert code.count(text) == 1

@@ -1,6 +1,6 @@
-"""The README's "Serve your own pipeline" example, end to end, as a user would run it.
+"""The pipelines guide's example (docs/guides/pipelines.md), end to end, as a user would run it.
 
-The example's code block is copied out of README.md into a file, run with
+The example's code block is copied out of the guide into a file, run with
 `kiq pipeline run FILE:build` as a process, its tables served by `kiq serve`
 processes; every customer's totals and a range of a customer's orders must equal a
 reference computed here in plain Python, and bad orders reach the dead letters.
@@ -25,14 +25,14 @@ from tests.integration.test_serving import Cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "pipelines.md"
 PARTITIONS = 6
 CUSTOMERS = [f"cust-{i:02d}" for i in range(20)] + ["zoë"]
 START_MS = 1795341600000  # 2026-11-22T10:00:00Z
 
 
-def readme_example() -> str:
-    text = README.read_text()
+def guide_example() -> str:
+    text = GUIDE.read_text()
     marker = text.index("<!-- example: orders_pipeline.py")
     block = re.search(r"```python\n(.*?)```", text[marker:], re.S)
     assert block is not None
@@ -81,9 +81,9 @@ def served(url: str) -> tuple[dict, list]:
     return totals, resp.json()["items"]
 
 
-def test_the_readme_example_computes_serves_and_answers_exactly(bootstrap: str, tmp_path: Path):
+def test_the_guide_example_computes_serves_and_answers_exactly(bootstrap: str, tmp_path: Path):
     example = tmp_path / "orders_pipeline.py"
-    example.write_text(readme_example())
+    example.write_text(guide_example())
     create_topics(bootstrap, {"orders": PARTITIONS})
     orders = make_orders(random.Random(13), 1200)
     produce(bootstrap, "orders", [(o["customer"], json.dumps(o)) for o in orders[:600]])

@@ -1,7 +1,7 @@
 """Which windowed aggregations Spark runs in Real-Time Mode on the pinned runtime
-(README, "Windowed tables"): tumbling and sliding windows run for real there, and kiq's
-own check (``realtime_blockers``) agrees; session windows Spark aggregates in append mode
-only, so ``ctx.write_table`` refuses them before a query starts."""
+(docs/guides/pipelines.md, "Windowed tables"): tumbling and sliding windows run for real
+there, and kiq's own check (``realtime_blockers``) agrees; session windows Spark aggregates
+in append mode only, so ``ctx.write_table`` refuses them before a query starts."""
 
 from __future__ import annotations
 

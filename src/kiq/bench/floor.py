@@ -28,7 +28,7 @@ from kiq.runtime import free_port
 
 PREFIX = f"/v1/tables/{TABLE}/keys/".encode()
 _JSON = [(b"content-type", b"application/json")]
-# The headers a kiq lookup answers with (README, HTTP API), with typical values: the floor
+# The headers a kiq lookup answers with (docs/guides/endpoints.md), with typical values: the floor
 # with these tells the server's cost of kiq's response apart from kiq's own work.
 KIQ_HEADERS = [
     *_JSON,

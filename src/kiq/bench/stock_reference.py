@@ -1,8 +1,8 @@
 """An independent reference for the stock pipeline: plain Python over the same ticks.
 
 Ties on a timestamp go to the tick later in the log (its Kafka offset), as the
-contract says; everything else follows the README's definitions literally. The
-end-to-end tests and ``kiq bench chaos driver-kill`` judge the served tables by it.
+contract says; everything else follows the definitions in docs/getting-started.md
+literally. The end-to-end tests and ``kiq bench chaos driver-kill`` judge the served tables by it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The local runtime kiq brings along: Java, the JVM jar cache and a Kafka broker.
 
 For development, tests and the demo. Production points kiq at an existing Kafka
-cluster and Spark master instead (see README).
+cluster and Spark master instead (docs/guides/configuration.md).
 """
 
 from kiq.runtime.broker import BrokerStatus, LocalBroker

@@ -51,7 +51,7 @@ def auth_mode(auth: AuthSettings, host: str) -> str:
     raise ConfigError(
         f"this node listens on {host}, not a loopback address, and no authentication is set: "
         "give --auth jwt with --jwt-secret-file, --jwt-public-key-file or --jwt-jwks-file and "
-        "--cluster-secret-file (see the README, 'Running kiq securely'), or --auth none to "
+        "--cluster-secret-file (see docs/guides/security.md), or --auth none to "
         "serve every table to anyone who can reach it"
     )
 

@@ -1,7 +1,7 @@
-"""The kiq.testing examples of docs/api.md and the README, run as a user's test modules.
+"""The kiq.testing examples of docs/api.md and docs/guides/pipelines.md, run as a user's tests.
 
 Each block is copied out of its document into a file, imported, and its ``test_``
-functions called (the README's beside the README's own orders_pipeline.py): what the
+functions called (the guide's beside the guide's own orders_pipeline.py): what the
 documents show passes.
 """
 
@@ -40,23 +40,25 @@ def test_the_testing_example_in_the_api_doc_passes(tmp_path: Path):
         getattr(module, name)()
 
 
-README = API_DOC.parents[1] / "README.md"
+GUIDE = API_DOC.parent / "guides" / "pipelines.md"
 
 
-def readme_block(marker: str) -> str:
-    text = README.read_text()
+def guide_block(marker: str) -> str:
+    text = GUIDE.read_text()
     block = re.search(r"```python\n(.*?)```", text[text.index(marker) :], re.S)
     assert block is not None
     return block.group(1)
 
 
-def test_the_readme_test_of_its_pipeline_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    (tmp_path / "orders_pipeline.py").write_text(readme_block("<!-- example: orders_pipeline.py"))
+def test_the_pipelines_guide_test_of_its_pipeline_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    (tmp_path / "orders_pipeline.py").write_text(guide_block("<!-- example: orders_pipeline.py"))
     test = tmp_path / "test_orders_pipeline.py"
-    test.write_text(readme_block("<!-- example: test_orders_pipeline.py"))
+    test.write_text(guide_block("<!-- example: test_orders_pipeline.py"))
     monkeypatch.syspath_prepend(str(tmp_path))  # as pytest puts a test's directory first
     monkeypatch.delitem(sys.modules, "orders_pipeline", raising=False)
-    spec = importlib.util.spec_from_file_location("kiq_readme_test_orders_pipeline", test)
+    spec = importlib.util.spec_from_file_location("kiq_guide_test_orders_pipeline", test)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
