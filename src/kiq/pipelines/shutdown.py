@@ -36,6 +36,9 @@ INTERRUPTED_BATCH_LOGGERS = (
     "org.apache.spark.executor.Executor",
     # "Task ... failed" / "Lost task" for tasks cancelled by the stop
     "org.apache.spark.scheduler.TaskSetManager",
+    # "Exception in statusUpdate": a cancelled task's last status reaching a result pool
+    # that the stopping session has already shut
+    "org.apache.spark.scheduler.TaskSchedulerImpl",
 )
 TASKS_TIMEOUT_S = 15.0
 

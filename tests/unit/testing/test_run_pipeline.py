@@ -16,7 +16,7 @@ import pytest
 from kiq import Context
 from kiq.errors import ConfigError
 from kiq.partitioning import partition_for
-from kiq.tables.declared import Declared
+from kiq.tables.declared import Declared, ValueField
 from kiq.testing import Message, Record, TestClient, run_pipeline
 
 pytestmark = pytest.mark.spark
@@ -145,6 +145,13 @@ def test_the_catalog_declarations_and_the_partition_of_each_record(run):
             query="customer-totals",
             # its query's dead letters, then its input's
             dead_letters=("customer-totals-dlq", "orders-dlq"),
+            # the shape readers rely on, compared at each start (kiq.tables.compatible)
+            key_types=("string",),
+            value_fields=(
+                ValueField(name="customer", type="string"),
+                ValueField(name="orders", type="bigint", nullable=False),
+                ValueField(name="spent", type="double"),
+            ),
         ),
         Declared(
             table="orders-by-time",
@@ -155,6 +162,11 @@ def test_the_catalog_declarations_and_the_partition_of_each_record(run):
             pipeline=f"{__name__}.orders_pipeline",
             query="orders-by-time",
             dead_letters=("orders-by-time-dlq", "orders-dlq"),
+            key_types=("string", "string", "string"),
+            value_fields=tuple(
+                ValueField(name=n, type="double" if n == "amount" else "string")
+                for n in ("customer", "at", "order_id", "amount")
+            ),
         ),
     )
     assert run.queries == ("customer-totals", "orders-by-time")
