@@ -27,6 +27,7 @@ import pytest
 from kiq.runtime.pipeline_errors import ERROR_FILE_ENV, PipelineFailure
 from kiq.runtime.reaper import add_mark, end_marked
 from tests.integration.kafka_io import produce
+from tests.integration.test_up import start_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -69,19 +70,6 @@ def env() -> Iterator[dict[str, str]]:
     end_marked(mark, grace_s=5)
 
 
-def start(argv: list[str], cwd: Path, env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
-    with out.open("wb") as sink:
-        return subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # a group of its own: the test's Ctrl-C
-        )
-
-
 def finish(proc: subprocess.Popen[bytes], timeout_s: float = 180) -> int:
     try:
         return proc.wait(timeout_s)
@@ -118,7 +106,7 @@ def test_a_pipeline_that_raises_stops_kiq_up_with_its_message(
         )
     )
     out = tmp_path / "up.txt"
-    up = start([sys.executable, "-m", "kiq", "up", "--config", str(config)], tmp_path, env, out)
+    up = start_up([sys.executable, "-m", "kiq", "up", "--config", str(config)], tmp_path, env, out)
     code = finish(up)
     text = out.read_text()
     assert code == 1, text
@@ -142,7 +130,7 @@ def test_a_failed_query_ends_pipeline_run_with_its_name_and_error(
     env[ERROR_FILE_ENV] = str(error_file)
     out = tmp_path / "out.txt"
     argv = pipeline_run(tmp_path, bootstrap, "fails.py:build", "--trigger", "microbatch")
-    code = finish(start(argv, tmp_path, env, out))
+    code = finish(start_up(argv, tmp_path, env, out))
     text = out.read_text()
     assert code == 1, text
     last = text.strip().splitlines()
@@ -170,7 +158,7 @@ def test_an_orderly_stop_writes_no_error_line(
     (tmp_path / "runs.py").write_text(RUNS.format(topic=topic))
     log = tmp_path / "pipeline.log"
     argv = pipeline_run(tmp_path, bootstrap, "runs.py:build", "--trigger", "realtime")
-    proc = start(argv, tmp_path, env, log)
+    proc = start_up(argv, tmp_path, env, log)
     try:
         deadline = time.monotonic() + 120
         while "query started" not in log.read_text():
