@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kiq.runtime import processes
 from kiq.runtime.ports import free_port
-from kiq.runtime.processes import spawn_logged, terminate
 from tests.integration.test_auth import KEYS, bearer, secured, token  # noqa: F401
 from tests.integration.test_impostor import (  # noqa: F401
     FORGED,
@@ -54,7 +54,7 @@ def proxy_process(
         "uvloop.run(serve_proxy(app, '127.0.0.1', port))\n"
     )
     args = [",".join(nodes), str(port), str(secret_file or ""), token or ""]
-    proc = spawn_logged([sys.executable, "-c", script, *args], log_file, {})
+    proc = processes.spawn([sys.executable, "-c", script, *args], log_file=log_file)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -70,7 +70,7 @@ def proxy_process(
         yield url, proc.pid
     finally:
         if proc.poll() is None:
-            terminate(proc.pid, 10, proc)
+            processes.stop(proc, grace_s=10)
 
 
 def rss_mib(pid: int) -> float:

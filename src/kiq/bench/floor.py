@@ -24,7 +24,7 @@ from typing import Any
 
 from kiq.bench.dataset import TABLE, key_of, quote_bytes
 from kiq.errors import KiqError
-from kiq.runtime import free_port
+from kiq.runtime import free_port, processes
 
 PREFIX = f"/v1/tables/{TABLE}/keys/".encode()
 _JSON = [(b"content-type", b"application/json")]
@@ -115,10 +115,7 @@ class LocalFloor:
         cmd += ["--port", str(self.port), "--keys", str(self.keys)]
         if self.kiq_headers:
             cmd.append("--kiq-headers")
-        with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+        self.proc = processes.spawn(cmd, log_file=self.log_file)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -133,12 +130,7 @@ class LocalFloor:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            processes.stop(self.proc, grace_s=10)
 
 
 if __name__ == "__main__":

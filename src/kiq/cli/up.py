@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -398,19 +397,18 @@ class Running:
         argv = _argv(command)
         index = len(self.feeds) + 1
         log_file = self.home / f"feed{index}.log"
-        with log_file.open("ab") as log:
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env={**os.environ, **self.env},
-                    start_new_session=True,  # stopped by us, after the Ctrl-C, not by it
-                    cwd=self.plan.file.parent if self.plan.file is not None else None,
-                )
-            except OSError as exc:
-                raise KiqError(f"feed {' '.join(command)!r} did not start: {exc}") from exc
+        from kiq.runtime import processes
+
+        try:
+            proc = processes.spawn(
+                argv,
+                log_file=log_file,
+                env=self.env,
+                new_session=True,  # stopped by us, after the Ctrl-C, not by it
+                cwd=self.plan.file.parent if self.plan.file is not None else None,
+            )
+        except OSError as exc:
+            raise KiqError(f"feed {' '.join(command)!r} did not start: {exc}") from exc
         self.feeds.append(proc)
         _done(f"feed: {' '.join(command)} (log: {log_file})")
 
@@ -520,13 +518,10 @@ def _done(message: str) -> None:
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
+    from kiq.runtime import processes
+
     if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        processes.stop(proc, grace_s=10)
 
 
 def _ready(node: LocalNode) -> bool:

@@ -260,15 +260,7 @@ class _Node:
         cmd = [str(java), f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC"]
         cmd += ["-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"]
         cmd += [*self._logging_flags(), "-cp", classpath, _MAIN, str(self.properties)]
-        with (self.log_dir / "broker.out").open("ab") as out:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+        self.proc = processes.spawn(cmd, log_file=self.log_dir / "broker.out", new_session=True)
         self.pid_file.write_text(f"{self.proc.pid}\n")
         log.info("broker %d starting pid=%d log=%s", self.node_id, self.proc.pid, self.log_file)
         return self.proc.pid
@@ -435,9 +427,7 @@ class LocalBroker:
         pid = node.running_pid()
         if pid is None:
             raise BrokerError(f"broker {node.node_id} is not running")
-        os.kill(pid, signal.SIGKILL)
-        while processes.alive(pid, node.proc):
-            time.sleep(0.05)
+        processes.stop(processes.child_or_pid(pid, node.proc), signal=signal.SIGKILL, grace_s=30)
         node.pid_file.unlink(missing_ok=True)
         log.info("broker %d killed pid=%d", node.node_id, pid)
         return pid
@@ -445,10 +435,11 @@ class LocalBroker:
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop every broker (SIGTERM, then SIGKILL after ``timeout_s``); False if none ran."""
         running = [(n, pid) for n in self.nodes if (pid := n.running_pid()) is not None]
-        for _, pid in running:
-            os.kill(pid, signal.SIGTERM)  # all at once: a quorum shuts down together
-        for node, pid in running:
-            if processes.wait_or_kill(pid, timeout_s, node.proc):
+        # all at once: a quorum shuts down together
+        targets = [processes.child_or_pid(pid, node.proc) for node, pid in running]
+        killed = processes.stop_all(targets, grace_s=timeout_s)
+        for (node, pid), was_killed in zip(running, killed, strict=True):
+            if was_killed:
                 log.warning("broker pid=%d ignored SIGTERM for %.0fs; killed it", pid, timeout_s)
             log.info("broker %d stopped pid=%d", node.node_id, pid)
         for node in self.nodes:

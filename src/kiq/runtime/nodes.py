@@ -22,8 +22,8 @@ from typing import Any
 
 from kiq.catalog import SHIPPED_ENDPOINTS
 from kiq.errors import KiqError
+from kiq.runtime import processes
 from kiq.runtime.ports import free_port
-from kiq.runtime.processes import spawn_logged
 from kiq.security.tls import client_context
 from kiq.settings import TlsSettings
 
@@ -83,7 +83,7 @@ class LocalNode:
         shipped = SHIPPED_ENDPOINTS if self.tables else ()
         for endpoint in self.endpoints if self.endpoints is not None else shipped:
             cmd += ["--endpoint", endpoint]
-        self.proc = spawn_logged(cmd, self.log_file, self.env)
+        self.proc = processes.spawn(cmd, log_file=self.log_file, env=self.env)
         return self
 
     @property
@@ -112,17 +112,11 @@ class LocalNode:
     def kill(self) -> None:
         """SIGKILL: no goodbye to the group, no flush."""
         if self.proc is not None and self.running:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+            processes.stop(self.proc, signal=signal.SIGKILL, grace_s=10)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         if self.proc is not None and self.running:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            processes.stop(self.proc, grace_s=timeout_s)
 
     def metadata(self) -> dict[str, Any]:
         """The node's ``GET /v1/metadata``, as JSON."""

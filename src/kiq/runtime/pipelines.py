@@ -8,16 +8,14 @@ says it without reading Spark's log lines.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kiq.runtime import processes
 from kiq.runtime.pipeline_errors import ERROR_FILE_ENV, PipelineFailure
-from kiq.runtime.processes import spawn_logged
 
 # A driver that left no error file: the last lines of its log that are not JVM frames.
 TAIL_LINES = 8
@@ -47,7 +45,7 @@ class LocalPipeline:
         cmd += ["--partitions", str(self.partitions), *self.extra_args]
         self.error_file.unlink(missing_ok=True)  # an earlier run's
         env = {**self.env, ERROR_FILE_ENV: str(self.error_file)}
-        self.proc = spawn_logged(cmd, self.log_file, env, new_session=True)
+        self.proc = processes.spawn(cmd, log_file=self.log_file, env=env, new_session=True)
         return self
 
     @property
@@ -86,21 +84,13 @@ class LocalPipeline:
     def kill(self) -> None:
         """SIGKILL to the driver and its JVM: no clean shutdown, no final commit."""
         if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
+            processes.stop(self.proc, signal=signal.SIGKILL, grace_s=30, group=True)
 
     def stop(self, timeout_s: float = 60.0) -> None:
         if self.proc is None or not self.running:
             return
         # The driver alone: it stops its queries and then the JVM. A SIGTERM to the
-        # group would start the JVM's own shutdown under the driver's feet.
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        else:
-            # the JVM may outlive a driver that was told to stop
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        # group would start the JVM's own shutdown under the driver's feet. Past the
+        # grace, SIGKILL to the group; and the JVM may outlive a driver that was told to
+        # stop, so its group is SIGKILLed once the driver is gone either way.
+        processes.stop(self.proc, grace_s=timeout_s, sweep_group=True)

@@ -3,7 +3,6 @@ nodes on a loopback port, ready once it relays a node's liveness answer."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -14,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiq.errors import KiqError
+from kiq.runtime import processes
 from kiq.runtime.ports import free_port
-from kiq.runtime.processes import spawn_logged
 
 
 @dataclass
@@ -38,7 +37,7 @@ class LocalProxy:
         """Start it and wait until it answers (through a node)."""
         cmd = [sys.executable, "-m", "kiq", "proxy", "--nodes", ",".join(self.nodes)]
         cmd += ["--port", str(self.port)]
-        self.proc = spawn_logged(cmd, self.log_file, self.env)
+        self.proc = processes.spawn(cmd, log_file=self.log_file, env=self.env)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.running:
@@ -54,9 +53,4 @@ class LocalProxy:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.proc is not None and self.running:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            processes.stop(self.proc, grace_s=timeout_s)

@@ -143,12 +143,17 @@ class Watchdog:
     process is gone, whichever comes first. Its own session: a Ctrl-C to ours misses it."""
 
     def __init__(self, mark: str, grace_s: float = 10.0) -> None:
+        # Here, not at the top: run as the watchdog this module imports nothing of kiq.
+        from kiq.runtime import processes
+
         # By its path, isolated: it imports nothing of kiq, so nothing there can stop it.
-        self.proc = subprocess.Popen(
+        # It carries the mark, as everything the session starts does; ``end_marked`` never
+        # ends the process that calls it, and a session ending its own mark spares it.
+        self.proc = processes.spawn(
             [sys.executable, "-I", __file__, mark, str(grace_s)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
-            start_new_session=True,
+            new_session=True,
         )
 
     @property
@@ -157,13 +162,11 @@ class Watchdog:
 
     def close(self, timeout_s: float = 15.0) -> None:
         """Let it end what is left and exit; kill it if that takes over ``timeout_s``."""
+        from kiq.runtime import processes
+
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        processes.wait_or_kill(self.proc, timeout_s)
 
 
 def main(argv: list[str]) -> None:

@@ -153,7 +153,8 @@ class LocalSparkCluster:
         for role in ("worker", "master"):
             pid = self._running_pid(role)
             if pid is not None:
-                if processes.terminate(pid, timeout_s, self._procs.get(role)):
+                target = processes.child_or_pid(pid, self._procs.get(role))
+                if processes.stop(target, grace_s=timeout_s):
                     log.warning("spark %s pid=%d ignored SIGTERM; killed it", role, pid)
                 log.info("spark %s stopped pid=%d", role, pid)
                 stopped = True
@@ -222,16 +223,9 @@ class LocalSparkCluster:
 
     def _launch(self, role: str, main: str, *args: list[str]) -> None:
         cmd = [str(spark_home() / "bin" / "spark-class"), main, *(a for part in args for a in part)]
-        with (self.log_dir / f"{role}.out").open("ab") as out:
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self._env(),
-                start_new_session=True,
-                close_fds=True,
-            )
+        proc = processes.spawn(
+            cmd, log_file=self.log_dir / f"{role}.out", env=self._env(), new_session=True
+        )
         self._procs[role] = proc
         self._pid_file(role).write_text(f"{proc.pid}\n")
         log.info("spark %s starting pid=%d log=%s", role, proc.pid, self.log_dir / f"{role}.out")

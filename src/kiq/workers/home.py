@@ -23,8 +23,6 @@ whose node is gone (killed, even with -9) exits on its own: the kernel tells it
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import hmac
 import logging
 import os
@@ -45,6 +43,7 @@ from kiq.api.node_buckets import BucketTable
 from kiq.errors import KiqError
 from kiq.node import Node
 from kiq.routing.pool import UNIX
+from kiq.runtime import processes
 from kiq.settings import LimitsSettings
 from kiq.workers.state import (
     CLIENT_HEADER,
@@ -238,11 +237,9 @@ class Workers:
 
     def _spawn(self, index: int) -> None:
         env = {**self._env, "KIQ_WORKER_INDEX": str(index)}
-        self._procs[index] = subprocess.Popen(
-            [sys.executable, "-m", "kiq.workers"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+        # its output is the node's; the kernel SIGTERMs it when the node's process ends
+        self._procs[index] = processes.spawn(
+            [sys.executable, "-m", "kiq.workers"], env=env, die_with_parent=True
         )
         log.info("read worker started index=%d pid=%d", index, self._procs[index].pid)
 
@@ -266,24 +263,9 @@ class Workers:
         if self._watch is not None:
             self._watch.cancel()
         for proc in self._procs.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGTERM)
+            processes.send(proc, signal.SIGTERM)
 
     def wait(self, timeout_s: float = 20.0) -> None:
         for proc in self._procs.values():
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("read worker pid=%d did not stop: killing it", proc.pid)
-                proc.kill()
-                proc.wait(5)
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the node's process ends, however it ends."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if processes.wait_or_kill(proc, timeout_s, kill_wait_s=5):
+                log.warning("read worker pid=%d did not stop: killed it", proc.pid)
