@@ -45,7 +45,7 @@ from kiq.security import tls as tls_contexts
 from kiq.settings import NodeSettings, ServeSettings, TlsSettings
 from kiq.stores import MemoryBudget, private_dir
 from kiq.tables import TableRuntime, TableSpec, codec_for
-from kiq.tables.declared import Served, decode_catalog, parse_serve_tables, resolve_tables
+from kiq.tables.declared import ServeEntry, decode_catalog, parse_serve_tables, resolve_tables
 from kiq.tables.versions import Alias, decode_aliases
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ def app_endpoints(settings: NodeSettings) -> list[Declare]:
     return [resolve(target, "[app] endpoints", base) for target in settings.app.endpoints]
 
 
-def served_tables(settings: ServeSettings) -> list[Served]:
+def served_tables(settings: ServeSettings) -> list[ServeEntry]:
     """``[serve] tables``, checked before anything asks the broker (the catalog fills in
     what an entry leaves out)."""
     return parse_serve_tables(settings.tables, settings.standby_replicas)[0]
@@ -222,7 +222,7 @@ def served_tables(settings: ServeSettings) -> list[Served]:
 
 def catalog_tables(
     serve: ServeSettings,
-    served: Sequence[Served],
+    served: Sequence[ServeEntry],
     app: str,
     kafka: KafkaSecurity,
     wait_s: float = CATALOG_WAIT_S,

@@ -29,7 +29,7 @@ from kiq.kafka.compacted import Follower, read_latest
 from kiq.node import Node
 from kiq.stores import remove_table_stores
 from kiq.tables import TableRuntime, checks, codec_for
-from kiq.tables.declared import Declared, Served, serves, spec_for
+from kiq.tables.declared import Declared, ServeEntry, serves, spec_for
 from kiq.tables.retire import RESERVED
 from kiq.tables.versions import Alias, alias_key
 
@@ -53,7 +53,7 @@ class NodeCatalog:
         node: Node,
         bootstrap: str,
         app: str,
-        served: Sequence[Served],
+        served: Sequence[ServeEntry],
         every_declared: bool,
         data_dir: Path,
         *,

@@ -18,7 +18,7 @@ from kiq.node import Node, NodeView
 from kiq.node_catalog import NodeCatalog
 from kiq.replicas import ReplicaState
 from kiq.tables import TableRuntime, checks, codec_for
-from kiq.tables.declared import Declared, Served, parse_served
+from kiq.tables.declared import Declared, ServeEntry, parse_served
 from kiq.tables.spec import TableSpec
 from kiq.tables.versions import Alias
 from tests.unit.stand_ins import Cluster, LocalNode, make_node, serving, start_node, wait_until
@@ -223,7 +223,7 @@ def follower(
     local: LocalNode,
     monkeypatch: pytest.MonkeyPatch,
     topics: Topics,
-    served: list[Served] | None = None,
+    served: list[ServeEntry] | None = None,
     every: bool = False,
 ) -> NodeCatalog:
     monkeypatch.setattr(node_catalog, "topic_partitions", topics)

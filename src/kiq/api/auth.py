@@ -22,7 +22,7 @@ a client is answered 429 before its next token is even decoded.
 
 ``Access`` only exists on a node with authentication or a cluster secret, and a rule
 that needs nothing on the node gets no guard, so a node without pays nothing. The
-verified caller goes into the ASGI scope as ``kiq.principal`` (a ``Principal``) and
+verified caller goes into the ASGI scope as ``kiq.principal`` (a ``VerifiedCaller``) and
 ``kiq.subject`` (its ``sub``, a ``str``, what a rate limiter counts by).
 """
 
@@ -50,9 +50,9 @@ from kiq.security import (
     WRITE,
     ClusterKey,
     CredentialRejected,
-    Principal,
     TokenCache,
     TokenRejected,
+    VerifiedCaller,
     read_scope,
 )
 
@@ -66,20 +66,20 @@ _STATEMENT = PRINCIPAL_HEADER.encode()
 Check = Callable[[Scope], object]  # raises the answer when the caller may not go on
 
 
-def caller(scope: Scope) -> Principal | None:
+def caller(scope: Scope) -> VerifiedCaller | None:
     """The verified caller of this request; None on a node without authentication."""
-    found: Principal | None = scope.get(PRINCIPAL)
+    found: VerifiedCaller | None = scope.get(PRINCIPAL)
     return found
 
 
 def forwarded_caller(scope: Scope) -> str | None:
     """What a request to a peer says of this request's caller (never its token)."""
-    found: Principal | None = scope.get(PRINCIPAL)
+    found: VerifiedCaller | None = scope.get(PRINCIPAL)
     return None if found is None else found.statement
 
 
-def _verified(scope: Scope) -> Principal | None:
-    principal: Principal | None = scope.get(PRINCIPAL)
+def _verified(scope: Scope) -> VerifiedCaller | None:
+    principal: VerifiedCaller | None = scope.get(PRINCIPAL)
     if principal is None and scope.get(AUTH_ON):
         raise Unauthorized("this node needs a bearer token: Authorization: Bearer TOKEN")
     return principal
@@ -114,7 +114,7 @@ class Access:
         self._url = url
         self._failures = failures
 
-    def authenticate(self, scope: Scope) -> Principal:
+    def authenticate(self, scope: Scope) -> VerifiedCaller:
         """The token's caller, put in the scope; 401 without a token we accept."""
         scope[AUTH_ON] = True
         authorization = None
@@ -227,7 +227,7 @@ class Access:
             if statement is None:
                 raise Unauthorized("a node-to-node request must name the caller it is made for")
             try:
-                principal = Principal.from_statement(statement)
+                principal = VerifiedCaller.from_statement(statement)
             except TokenRejected as exc:
                 raise InvalidToken(exc.reason) from None
             scope[PRINCIPAL] = principal

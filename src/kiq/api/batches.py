@@ -45,7 +45,7 @@ from kiq.routing.wire import (
     decode_top,
     encode,
 )
-from kiq.security import Principal, read_scope
+from kiq.security import VerifiedCaller, read_scope
 from kiq.stores.base import prefix_end
 from kiq.stores.rank import merge_heads
 from kiq.tables import TableRuntime
@@ -129,7 +129,7 @@ class Batches:
         unavailable = [raw.decode() for p in unanswered for raw in by_partition[p]]
         return found, missing, unavailable, sources
 
-    async def internal_multiget(self, body: bytes, caller: Principal | None = None) -> bytes:
+    async def internal_multiget(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
         """Another node's ``Peers.multiget``: keys from local replicas, partitions refused.
 
         ``caller``: whose token came along (None without authentication); it must read
@@ -309,7 +309,7 @@ class Batches:
             return ScanResult(page.items, Source(partition), reverse)
         return page
 
-    async def internal_scan(self, body: bytes, caller: Principal | None = None) -> bytes:
+    async def internal_scan(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
         """Another node's ``Peers.scan``: a page of a local replica, or 421; ``caller`` as
         for ``internal_multiget``."""
         try:
@@ -391,7 +391,7 @@ class Batches:
             )
         return head
 
-    async def internal_top(self, body: bytes, caller: Principal | None = None) -> bytes:
+    async def internal_top(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
         """Another node's ``Peers.top``: a local replica's head, or 421; ``caller`` as for
         ``internal_multiget``."""
         try:
@@ -457,7 +457,7 @@ def is_descending(order: str | None) -> bool:
     raise BadRequest(f"order must be asc or desc, got {order!r}")
 
 
-def _may_read(caller: Principal | None, table: str) -> None:
+def _may_read(caller: VerifiedCaller | None, table: str) -> None:
     # ``table`` is a version's internal name (``NAME@v2``): scopes name the table itself
     if caller is not None and not caller.grants.may_read(public_name(table)):
         raise InsufficientScope(read_scope(public_name(table)))

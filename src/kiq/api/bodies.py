@@ -3,8 +3,10 @@
 The handlers write these bodies with orjson (admin.py, batches.py, errors.py); the
 types here describe them for the document, field for field, and
 ``tests/integration/test_api_fuzz.py`` checks every live answer against them. A
-schema's name in the document is its type's name: applications refer to
-``#/components/schemas/Error``.
+schema's name in the document is its type's name (applications refer to
+``#/components/schemas/Error``), or the name ``SCHEMA_NAMES`` gives it: a body whose
+name the public framework's classes already take (``kiq.Page``, ``kiq.Tables``...)
+is ``PageBody`` here and still ``Page`` in the document.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ class Error(Struct):
     message: Annotated[str, Meta(description="what to do about it")]
 
 
-class Keys(Struct):
+class KeysBody(Struct):
     keys: list[str]
 
 
@@ -40,7 +42,7 @@ class WatchKeys(Struct):
     prefix: str | None = None
 
 
-class Multiget(Struct):
+class MultigetBody(Struct):
     found: Annotated[dict[str, Any], Meta(description="values by key")]
     missing: list[str]
     unavailable: Annotated[list[str], Meta(description="keys no replica could answer for")] = []
@@ -51,12 +53,12 @@ class Item(Struct):
     value: Any
 
 
-class Page(Struct):
+class PageBody(Struct):
     items: list[Item]
     next_cursor: str | None
 
 
-class Top(Struct):
+class TopBody(Struct):
     items: Annotated[list[Item], Meta(description="highest rank_by first, ties by key")]
     rank_by: Annotated[str, Meta(description="the numeric value field the table ranks by")]
 
@@ -67,7 +69,7 @@ class Window(Struct):
     value: Any
 
 
-class Windows(Struct):
+class WindowsBody(Struct):
     key: str
     windows: list[Window]
     next_cursor: str | None
@@ -111,7 +113,7 @@ class Declaration(Struct):
     rank_by: Annotated[str | None, Meta(description="the field GET .../top ranks by")] = None
 
 
-class Tables(Struct):
+class TablesBody(Struct):
     tables: list[Table]
 
 
@@ -136,3 +138,14 @@ class Ready(Struct):
 
     ready: bool
     reason: str | None = None
+
+
+# The schema names the document has always given these bodies (openapi.Schemas).
+SCHEMA_NAMES: dict[type[Struct], str] = {
+    KeysBody: "Keys",
+    MultigetBody: "Multiget",
+    PageBody: "Page",
+    TopBody: "Top",
+    WindowsBody: "Windows",
+    TablesBody: "Tables",
+}

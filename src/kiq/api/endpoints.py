@@ -74,8 +74,7 @@ from kiq.api.targets import resolve
 from kiq.api.watch import WatchApi
 from kiq.errors import ConfigError
 from kiq.routing import Outcome
-from kiq.security import Principal as Verified
-from kiq.security import read_scope
+from kiq.security import VerifiedCaller, read_scope
 from kiq.tables import TableRuntime
 
 __all__ = [
@@ -193,14 +192,14 @@ class Tables:
         self,
         batches: Batches,
         auth: str | None,
-        caller: Verified | None = None,
+        caller: VerifiedCaller | None = None,
         auth_on: bool = False,
         parker: str | None = None,
         watches: WatchApi | None = None,
     ) -> None:
         self._batches = batches
         self._watches = watches
-        self._auth = auth  # what peers are told of the caller (``Principal.statement``)
+        self._auth = auth  # what peers are told of the caller (``VerifiedCaller.statement``)
         self._caller = caller  # None: no authentication on this node
         self._auth_on = auth_on  # the node checks tokens: no caller is no read (fail closed)
         self._parker = parker  # whom a wait for ``min_offset`` counts against

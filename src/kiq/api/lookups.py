@@ -39,7 +39,7 @@ from kiq.replicas import ReplicaState
 from kiq.routing import FORWARDED, LookupResult, Outcome, Peers, ReplicaReader
 from kiq.routing.local import MOVED
 from kiq.routing.wire import DecodeError, Lookup, decode_lookups, encode
-from kiq.security import Principal
+from kiq.security import VerifiedCaller
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
 from kiq.tables.versions import public_name
 
@@ -202,7 +202,7 @@ class Lookups:
 
     # -- POST /v1/internal/lookups: another node's batch --------------------------
 
-    async def internal(self, body: bytes, caller: Principal | None = None) -> bytes:
+    async def internal(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
         """Answers each item from the local replica only; items that wait, wait together.
 
         ``caller``: whose token came along (None without authentication); an item of a
@@ -216,7 +216,7 @@ class Lookups:
         return encode(results)
 
     def internal_now(
-        self, body: bytes, caller: Principal | None = None
+        self, body: bytes, caller: VerifiedCaller | None = None
     ) -> tuple[list[LookupResult], list[Coroutine[Any, Any, None]]]:
         """``internal`` up to its waits: the results, and what must run before the ones
         that wait are in them (a channel answers a batch with none at once, no task)."""

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-from kiq.api.bodies import Error
+from kiq.api.bodies import SCHEMA_NAMES, Error
 from kiq.api.spec import Answer, Header, Param, RouteSpec, Rule, path_params
 
 Operation = dict[str, Any]
@@ -44,6 +44,7 @@ SECURITY_SCHEMES = {
     }
 }
 _REF = "#/components/schemas/{name}"
+_PREFIX = _REF.removesuffix("{name}")
 _NAME = Annotated[str, msgspec.Meta(min_length=1)]
 _CHALLENGE = (Header("WWW-Authenticate", "Bearer challenge"),)
 
@@ -107,7 +108,39 @@ class Schemas:
         )
         for (_, slot), schema in zip(self._wanted, found, strict=True):
             slot.update(schema)
+        renames = _schema_renames(components)
+        if renames:
+            components = {renames.get(name, name): schema for name, schema in components.items()}
+            for slot in [*(slot for _, slot in self._wanted), *components.values()]:
+                _rename_refs(slot, renames)
         return components
+
+
+def _schema_renames(components: dict[str, Any]) -> dict[str, str]:
+    """msgspec names a component after its type; a core body keeps its schema name
+    (``bodies.SCHEMA_NAMES``) unless an application's type has taken that name."""
+    renames: dict[str, str] = {}
+    for kind, public in SCHEMA_NAMES.items():
+        for made in (kind.__name__, f"{kind.__module__}.{kind.__qualname__}"):
+            if made in components and public not in components:
+                renames[made] = public
+                components[made]["title"] = public
+    return renames
+
+
+def _rename_refs(schema: Any, renames: dict[str, str]) -> None:
+    """Points every ``$ref`` under ``schema`` that names a renamed component at its new name."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_PREFIX):
+            name = ref[len(_PREFIX) :]
+            if name in renames:
+                schema["$ref"] = _REF.format(name=renames[name])
+        for value in schema.values():
+            _rename_refs(value, renames)
+    elif isinstance(schema, list):
+        for value in schema:
+            _rename_refs(value, renames)
 
 
 def _param(param: Param, schemas: Schemas) -> dict[str, Any]:

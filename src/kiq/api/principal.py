@@ -1,7 +1,7 @@
 """``kiq.Principal``: the verified caller of a request, as an application's handler sees it.
 
 The node verifies a caller's token once (``kiq.security``: ``TokenCache`` keeps what it
-found per Authorization header, by the header's hash) and puts its ``security.Principal``
+found per Authorization header, by the header's hash) and puts its ``security.VerifiedCaller``
 in the request's scope (api/auth.py). That one carries what kiq decides with: the subject,
 kiq's own grants, the expiry. A handler asking for ``Request.principal`` gets this public
 view of it, made then and only then, so a request that never asks pays nothing: the
@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from kiq.security import Principal as Verified
+from kiq.security import VerifiedCaller
 from kiq.security.errors import TokenRejected
 from kiq.security.tokens import bearer_token
 
@@ -41,7 +41,7 @@ class Principal:
     expires_at: float  # epoch seconds (the token's ``exp``, the node's leeway included)
 
     @classmethod
-    def of(cls, verified: Verified, authorization: str | None) -> Principal:
+    def of(cls, verified: VerifiedCaller, authorization: str | None) -> Principal:
         """The caller ``verified`` names; ``authorization``: the header its token came in
         (None: a peer's statement)."""
         claims = _claims(authorization) if authorization is not None else _NO_CLAIMS

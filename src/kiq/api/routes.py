@@ -136,8 +136,10 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
             "Many keys at once, one call per owning node",
             ("tables",),
             (TABLE, VERSION),
-            body=bodies.Keys,
-            answers={"200": Answer.json("found values by key, the missing keys", bodies.Multiget)},
+            body=bodies.KeysBody,
+            answers={
+                "200": Answer.json("found values by key, the missing keys", bodies.MultigetBody)
+            },
             errors=(400, 404, 413),
         ),
     ),
@@ -168,7 +170,7 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
                 ),
                 Param("cursor", str, "next_cursor of the previous page"),
             ),
-            answers={"200": Answer.json("a page of items", bodies.Page)},
+            answers={"200": Answer.json("a page of items", bodies.PageBody)},
             errors=(400, 404, 503),
         ),
     ),
@@ -200,7 +202,7 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
             answers={
                 "200": Answer.json(
                     "the keys by the table's rank_by field, highest first, ties by key",
-                    bodies.Top,
+                    bodies.TopBody,
                 )
             },
             errors=(400, 404, 503),
@@ -240,7 +242,7 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
                 ),
                 Param("cursor", str, "next_cursor of the previous page"),
             ),
-            answers={"200": Answer.json("a page of windows", bodies.Windows)},
+            answers={"200": Answer.json("a page of windows", bodies.WindowsBody)},
             errors=(400, 404, 503),
         ),
     ),
@@ -350,7 +352,7 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
         doc=Doc(
             "The tables this cluster serves",
             ("cluster",),
-            answers={"200": Answer.json("tables, topics, partitions, formats", bodies.Tables)},
+            answers={"200": Answer.json("tables, topics, partitions, formats", bodies.TablesBody)},
         ),
     ),
     RouteSpec(

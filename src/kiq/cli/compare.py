@@ -68,7 +68,7 @@ class Rules:
 
 
 @dataclass(frozen=True)
-class Change:
+class PathChange:
     """One path whose value differs; ``ABSENT`` on the side that lacks it."""
 
     path: str
@@ -104,14 +104,14 @@ def _child(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-def diff_values(old: Any, new: Any, rules: Rules = Rules()) -> list[Change]:
+def diff_values(old: Any, new: Any, rules: Rules = Rules()) -> list[PathChange]:
     """The paths at which ``new`` differs from ``old``, in ``old``'s field order."""
-    changes: list[Change] = []
+    changes: list[PathChange] = []
     _walk(old, new, rules, "", changes)
     return changes
 
 
-def _walk(old: Any, new: Any, rules: Rules, path: str, out: list[Change]) -> None:
+def _walk(old: Any, new: Any, rules: Rules, path: str, out: list[PathChange]) -> None:
     if path and rules.ignored(path):
         return
     if isinstance(old, dict) and isinstance(new, dict):
@@ -123,7 +123,7 @@ def _walk(old: Any, new: Any, rules: Rules, path: str, out: list[Change]) -> Non
             theirs = new[i] if i < len(new) else ABSENT
             _walk(mine, theirs, rules, f"{path}[{i}]", out)
     elif not _same(old, new, rules.tolerance):
-        out.append(Change(path, old, new))
+        out.append(PathChange(path, old, new))
 
 
 def _in_order(items: Iterable[Item], side: str) -> Iterator[Item]:
@@ -175,7 +175,7 @@ class Diff:
     only_old: int = 0
     only_new: int = 0
     fields: Counter[str] = field(default_factory=Counter)
-    changed_examples: list[tuple[str, list[Change]]] = field(default_factory=list)
+    changed_examples: list[tuple[str, list[PathChange]]] = field(default_factory=list)
     only_old_examples: list[Item] = field(default_factory=list)
     only_new_examples: list[Item] = field(default_factory=list)
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from kiq.feeds import FeedSettings
     from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
     from kiq.tables import TableSpec
-    from kiq.tables.declared import Served
+    from kiq.tables.declared import ServeEntry
 
 STOP_TIMEOUT_S = 30.0
 # Spark's start and the pipelines' first checks, until they have declared their tables.
@@ -159,7 +159,7 @@ class Plan:
 
     file: Path | None
     node: settings.NodeSettings
-    served: list[Served]  # [serve] tables; the pipelines declare theirs in the catalog
+    served: list[ServeEntry]  # [serve] tables; the pipelines declare theirs in the catalog
     broker: settings.BrokerSettings
     pipeline: settings.PipelineSettings
     feed: FeedSettings

@@ -54,13 +54,13 @@ class NodeError(KiqError):
 
 
 @dataclass
-class Node:
+class NodeClient:
     """One node's HTTP API, as these commands use it."""
 
     url: str
     client: httpx.Client
 
-    def __enter__(self) -> Node:
+    def __enter__(self) -> NodeClient:
         return self
 
     def __exit__(
@@ -120,7 +120,7 @@ def _path(table: str) -> str:
     return f"/v1/tables/{quote(table, safe='')}"
 
 
-def _node(url: str, token: str | None, config: Path | None) -> Node:
+def _node(url: str, token: str | None, config: Path | None) -> NodeClient:
     import httpx
 
     headers = {"authorization": f"Bearer {token}"} if token else {}
@@ -137,10 +137,10 @@ def _node(url: str, token: str | None, config: Path | None) -> Node:
         verify=verify,
         transport=transport,
     )
-    return Node(url, client)
+    return NodeClient(url, client)
 
 
-def _one_node(url: str | None, token: str | None, config: Path | None) -> Node:
+def _one_node(url: str | None, token: str | None, config: Path | None) -> NodeClient:
     """The node a one-node command asks: ``--url``, else the config's own address."""
     return _node(_urls([url] if url else None, config)[0], token, config)
 
@@ -368,7 +368,7 @@ def retire(
 class Side:
     """One version being compared, on the node it is read from."""
 
-    node: Node
+    node: NodeClient
     version: str
     label: str
 
@@ -464,7 +464,7 @@ def _names(listing: dict[str, Any]) -> list[str]:
 
 
 def _sides(
-    table: str, old: str | None, new: str | None, first: Node, second: Node | None
+    table: str, old: str | None, new: str | None, first: NodeClient, second: NodeClient | None
 ) -> tuple[Side, Side]:
     """The two versions to compare, defaults filled in, each checked to exist."""
     mine = first.versions(table)

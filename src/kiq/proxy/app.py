@@ -29,8 +29,8 @@ from kiq.client.errors import ClientError
 from kiq.client.retry import NO_RETRY, RetryPolicy
 from kiq.client.router import Router
 from kiq.client.steps import Send, run_async
-from kiq.proxy.limits import Admission, Body, ProxyLimits, Refused
-from kiq.proxy.targets import Target, target
+from kiq.proxy.limits import Admission, Body, ProxyLimits, RequestRefused
+from kiq.proxy.targets import Destination, target
 from kiq.proxy.trust import CALLER, Vouched
 from kiq.security.callers import HEADER as CALLER_HEADER
 from kiq.security.callers import CallerSeal
@@ -117,7 +117,7 @@ class ProxyApp:
         where = target(self.router, method, raw_path, query)
         try:
             self.admission.enter(where.stream)
-        except Refused as refused:
+        except RequestRefused as refused:
             await self._refuse(send, refused)
             return
         body = Body(self.admission, method, scope["headers"])
@@ -127,7 +127,7 @@ class ProxyApp:
             try:
                 body.check()  # a declared length: refused unread
                 content = await body.read(receive)
-            except Refused as refused:
+            except RequestRefused as refused:
                 await self._refuse(send, refused)
                 return
             headers = {
@@ -148,7 +148,7 @@ class ProxyApp:
             body.release()
             self.admission.leave(where.stream)
 
-    async def _refuse(self, send: SendMessage, refused: Refused) -> None:
+    async def _refuse(self, send: SendMessage, refused: RequestRefused) -> None:
         headers = [_JSON]
         if refused.status == 503:
             headers.append((b"retry-after", self.limits.retry_after.encode()))
@@ -158,7 +158,7 @@ class ProxyApp:
 
     async def _forward(
         self,
-        where: Target,
+        where: Destination,
         method: str,
         path: str,
         body: bytes,
@@ -200,7 +200,7 @@ class ProxyApp:
 
     async def _stream(
         self,
-        where: Target,
+        where: Destination,
         path: str,
         headers: dict[str, str],
         receive: Receive,

@@ -55,7 +55,7 @@ class ProxyLimits:
         return str(max(1, math.ceil(self.retry_after_s)))
 
 
-class Refused(Exception):
+class RequestRefused(Exception):
     """A request the proxy will not take: ``status`` and the error's code and message."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -99,9 +99,9 @@ class Admission:
     def give(self, size: int) -> None:
         self.in_flight -= size
 
-    def _busy(self, why: str) -> Refused:
+    def _busy(self, why: str) -> RequestRefused:
         self.refused += 1
-        return Refused(503, "unavailable", f"the proxy {why}: try again in a moment")
+        return RequestRefused(503, "unavailable", f"the proxy {why}: try again in a moment")
 
 
 def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
@@ -110,7 +110,7 @@ def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
         if name == _CONTENT_LENGTH:
             text = value.strip()
             if not text.isdigit() or len(text) > 18:
-                raise Refused(400, "bad_request", "Content-Length is not a length")
+                raise RequestRefused(400, "bad_request", "Content-Length is not a length")
             return int(text)
     return None
 
@@ -161,5 +161,5 @@ class Body:
         self.held = 0
 
 
-def _too_large(cap: int) -> Refused:
-    return Refused(413, "too_large", f"the request body is larger than {cap} bytes")
+def _too_large(cap: int) -> RequestRefused:
+    return RequestRefused(413, "too_large", f"the request body is larger than {cap} bytes")

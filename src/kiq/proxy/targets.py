@@ -20,7 +20,7 @@ _TABLES = "/v1/tables/"
 
 
 @dataclass(frozen=True)
-class Target:
+class Destination:
     """A request's ``plan`` (the nodes to try, best first), whether it streams (a watch),
     and the table of a multiget, which the proxy splits by owner."""
 
@@ -29,26 +29,26 @@ class Target:
     multiget_table: str | None = None
 
 
-def target(router: Router, method: str, raw_path: str, query: Mapping[str, str]) -> Target:
+def target(router: Router, method: str, raw_path: str, query: Mapping[str, str]) -> Destination:
     """Where ``method raw_path?query`` goes (``raw_path`` as sent: segments still quoted)."""
     if not raw_path.startswith(_TABLES):
-        return Target(router.anywhere)
+        return Destination(router.anywhere)
     parts = raw_path[len(_TABLES) :].split("/")
     table = unquote(parts[0])
     if len(parts) >= 3 and parts[1] == "keys" and method == "GET":
         key = unquote(parts[2])
-        return Target(lambda: router.key(table, key)[1], stream=parts[3:] == ["watch"])
+        return Destination(lambda: router.key(table, key)[1], stream=parts[3:] == ["watch"])
     rest = parts[1:]
     if rest == ["multiget"] and method == "POST":
-        return Target(router.anywhere, multiget_table=table)
+        return Destination(router.anywhere, multiget_table=table)
     if rest in (["range"], ["top"]):
-        return Target(prefix_plan(router, table, query.get("prefix")))
+        return Destination(prefix_plan(router, table, query.get("prefix")))
     if rest == ["watch"]:
         keys = [k for k in query.get("keys", "").split(",") if k]
         if keys:
-            return Target(lambda: _shared(router, table, keys), stream=True)
-        return Target(prefix_plan(router, table, query.get("prefix")), stream=True)
-    return Target(router.anywhere)
+            return Destination(lambda: _shared(router, table, keys), stream=True)
+        return Destination(prefix_plan(router, table, query.get("prefix")), stream=True)
+    return Destination(router.anywhere)
 
 
 def _shared(router: Router, table: str, keys: list[str]) -> list[str]:

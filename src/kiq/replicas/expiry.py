@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from kiq.errors import StoreClosedError
+from kiq.kafka.times import LogTimes
 from kiq.metrics import NodeMetrics
 from kiq.replicas.aging import EXPIRE_BELOW, WINDOW_TIME_BYTES, Aging
 from kiq.replicas.replica import Replica
@@ -45,20 +46,7 @@ MIN_INTERVAL_S = 1.0
 MAX_INTERVAL_S = 60.0
 
 
-class LogTimes(Protocol):
-    """Offsets by time (``kiq.kafka.times.LogTimes``)."""
-
-    def first_offsets_since(
-        self, topic: str, partitions: Sequence[int], timestamp_ms: int, timeout_s: float = 5.0
-    ) -> dict[int, tuple[int, int]]:
-        """Per partition, (the first offset written at or after ``timestamp_ms``, the log end
-        asked before it)."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class Sink(Protocol):
+class TombstoneSink(Protocol):
     """Where tombstones go: the node's producer (``kiq.node_build.LogWriter``)."""
 
     def send_all(self, records: Sequence[Outgoing]) -> None:
@@ -82,7 +70,7 @@ class ExpirySweeper:
         tables: Mapping[str, TableRuntime],
         replicas: Mapping[tuple[str, int], Replica],
         times: LogTimes,
-        sink: Sink,
+        sink: TombstoneSink,
         metrics: NodeMetrics,
         interval_s: float = 0.0,
         chunk: int = CHUNK_KEYS,

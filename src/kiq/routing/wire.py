@@ -85,7 +85,7 @@ HEALTH_LIVE: Final = "/v1/health/live"  # a node's liveness: the probe of a peer
 MSGPACK: Final = "application/msgpack"
 # Request headers, spelled once (lower case, as ASGI servers hand them over).
 FORWARDED: Final = "x-kiq-forwarded"  # the sending node's id: answer locally, never forward
-# The caller the sending node verified (``kiq.security.Principal.statement``), covered by
+# The caller the sending node verified (``kiq.security.VerifiedCaller.statement``), covered by
 # the cluster credential: the caller's own token never leaves the node it reached.
 PRINCIPAL: Final = "x-kiq-principal"
 

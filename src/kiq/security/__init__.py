@@ -2,7 +2,7 @@
 
 The threat model (who is trusted, what each fence stops) is docs/security.md.
 
-    scopes.py    the ``scope`` claim → ``Grants``; ``Principal`` = subject + grants
+    scopes.py    the ``scope`` claim → ``Grants``; ``VerifiedCaller`` = subject + grants
     keys.py      the key a token is checked with, and the algorithms it allows
     tokens.py    ``TokenVerifier`` (PyJWT) and ``TokenCache`` (by the header's hash, bounded)
     cluster.py   ``ClusterKey``: node-to-node requests signed for one node, answers sealed
@@ -16,7 +16,7 @@ checks and the 401/403 answers are ``kiq.api.auth``.
 from kiq.security.cluster import HEADER as CLUSTER_HEADER
 from kiq.security.cluster import ClusterKey
 from kiq.security.errors import CredentialRejected, TokenRejected
-from kiq.security.scopes import ADMIN, READ, WRITE, Grants, Principal, read_scope
+from kiq.security.scopes import ADMIN, READ, WRITE, Grants, VerifiedCaller, read_scope
 from kiq.security.setup import Security, auth_mode, is_loopback, operator_token, security_for
 from kiq.security.tokens import TokenCache, TokenVerifier
 
@@ -28,11 +28,11 @@ __all__ = [
     "ClusterKey",
     "CredentialRejected",
     "Grants",
-    "Principal",
     "Security",
     "TokenCache",
     "TokenRejected",
     "TokenVerifier",
+    "VerifiedCaller",
     "auth_mode",
     "is_loopback",
     "operator_token",

@@ -64,7 +64,7 @@ class Grants:
 
 
 @dataclass(frozen=True, slots=True)
-class Principal:
+class VerifiedCaller:
     """A verified caller: who (``sub``, for logs and rate limits), what, and until when."""
 
     subject: str
@@ -80,7 +80,7 @@ class Principal:
         object.__setattr__(self, "statement", encoded.decode())
 
     @classmethod
-    def from_statement(cls, statement: str, now: float | None = None) -> Principal:
+    def from_statement(cls, statement: str, now: float | None = None) -> VerifiedCaller:
         """The caller a peer's statement names. Only believe one whose request carried a valid
         cluster credential: the credential's MAC covers the statement."""
         try:

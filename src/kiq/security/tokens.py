@@ -22,7 +22,7 @@ import jwt
 
 from kiq.security.errors import TokenRejected
 from kiq.security.keys import Keys
-from kiq.security.scopes import Grants, Principal
+from kiq.security.scopes import Grants, VerifiedCaller
 
 # A verified token is re-verified after this long even when it expires later, so a key
 # removed from a JWKS file stops its tokens within a minute.
@@ -59,7 +59,7 @@ class TokenVerifier:
         # (any non-empty aud), with one it requires the claim.
         self._options: Any = {"require": ["exp"], "verify_aud": True}
 
-    def verify(self, token: str) -> Principal:
+    def verify(self, token: str) -> VerifiedCaller:
         """The caller the token names; ``TokenRejected`` with the reason otherwise."""
         if len(token) > MAX_TOKEN_CHARS:
             raise TokenRejected(f"token longer than {MAX_TOKEN_CHARS} characters")
@@ -91,7 +91,7 @@ class TokenVerifier:
         if not isinstance(subject, str) or not subject:
             # Someone to count requests against all the same: this token.
             subject = "token:" + hashlib.sha256(token.encode()).hexdigest()[:16]
-        return Principal(
+        return VerifiedCaller(
             subject, Grants.parse(claims.get("scope")), float(claims["exp"]) + self.leeway_s
         )
 
@@ -140,13 +140,13 @@ class TokenCache:
         self._max_refused = min(self._max, MAX_REFUSED_ENTRIES)
         self._clock = clock
         # hash of the header value → (valid until, what it names); oldest first
-        self._callers: OrderedDict[bytes, tuple[float, Principal]] = OrderedDict()
+        self._callers: OrderedDict[bytes, tuple[float, VerifiedCaller]] = OrderedDict()
         self._refused: OrderedDict[bytes, tuple[float, str]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._callers) + len(self._refused)
 
-    def cached(self, authorization: bytes) -> Principal | None:
+    def cached(self, authorization: bytes) -> VerifiedCaller | None:
         """The caller a header names if already verified, else None: never a signature check
         (what an address refused too often may still use, api/auth.py)."""
         if len(authorization) > MAX_HEADER_BYTES:
@@ -154,7 +154,7 @@ class TokenCache:
         hit = self._callers.get(_sha256(authorization).digest())
         return hit[1] if hit is not None and self._clock() < hit[0] else None
 
-    def principal(self, authorization: bytes) -> Principal:
+    def principal(self, authorization: bytes) -> VerifiedCaller:
         """The caller an ``Authorization`` header value names; ``TokenRejected`` if none."""
         if len(authorization) > MAX_HEADER_BYTES:
             raise TokenRejected(f"Authorization header over {MAX_HEADER_BYTES} bytes")

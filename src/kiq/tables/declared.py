@@ -218,7 +218,7 @@ def decode_catalog(records: Mapping[str, bytes], app: str | None = None) -> dict
 
 
 @dataclass(frozen=True)
-class Served:
+class ServeEntry:
     """One entry of ``[serve] tables`` / ``--table``: ``NAME``, ``NAME,options`` or
     ``NAME=TOPIC,options``. Only what the entry says is set; the rest comes from
     the catalog."""
@@ -234,7 +234,7 @@ class Served:
         return self.spec.key_separator if "sep" in self.options else None
 
 
-def parse_served(text: str, default_standby: int = 1) -> Served:
+def parse_served(text: str, default_standby: int = 1) -> ServeEntry:
     """``--table`` with the topic optional: ``NAME`` alone takes it from the catalog.
 
     (``*``, every table the catalog holds for the application, is the caller's.)"""
@@ -243,12 +243,12 @@ def parse_served(text: str, default_standby: int = 1) -> Served:
     full = text if eq else f"{name}={name.strip()}" + (f",{rest}" if rest else "")
     spec = parse_table(full, default_standby=default_standby)
     options = frozenset(part.split("=", 1)[0].strip() for part in rest.split(",") if part.strip())
-    return Served(spec.name, topic.strip() if eq else None, options, spec, text.strip())
+    return ServeEntry(spec.name, topic.strip() if eq else None, options, spec, text.strip())
 
 
 def parse_serve_tables(
     entries: Sequence[str], default_standby: int = 1
-) -> tuple[list[Served], bool]:
+) -> tuple[list[ServeEntry], bool]:
     """``[serve] tables``: its entries, and whether ``*`` asks for every declared table too."""
     served = [parse_served(e, default_standby) for e in entries if e.strip() != EVERY_DECLARED]
     if len({s.name for s in served}) != len(served):
@@ -257,7 +257,7 @@ def parse_serve_tables(
 
 
 def resolve_tables(
-    served: Sequence[Served],
+    served: Sequence[ServeEntry],
     catalog: Mapping[str, Declared],
     *,
     app: str,
@@ -339,7 +339,9 @@ def _not_served(declared: Declared, reason: str) -> None:
     )
 
 
-def serves(served: Sequence[Served], every_declared: bool, declared: Declared, app: str) -> bool:
+def serves(
+    served: Sequence[ServeEntry], every_declared: bool, declared: Declared, app: str
+) -> bool:
     """Whether a node with ``[serve] tables`` ``served`` serves ``declared`` (a version a
     pipeline declared after the node started, say)."""
     if declared.app != app:
@@ -349,7 +351,7 @@ def serves(served: Sequence[Served], every_declared: bool, declared: Declared, a
     return any(entry.name == declared.table for entry in served)
 
 
-def spec_for(served: Sequence[Served], declared: Declared, default_standby: int) -> TableSpec:
+def spec_for(served: Sequence[ServeEntry], declared: Declared, default_standby: int) -> TableSpec:
     """``declared`` as a node with ``[serve] tables`` ``served`` serves it."""
     entry = next((e for e in served if e.name == declared.table), None)
     if entry is not None:
@@ -357,7 +359,7 @@ def spec_for(served: Sequence[Served], declared: Declared, default_standby: int)
     return _from_catalog(declared, entry, default_standby)
 
 
-def _check_agrees(entry: Served, declared: Declared) -> None:
+def _check_agrees(entry: ServeEntry, declared: Declared) -> None:
     clashes: list[str] = []
     if entry.topic is not None and versioned_topic(entry.topic, declared.version) != declared.topic:
         clashes.append(f"topic {entry.topic!r} here, {declared.topic!r} in the pipeline")
@@ -376,7 +378,7 @@ def _check_agrees(entry: Served, declared: Declared) -> None:
         )
 
 
-def _from_catalog(declared: Declared, entry: Served | None, default_standby: int) -> TableSpec:
+def _from_catalog(declared: Declared, entry: ServeEntry | None, default_standby: int) -> TableSpec:
     spec = entry.spec if entry is not None else None
     entry_options = entry.options if entry is not None else frozenset()
     return TableSpec(

@@ -1,7 +1,7 @@
 """One read worker's process (``python -m kiq.workers``), started by its node.
 
 It loads the node's settings from its environment, as a child kiq command does, follows
-its node (``mirror.Follower``) and, once it has the node's first snapshot, serves the
+its node (``mirror.MirrorFollower``) and, once it has the node's first snapshot, serves the
 node's port beside it with the node's own API over its copies (``app.WorkerApp``).
 """
 
@@ -28,7 +28,7 @@ from kiq.security import security_for
 from kiq.security import tls as tls_contexts
 from kiq.stores import MemoryBudget
 from kiq.workers.app import HomeProxy, WorkerApp
-from kiq.workers.mirror import Follower, MirrorNode
+from kiq.workers.mirror import MirrorFollower, MirrorNode
 from kiq.workers.server import http_server
 from kiq.workers.state import STATE_PATH, TOKEN_HEADER, Snapshot, decode, report_of
 
@@ -115,7 +115,7 @@ async def _run() -> None:
     def lost() -> None:
         loop.call_soon_threadsafe(stop.set)
 
-    follower = Follower(
+    follower = MirrorFollower(
         node,
         poller.fetch,
         serve.data_dir / "workers" / str(index),

@@ -6,7 +6,7 @@ router, the peers. Its replicas are ``MirrorReplica``s: the node's RocksDB store
 as secondary instances (``stores/secondary.py``), each with the state and log end the
 writer last reported.
 
-``Follower`` keeps it so: it asks the writer for a ``Snapshot`` (the writer holds the
+``MirrorFollower`` keeps it so: it asks the writer for a ``Snapshot`` (the writer holds the
 poll until something changed, up to a second; at most one poll each ``poll_s``) and
 applies it (tables, aliases, view, replicas), and catches up each store whose writer
 moved on, then wakes the reads parked for that offset (read-your-writes works across
@@ -88,7 +88,7 @@ class MirrorReplica(Positioned):
 
 
 class MirrorNode:
-    """What ``NodeView`` reads of a node, kept by ``Follower`` from the writer's snapshots."""
+    """What ``NodeView`` reads of a node, kept by ``MirrorFollower`` from the writer's snapshots."""
 
     def __init__(self, settings: ServeSettings) -> None:
         self.settings = settings
@@ -112,7 +112,7 @@ class MirrorNode:
         """The writer runs the node: a worker has nothing to start."""
 
     def stop(self) -> None:
-        """Nothing to stop: ``Follower.stop`` closes the stores."""
+        """Nothing to stop: ``MirrorFollower.stop`` closes the stores."""
 
 
 def mirrored(runtime: TableRuntime) -> bool:
@@ -121,7 +121,7 @@ def mirrored(runtime: TableRuntime) -> bool:
     return spec.store == "rocksdb" and spec.ttl_ms is None and spec.retention_ms is None
 
 
-class Follower:
+class MirrorFollower:
     """Applies the writer's snapshots to ``node`` on a thread of its own.
 
     ``fetch(have_view, since)`` asks the writer for a snapshot unlike the one whose digest is

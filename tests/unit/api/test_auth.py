@@ -27,10 +27,10 @@ from kiq.security import (
     CLUSTER_HEADER,
     ClusterKey,
     Grants,
-    Principal,
     Security,
     TokenCache,
     TokenVerifier,
+    VerifiedCaller,
 )
 from kiq.security.keys import SecretKey
 from kiq.settings import LimitsSettings
@@ -255,8 +255,8 @@ N1 = "http://n1.test"
 
 
 def statement(scope: str = "kiq:read", sub: str = "alice", ttl_s: float = 600.0) -> str:
-    """What a member says of the caller it verified (``Principal.statement``)."""
-    return Principal(sub, Grants.parse(scope), time.time() + ttl_s).statement
+    """What a member says of the caller it verified (``VerifiedCaller.statement``)."""
+    return VerifiedCaller(sub, Grants.parse(scope), time.time() + ttl_s).statement
 
 
 def signed(
@@ -324,5 +324,5 @@ def test_forwarded_requests_carry_the_cluster_credential_and_the_callers_token(p
     _, path, headers = network.sent[-1]  # type: ignore[attr-defined]
     assert path == INTERNAL_LOOKUPS
     assert "authorization" not in headers and all(token not in v for v in headers.values())
-    assert Principal.from_statement(headers[PRINCIPAL]).subject == "alice"
+    assert VerifiedCaller.from_statement(headers[PRINCIPAL]).subject == "alice"
     assert CLUSTER_HEADER in headers

@@ -19,7 +19,7 @@ from kiq.kafka.reader import Fetched, Record
 from kiq.replicas import Replica, ReplicaState
 from kiq.replicas.waits import Parking
 from kiq.routing.wire import Lookup, Outcome, decode_results, encode
-from kiq.security import Principal
+from kiq.security import VerifiedCaller
 from kiq.security.scopes import Grants
 from kiq.settings import LimitsSettings
 from tests.unit.replicas.test_materializer import StandInRecord
@@ -200,12 +200,12 @@ def test_a_revoked_replica_does_not_hold_its_parked_lookups(node):
 def test_a_forwarded_batch_waits_within_the_caps(capped):
     """Items of another node's batch park like lookups; over a cap they are BUSY at once."""
     lookups = capped.app.lookups
-    alice = Principal("alice", Grants(read_all=True), time.time() + 600)
+    alice = VerifiedCaller("alice", Grants(read_all=True), time.time() + 600)
 
     def batch(min_offset: int, items: int) -> bytes:
         return encode([Lookup("t", b"k", None, min_offset, 5000) for _ in range(items)])
 
-    async def scenario(min_offset: int, items: int, caller: Principal | None) -> list[Outcome]:
+    async def scenario(min_offset: int, items: int, caller: VerifiedCaller | None) -> list[Outcome]:
         answer = asyncio.create_task(lookups.internal(batch(min_offset, items), caller))
         await asyncio.sleep(0.05)
         assert parking(capped).parked == min(items, 2 if caller else 3)

@@ -16,8 +16,7 @@ from kiq import BadRequest, KeyNotFound, Principal, Reply, Request, Routes, json
 from kiq.api import principal as principal_module
 from kiq.api.errors import Forbidden
 from kiq.replicas import ReplicaState
-from kiq.security import ClusterKey, Grants, Security, TokenCache, TokenVerifier
-from kiq.security import Principal as Verified
+from kiq.security import ClusterKey, Grants, Security, TokenCache, TokenVerifier, VerifiedCaller
 from kiq.security.keys import SecretKey
 from tests.unit.security.keys import hs256, secret_file
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
@@ -145,7 +144,7 @@ def test_a_request_that_never_asks_pays_nothing(secured, monkeypatch: pytest.Mon
     made: list[str] = []
     of = principal_module.Principal.of
 
-    def counted(verified: Verified, authorization: str | None) -> Principal:
+    def counted(verified: VerifiedCaller, authorization: str | None) -> Principal:
         made.append(verified.subject)
         return of(verified, authorization)
 
@@ -157,8 +156,8 @@ def test_a_request_that_never_asks_pays_nothing(secured, monkeypatch: pytest.Mon
 
 
 def test_a_caller_a_peer_vouches_for_has_kiqs_scopes_and_no_claims():
-    verified = Verified("alice", Grants(read=frozenset({"t"}), write=True), 2e9)
-    vouched = Principal.of(Verified.from_statement(verified.statement), None)
+    verified = VerifiedCaller("alice", Grants(read=frozenset({"t"}), write=True), 2e9)
+    vouched = Principal.of(VerifiedCaller.from_statement(verified.statement), None)
     assert vouched == Principal("alice", frozenset({"kiq:read:t", "kiq:write"}), {}, 2e9)
     assert dict(vouched.claims) == {}
     # A header with no readable token (never the case once verified) gives no claims either.

@@ -8,6 +8,7 @@ only record that they ran: a route left without its guard would run for anyone.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -33,10 +34,10 @@ from kiq.security import (
     CLUSTER_HEADER,
     ClusterKey,
     Grants,
-    Principal,
     Security,
     TokenCache,
     TokenVerifier,
+    VerifiedCaller,
 )
 from kiq.security.keys import SecretKey
 from kiq.settings import LimitsSettings
@@ -107,7 +108,7 @@ def bearer(scope: str) -> list[tuple[bytes, bytes]]:
 
 
 def member(method: str, path: str, body: bytes, scope: str) -> list[tuple[bytes, bytes]]:
-    statement = Principal("alice", Grants.parse(scope), time.time() + 60).statement
+    statement = VerifiedCaller("alice", Grants.parse(scope), time.time() + 60).statement
     credential = MEMBER.sign(URL, method, path, body, statement)
     return [
         (CLUSTER_HEADER.encode(), credential.encode()),
@@ -323,18 +324,18 @@ def test_the_bodies_documented_are_the_bodies_answered(tmp_path: Path):
         wait_until(serving(local.node, ReplicaState.ACTIVE), what="n1 active")
         local.put("t", "k", b'{"v":1}', 0)
         for method, target, body, kind in [
-            ("GET", "/v1/tables", b"", bodies.Tables),
+            ("GET", "/v1/tables", b"", bodies.TablesBody),
             ("GET", "/v1/metadata", b"", bodies.Metadata),
             ("GET", "/v1/metadata?cluster=true", b"", bodies.Metadata),
-            ("POST", "/v1/tables/t/multiget", b'{"keys":["k","nope"]}', bodies.Multiget),
-            ("GET", "/v1/tables/t/range?limit=1", b"", bodies.Page),
+            ("POST", "/v1/tables/t/multiget", b'{"keys":["k","nope"]}', bodies.MultigetBody),
+            ("GET", "/v1/tables/t/range?limit=1", b"", bodies.PageBody),
             ("GET", "/v1/health/live", b"", bodies.Live),
             ("GET", "/v1/health/ready", b"", bodies.Ready),
             ("GET", "/v1/tables/nope/range", b"", bodies.Error),
         ]:
             r = asyncio.run(call(local.app, method, target, body))
             msgspec.json.decode(r.body, type=kind, strict=True)  # raises if they differ
-        request = msgspec.json.decode(b'{"keys":["k"]}', type=bodies.Keys)
+        request = msgspec.json.decode(b'{"keys":["k"]}', type=bodies.KeysBody)
         assert request.keys == ["k"]
     finally:
         local.node.stop()
@@ -367,3 +368,15 @@ def test_the_members_routes_document_their_wire_types():
         components
     )
     assert all(op["x-kiq-access"] == "cluster" for op in ops)
+
+
+def test_the_core_bodies_keep_their_schema_names():
+    """Core bodies named apart from the public framework's classes (``PageBody`` beside
+    ``kiq.Page``) keep their names in the document, and every reference to them resolves."""
+    doc = openapi.document(CORE, secured=True)
+    names = set(doc["components"]["schemas"])
+    assert set(bodies.SCHEMA_NAMES.values()) <= names
+    assert not {kind.__name__ for kind in bodies.SCHEMA_NAMES} & names
+    refs = set(re.findall(r'"#/components/schemas/([^"]+)"', json.dumps(doc)))
+    assert refs <= names
+    assert doc["components"]["schemas"]["Page"]["title"] == "Page"

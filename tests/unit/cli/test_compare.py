@@ -12,8 +12,8 @@ from rich.console import Console
 
 from kiq.cli.compare import (
     ABSENT,
-    Change,
     OutOfOrder,
+    PathChange,
     Rules,
     compare,
     diff_values,
@@ -70,26 +70,26 @@ def test_changed_fields_have_dotted_paths_and_both_values():
     old = {"symbol": "ABC", "close": 10.5, "stats": {"n": 3, "hi": 11}}
     new = {"symbol": "ABC", "close": 10.6, "stats": {"n": 3, "hi": 12}}
     assert diff_values(old, new) == [
-        Change("close", 10.5, 10.6),
-        Change("stats.hi", 11, 12),
+        PathChange("close", 10.5, 10.6),
+        PathChange("stats.hi", 11, 12),
     ]
 
 
 def test_list_paths_index_each_item():
     old = {"a": {"b": [{"c": 1}, {"c": 2}, {"c": 3}]}}
     new = {"a": {"b": [{"c": 1}, {"c": 2}, {"c": 4}]}}
-    assert diff_values(old, new) == [Change("a.b[2].c", 3, 4)]
-    assert diff_values([1, 2], [1, 2, 3]) == [Change("[2]", ABSENT, 3)]
-    assert diff_values({"l": [[1, 2]]}, {"l": [[1, 5]]}) == [Change("l[0][1]", 2, 5)]
+    assert diff_values(old, new) == [PathChange("a.b[2].c", 3, 4)]
+    assert diff_values([1, 2], [1, 2, 3]) == [PathChange("[2]", ABSENT, 3)]
+    assert diff_values({"l": [[1, 2]]}, {"l": [[1, 5]]}) == [PathChange("l[0][1]", 2, 5)]
 
 
 def test_absent_is_not_null_and_types_matter():
-    assert diff_values({"a": None}, {}) == [Change("a", None, ABSENT)]
-    assert diff_values({}, {"a": None}) == [Change("a", ABSENT, None)]
-    assert diff_values({"a": True}, {"a": 1}) == [Change("a", True, 1)]
-    assert diff_values({"a": "1"}, {"a": 1}) == [Change("a", "1", 1)]
-    assert diff_values({"a": {"b": 1}}, {"a": [1]}) == [Change("a", {"b": 1}, [1])]
-    assert diff_values("x", "y") == [Change("", "x", "y")]
+    assert diff_values({"a": None}, {}) == [PathChange("a", None, ABSENT)]
+    assert diff_values({}, {"a": None}) == [PathChange("a", ABSENT, None)]
+    assert diff_values({"a": True}, {"a": 1}) == [PathChange("a", True, 1)]
+    assert diff_values({"a": "1"}, {"a": 1}) == [PathChange("a", "1", 1)]
+    assert diff_values({"a": {"b": 1}}, {"a": [1]}) == [PathChange("a", {"b": 1}, [1])]
+    assert diff_values("x", "y") == [PathChange("", "x", "y")]
     assert diff_values({"a": 1}, {"a": 1.0}) == [], "1 and 1.0 are the same JSON number"
 
 
@@ -98,16 +98,18 @@ def test_ignore_drops_a_path_and_everything_below_it():
     new = {"ts": 2, "meta": {"at": 2, "by": "y"}, "v": 1}
     assert diff_values(old, new, Rules(frozenset({"ts", "meta"}))) == []
     assert diff_values(old, new, Rules(frozenset({"meta.at"}))) == [
-        Change("ts", 1, 2),
-        Change("meta.by", "x", "y"),
+        PathChange("ts", 1, 2),
+        PathChange("meta.by", "x", "y"),
     ]
 
 
 def test_ignore_with_star_covers_every_index():
     old = {"items": [{"ts": 1, "q": 1}, {"ts": 1, "q": 2}]}
     new = {"items": [{"ts": 2, "q": 1}, {"ts": 3, "q": 5}]}
-    assert diff_values(old, new, Rules(frozenset({"items[*].ts"}))) == [Change("items[1].q", 2, 5)]
-    assert diff_values(old, new, Rules(frozenset({"items[0].ts"})))[0] == Change(
+    assert diff_values(old, new, Rules(frozenset({"items[*].ts"}))) == [
+        PathChange("items[1].q", 2, 5)
+    ]
+    assert diff_values(old, new, Rules(frozenset({"items[0].ts"})))[0] == PathChange(
         "items[1].ts", 1, 3
     )
 
@@ -115,10 +117,10 @@ def test_ignore_with_star_covers_every_index():
 def test_tolerance_is_absolute_and_only_for_numbers():
     rules = Rules(tolerance=0.01)
     assert diff_values({"p": 10.0}, {"p": 10.005}, rules) == []
-    assert diff_values({"p": 10.0}, {"p": 10.02}, rules) == [Change("p", 10.0, 10.02)]
+    assert diff_values({"p": 10.0}, {"p": 10.02}, rules) == [PathChange("p", 10.0, 10.02)]
     assert diff_values({"p": 100}, {"p": 100.01}, rules) == []
-    assert diff_values({"p": False}, {"p": 0}, Rules(tolerance=1)) == [Change("p", False, 0)]
-    assert diff_values({"p": 1}, {"p": 2}) == [Change("p", 1, 2)], "no tolerance by default"
+    assert diff_values({"p": False}, {"p": 0}, Rules(tolerance=1)) == [PathChange("p", False, 0)]
+    assert diff_values({"p": 1}, {"p": 2}) == [PathChange("p", 1, 2)], "no tolerance by default"
 
 
 def test_field_of_folds_indices():

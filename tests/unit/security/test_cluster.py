@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kiq.errors import ConfigError
-from kiq.security import ClusterKey, CredentialRejected, Grants, Principal
+from kiq.security import ClusterKey, CredentialRejected, Grants, VerifiedCaller
 
 SECRET = b"c" * 32
 HERE = "http://n2:8080"  # the receiving node's advertised URL
@@ -152,8 +152,8 @@ def test_a_credential_made_for_another_node_is_refused():
 
 def test_the_caller_named_is_covered_by_the_credential():
     sender, receiver, _ = pair()
-    alice = Principal("alice", Grants(read=frozenset({"kv"})), 2e9).statement
-    admin = Principal("alice", Grants(admin=True, read_all=True), 2e9).statement
+    alice = VerifiedCaller("alice", Grants(read=frozenset({"kv"})), 2e9).statement
+    admin = VerifiedCaller("alice", Grants(admin=True, read_all=True), 2e9).statement
     credential = sender.sign(HERE, "POST", "/p", BODY, alice)
     assert rejected(receiver, "POST", "/p", BODY, credential, admin) == (
         "cluster credential does not match the request"

@@ -10,7 +10,7 @@ from pathlib import Path
 import jwt
 import pytest
 
-from kiq.security import Grants, Principal, TokenCache, TokenRejected, TokenVerifier
+from kiq.security import Grants, TokenCache, TokenRejected, TokenVerifier, VerifiedCaller
 from kiq.security.keys import PublicKey, SecretKey
 from kiq.security.tokens import (
     MAX_CACHED_S,
@@ -161,11 +161,11 @@ class Counting:
         self.calls: list[str] = []
         self.expires_at = expires_at
 
-    def verify(self, token: str) -> Principal:
+    def verify(self, token: str) -> VerifiedCaller:
         self.calls.append(token)
         if token.startswith("bad"):
             raise TokenRejected("bad signature")
-        return Principal(token, Grants(read_all=True), self.expires_at)
+        return VerifiedCaller(token, Grants(read_all=True), self.expires_at)
 
 
 class Clock:
@@ -185,7 +185,7 @@ class Cache:
     def __len__(self) -> int:
         return len(self.inner)
 
-    def principal(self, token: str) -> Principal:
+    def principal(self, token: str) -> VerifiedCaller:
         return self.inner.principal(f"Bearer {token}".encode())
 
 

@@ -16,7 +16,7 @@ from kiq.settings import ServeSettings
 from kiq.stores import MemoryBudget, RocksDBPartitionStore, table_dir
 from kiq.tables import TableRuntime, TableSpec, codec_for
 from kiq.workers import mirror as mirror_module
-from kiq.workers.mirror import Follower, MirrorNode, mirrored
+from kiq.workers.mirror import MirrorFollower, MirrorNode, mirrored
 from kiq.workers.state import ReplicaRow, Snapshot, TableRow
 
 
@@ -66,7 +66,7 @@ def setup(tmp_path: Path):
     writer = Writer(tmp_path / "node")
     node = MirrorNode(ServeSettings(node_id="n1", data_dir=tmp_path / "node"))
     lost: list[bool] = []
-    follower = Follower(
+    follower = MirrorFollower(
         node,
         lambda _: None,
         tmp_path / "worker",
@@ -134,7 +134,7 @@ def test_a_worker_that_hears_nothing_stops_answering_then_gives_up(tmp_path, mon
     node = MirrorNode(ServeSettings(node_id="n1", data_dir=tmp_path / "node"))
     answers = [writer.snap()]
     lost: list[bool] = []
-    follower = Follower(
+    follower = MirrorFollower(
         node,
         lambda _, __: answers.pop() if answers else None,
         tmp_path / "worker",
