@@ -13,39 +13,39 @@ from typing import TYPE_CHECKING, Any
 
 # Pipelines: `kiq pipeline run FILE.py:function` calls function(ctx).
 _PIPELINES = {
-    "Context": "kiq.pipelines.context",
+    "Context": "kiq.app.context",
 }
 
-# Custom endpoints: an application's own HTTP routes (kiq.api.endpoints).
+# Custom endpoints: an application's own HTTP routes (kiq.app.endpoints).
 _ENDPOINTS = {
-    "MAX_RANGE_LIMIT": "kiq.api.endpoints",
-    "Many": "kiq.api.results",
-    "Page": "kiq.api.results",
-    "Principal": "kiq.api.principal",
-    "Read": "kiq.api.results",
-    "Reply": "kiq.api.endpoints",
-    "Request": "kiq.api.endpoints",
-    "Routes": "kiq.api.endpoints",
-    "Served": "kiq.api.results",
-    "Tables": "kiq.api.endpoints",
-    "Windows": "kiq.api.results",
-    "json_reply": "kiq.api.endpoints",
+    "MAX_RANGE_LIMIT": "kiq.app.endpoints",
+    "Many": "kiq.app.results",
+    "Page": "kiq.app.results",
+    "Principal": "kiq.app.principal",
+    "Read": "kiq.app.results",
+    "Reply": "kiq.app.endpoints",
+    "Request": "kiq.app.endpoints",
+    "Routes": "kiq.app.endpoints",
+    "Served": "kiq.app.results",
+    "Tables": "kiq.app.endpoints",
+    "Windows": "kiq.app.results",
+    "json_reply": "kiq.app.endpoints",
     # Live updates: Tables.watch gives a Watch of Changes; event_stream sends ServerEvents.
-    "Change": "kiq.api.streams",
-    "ServerEvent": "kiq.api.streams",
-    "Watch": "kiq.api.streams",
-    "event_stream": "kiq.api.endpoints",
+    "Change": "kiq.app.streams",
+    "ServerEvent": "kiq.app.streams",
+    "Watch": "kiq.app.streams",
+    "event_stream": "kiq.app.endpoints",
 }
 
 # Errors a handler raises (each becomes its HTTP status) or catches (docs/api.md says which).
 _ERRORS = {
-    "KiqError": "kiq.errors",
-    "WriteFailed": "kiq.errors",
-    "ApiError": "kiq.api.errors",
-    "BadRequest": "kiq.api.errors",
-    "KeyNotFound": "kiq.api.errors",
-    "Unavailable": "kiq.api.errors",
-    "UnknownTable": "kiq.api.errors",
+    "KiqError": "kiq.app.errors",
+    "WriteFailed": "kiq.app.errors",
+    "ApiError": "kiq.app.errors",
+    "BadRequest": "kiq.app.errors",
+    "KeyNotFound": "kiq.app.errors",
+    "Unavailable": "kiq.app.errors",
+    "UnknownTable": "kiq.app.errors",
 }
 
 # public name -> the module that defines it
@@ -79,7 +79,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from kiq.api.endpoints import (
+    from kiq.app.context import Context
+    from kiq.app.endpoints import (
         MAX_RANGE_LIMIT,
         Reply,
         Request,
@@ -88,12 +89,18 @@ if TYPE_CHECKING:
         event_stream,
         json_reply,
     )
-    from kiq.api.errors import ApiError, BadRequest, KeyNotFound, Unavailable, UnknownTable
-    from kiq.api.principal import Principal
-    from kiq.api.results import Many, Page, Read, Served, Windows
-    from kiq.api.streams import Change, ServerEvent, Watch
-    from kiq.errors import KiqError, WriteFailed
-    from kiq.pipelines.context import Context
+    from kiq.app.errors import (
+        ApiError,
+        BadRequest,
+        KeyNotFound,
+        KiqError,
+        Unavailable,
+        UnknownTable,
+        WriteFailed,
+    )
+    from kiq.app.principal import Principal
+    from kiq.app.results import Many, Page, Read, Served, Windows
+    from kiq.app.streams import Change, ServerEvent, Watch
 
 
 def __getattr__(name: str) -> Any:

@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiq.api.app import KiqApp, create_app
-from kiq.api.endpoints import Declare
 from kiq.api.targets import resolve
+from kiq.app.endpoints import Declare
 from kiq.catalog import CATALOG_TOPIC
 from kiq.cluster.members import encode_client_id
 from kiq.errors import ConfigError, WriteFailed
@@ -42,6 +41,7 @@ from kiq.replicas import Materializer
 from kiq.replicas.expiry import ExpirySweeper, Outgoing
 from kiq.security import Security, security_for
 from kiq.security import tls as tls_contexts
+from kiq.server import KiqApp, create_app
 from kiq.settings import NodeSettings, ServeSettings, TlsSettings
 from kiq.stores import MemoryBudget, private_dir
 from kiq.tables import TableRuntime, TableSpec, codec_for

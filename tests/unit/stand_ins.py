@@ -20,7 +20,6 @@ from urllib.parse import unquote
 
 import orjson
 
-from kiq.api.app import KiqApp, create_app
 from kiq.catalog import SHIPPED_ENDPOINTS
 from kiq.cluster import Member
 from kiq.cluster.members import encode_client_id
@@ -32,6 +31,7 @@ from kiq.partitioning import partition_for
 from kiq.replicas import Materializer, ReplicaState
 from kiq.routing import Peers, Router
 from kiq.security import Security
+from kiq.server import KiqApp, create_app
 from kiq.settings import LimitsSettings, ServeSettings
 from kiq.tables import TableRuntime, codec_for, parse_table
 

@@ -1,5 +1,4 @@
-"""The HTTP API every node serves: lookups, scans, metadata, health, metrics."""
+"""The core HTTP table API every node serves: lookups, scans, metadata, health, metrics.
 
-from kiq.api.app import create_app
-
-__all__ = ["create_app"]
+The node's ASGI application that mounts it is assembled in ``kiq.server``.
+"""

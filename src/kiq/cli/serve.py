@@ -263,7 +263,7 @@ async def _serve(built: BuiltNode, home: Home | None = None) -> None:
 
 
 class Stoppable(Protocol):
-    """What ``stop_servers`` ends before the servers stop: ``kiq.api.app.KiqApp``."""
+    """What ``stop_servers`` ends before the servers stop: ``kiq.server.KiqApp``."""
 
     def end_streams(self) -> None: ...
 

@@ -25,13 +25,13 @@ import jwt
 import orjson
 
 from kiq import Principal, Routes
-from kiq.api.app import KiqApp, create_app
 from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
 from kiq.replicas import Materializer
 from kiq.routing import Peers, Router
 from kiq.security import Security, TokenCache, TokenVerifier
 from kiq.security.keys import HMAC_ALGORITHMS
+from kiq.server import KiqApp, create_app
 from kiq.settings import LimitsSettings, ServeSettings
 from kiq.tables import TableRuntime, TableSpec, codec_for
 from kiq.tables.declared import Declared, spec_of

@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import orjson
 
-from kiq.api.app import KiqApp
 from kiq.api.asgi import Receive, Scope, Send, respond
 from kiq.api.routes import is_core
 from kiq.routing import FORWARDED
 from kiq.routing.frames import TRY_AGAIN_LATER
+from kiq.server import KiqApp
 from kiq.workers.state import CLIENT_HEADER, TOKEN_HEADER
 
 _TABLES = "/v1/tables/"

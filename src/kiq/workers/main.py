@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kiq import settings
-from kiq.api.app import create_app
 from kiq.api.limits import count_node_wide
 from kiq.api.node_buckets import BucketTable
 from kiq.kafka import KafkaSecurity
@@ -26,6 +25,7 @@ from kiq.routing.pool import UNIX
 from kiq.runtime.signals import STOP_SIGNALS
 from kiq.security import security_for
 from kiq.security import tls as tls_contexts
+from kiq.server import create_app
 from kiq.stores import MemoryBudget
 from kiq.workers.app import HomeProxy, WorkerApp
 from kiq.workers.mirror import MirrorFollower, MirrorNode

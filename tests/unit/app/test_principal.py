@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from kiq import BadRequest, KeyNotFound, Principal, Reply, Request, Routes, json_reply
-from kiq.api import principal as principal_module
 from kiq.api.errors import Forbidden
+from kiq.app import principal as principal_module
 from kiq.replicas import ReplicaState
 from kiq.security import ClusterKey, Grants, Security, TokenCache, TokenVerifier, VerifiedCaller
 from kiq.security.keys import SecretKey

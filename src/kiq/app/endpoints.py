@@ -64,14 +64,14 @@ from kiq.api.limits import caller_of
 from kiq.api.lookups import MAX_WAIT_MS, Enrich, Lookups
 from kiq.api.params import check_key, encode_cursor, int_param
 from kiq.api.precedence import shape
-from kiq.api.principal import Principal
 from kiq.api.request_body import read_body
-from kiq.api.results import Many, Page, Read, Served, Windows
 from kiq.api.routes import RESERVED
 from kiq.api.spec import Answer, Doc, RouteSpec, Rule
-from kiq.api.streams import EventFrames, ServerEvent, Watch
 from kiq.api.targets import resolve
 from kiq.api.watch import WatchApi
+from kiq.app.principal import Principal
+from kiq.app.results import Many, Page, Read, Served, Windows
+from kiq.app.streams import EventFrames, ServerEvent, Watch
 from kiq.errors import ConfigError
 from kiq.routing import Outcome
 from kiq.security import VerifiedCaller, read_scope

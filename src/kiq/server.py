@@ -27,7 +27,6 @@ from kiq.api.auth import Access, guard_lookup
 from kiq.api.batches import Batches
 from kiq.api.channel import LookupChannels
 from kiq.api.dashboard import PipelineProgress
-from kiq.api.endpoints import Declare, declared_routes, endpoints_for
 from kiq.api.errors import send_error
 from kiq.api.handlers import Handlers
 from kiq.api.holds import Holds
@@ -39,6 +38,7 @@ from kiq.api.routes import CORE, LOOKUP, is_core
 from kiq.api.spec import RouteSpec
 from kiq.api.versions import CatalogAdmin, VersionsApi
 from kiq.api.watch import WatchApi
+from kiq.app.endpoints import Declare, declared_routes, endpoints_for
 from kiq.live import Watches
 from kiq.node import NodeView, ServedNode
 from kiq.routing import HedgePolicy, Peers, ReplicaReader, Router

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from kiq.api import sse
-from kiq.api.results import parsed_value
 from kiq.api.watch import WatchApi, event_json
+from kiq.app.results import parsed_value
 from kiq.live import Event, Subscription
 from kiq.tables import TableRuntime
 
