@@ -223,46 +223,75 @@ def test_resume_on_another_node_with_last_event_id_and_deletes(bootstrap, make_t
     assert int(s3.last_id) > k5["offset"]
 
 
+def one_key_per_partition(partitions: int) -> list[str]:
+    from kiq.partitioning import partition_for
+
+    found: dict[int, str] = {}
+    for i in range(10_000):
+        found.setdefault(partition_for(f"F{i}", partitions), f"F{i}")
+        if len(found) == partitions:
+            return [found[p] for p in range(partitions)]
+    raise AssertionError("no key for some partition")
+
+
 def test_owner_killed_under_a_watch_loses_nothing_and_repeats_nothing(
     bootstrap, make_topic, make_cluster
 ):
     topic = make_topic("failover", partitions=6)
-    produce(bootstrap, topic, [(k, json.dumps({"n": 0})) for k in KEYS])
+    keys = one_key_per_partition(6)  # every partition watched: some are relayed to n1
+    produce(bootstrap, topic, [(k, json.dumps({"n": 0})) for k in keys])
     cluster = make_cluster([f"failover={topic}"], nodes=3, extra_env=NO_LINGER)
     wait_applied(cluster, "failover", end_offsets(bootstrap, topic, 6))
     n1 = cluster.nodes["n1"]
-    # a partition n1 holds no replica of: its watch is relayed, from the owner we kill
-    relayed = relayed_partitions(n1, "failover")
-    assert relayed
-    victim = relayed[0]["active"]
+    assert relayed_partitions(n1, "failover"), "some partitions must be relayed"
+    victim = ""
 
     async def scenario() -> Stream:
+        nonlocal victim
         producer = Producer(producer_config(bootstrap))
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=90)) as session:
             s = Stream()
-            url = f"{n1.url}/v1/tables/failover/watch?keys=" + ",".join(KEYS)
+            url = f"{n1.url}/v1/tables/failover/watch?keys=" + ",".join(keys)
             task = asyncio.create_task(s.run(session, url))
             await until(lambda: len(s.events) >= 6)
+            # the node a relayed key's snapshot came from: killed under the watch
+            relayed = sorted(d["served_by"] for _, d, _, _ in s.events if d["served_by"] != "n1")
+            assert relayed, f"no key relayed to n1: {s.events}"
+            victim = relayed[0]
             for n in range(1, 31):
-                for k in KEYS:
+                for k in keys:
                     producer.produce(topic, key=k.encode(), value=json.dumps({"n": n}))
                 producer.flush(10)
                 if n == 10:
                     cluster.nodes[victim].kill()
                 await asyncio.sleep(0.1)
-            await until(
-                lambda: all(s.values(k) and s.values(k)[-1]["value"]["n"] == 30 for k in KEYS),
-                timeout_s=60,
-            )
+            try:
+                await until(
+                    lambda: all(s.values(k) and s.values(k)[-1]["value"]["n"] == 30 for k in keys),
+                    timeout_s=60,
+                )
+            except AssertionError:
+                told = {k: [(d["value"]["n"], d["served_by"]) for d in s.values(k)] for k in keys}
+                logs = "".join(
+                    f"\n{name}.log ends:\n"
+                    + (cluster.root / f"{name}.log").read_text(errors="replace")[-4000:]
+                    for name in cluster.nodes
+                )
+                raise AssertionError(
+                    f"victim={victim} status={s.status} told={told}{logs}"
+                ) from None
             task.cancel()
             return s
 
     s = asyncio.run(scenario())
-    for k in KEYS:
+    for k in keys:
         ns = [d["value"]["n"] for d in s.values(k)]
         assert ns == sorted(set(ns)), f"{k} repeated or went back: {ns}"
         assert ns[-1] == 30
-    assert {d["served_by"] for _, d, _, _ in s.events} >= {victim}
+    from_victim = [k for k in keys if s.values(k)[0]["served_by"] == victim]
+    assert from_victim
+    for k in from_victim:  # told on by another replica once the victim was gone
+        assert s.values(k)[-1]["served_by"] != victim, s.values(k)
 
 
 def test_stock_stream_tells_whole_quotes_as_quote_or_day_changes(
