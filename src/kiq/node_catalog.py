@@ -200,7 +200,7 @@ class Writes(Protocol):
 
 
 class CatalogWriter:
-    """What ``kiq switch`` and ``kiq retire`` write through a node (``kiq.api.versions``'s
+    """What ``kiq switch`` and ``kiq retire`` write through a node (``kiq.ops.versions``'s
     ``CatalogAdmin``): catalog records through the node's producer, topics deleted with its
     Kafka credentials, and whether its own follower has seen a record yet."""
 

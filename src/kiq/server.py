@@ -26,7 +26,6 @@ from kiq.api import openapi
 from kiq.api.auth import Access, guard_lookup
 from kiq.api.batches import Batches
 from kiq.api.channel import LookupChannels
-from kiq.api.dashboard import PipelineProgress
 from kiq.api.errors import send_error
 from kiq.api.handlers import Handlers
 from kiq.api.holds import Holds
@@ -36,11 +35,12 @@ from kiq.api.relayed import RelayedCallers
 from kiq.api.routers import app_router, core_router
 from kiq.api.routes import CORE, LOOKUP, is_core
 from kiq.api.spec import RouteSpec
-from kiq.api.versions import CatalogAdmin, VersionsApi
 from kiq.api.watch import WatchApi
 from kiq.app.endpoints import Declare, declared_routes, endpoints_for
 from kiq.live import Watches
 from kiq.node import NodeView, ServedNode
+from kiq.ops.dashboard import PipelineProgress
+from kiq.ops.versions import CatalogAdmin, VersionsApi
 from kiq.routing import HedgePolicy, Peers, ReplicaReader, Router
 from kiq.security import Security
 from kiq.settings import LimitsSettings

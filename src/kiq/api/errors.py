@@ -1,21 +1,6 @@
-"""API errors, and the one place any exception becomes an HTTP status and a JSON body.
+"""API errors: the one place any exception becomes an HTTP status and a JSON body.
 
-    KiqError (kiq.errors)                       retriable  owner_moved
-    └── ApiError           500 internal             -          -
-        ├── BadRequest     400 bad_request          -          -
-        ├── Unauthorized   401 unauthorized         -          -   no bearer token
-        │   └── InvalidToken  401 invalid_token     -          -   a token we do not accept
-        ├── Forbidden      403 forbidden            -          -
-        │   ├── InsufficientScope 403 insufficient_scope          a valid token without the scope
-        │   └── NotClusterMember  403 not_cluster_member          /v1/internal/* without a
-        │                                                         valid cluster credential
-        ├── UnknownTable   404 unknown_table        -          -
-        ├── KeyNotFound    404 not_found            -          -
-        ├── NoRoute        404 no_route             -          -
-        ├── TooLarge       413 too_large            -          -
-        ├── NotHere        421 not_here             yes        yes
-        ├── RateLimited    429 rate_limited         yes        -   (+ Retry-After)
-        └── Unavailable    503 unavailable          yes        -
+The error tree (``ApiError`` and its statuses) is ``kiq.http_errors``.
 
 A lookup without a value says why as an outcome (``routing.wire.Outcome``), which
 ``lookup_error`` turns into one of these, and nothing else does.
@@ -32,110 +17,55 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
-from kiq.api.asgi import JSON, Headers, Send, respond
+from kiq.api.asgi import JSON, Send, respond
 from kiq.errors import KiqError
+from kiq.http_errors import (  # the tree, raised everywhere; answered here
+    ApiError as ApiError,
+)
+from kiq.http_errors import (
+    BadRequest as BadRequest,
+)
+from kiq.http_errors import (
+    Forbidden as Forbidden,
+)
+from kiq.http_errors import (
+    InsufficientScope as InsufficientScope,
+)
+from kiq.http_errors import (
+    InvalidToken as InvalidToken,
+)
+from kiq.http_errors import (
+    KeyNotFound as KeyNotFound,
+)
+from kiq.http_errors import (
+    NoRoute as NoRoute,
+)
+from kiq.http_errors import (
+    NotClusterMember as NotClusterMember,
+)
+from kiq.http_errors import (
+    NotHere as NotHere,
+)
+from kiq.http_errors import (
+    RateLimited as RateLimited,
+)
+from kiq.http_errors import (
+    TooLarge as TooLarge,
+)
+from kiq.http_errors import (
+    Unauthorized as Unauthorized,
+)
+from kiq.http_errors import (
+    Unavailable as Unavailable,
+)
+from kiq.http_errors import (
+    UnknownTable as UnknownTable,
+)
 from kiq.routing.wire import LookupResult, Outcome
 from kiq.security import read_scope
 from kiq.tables.versions import public_name
 
 log = logging.getLogger(__name__)
-
-
-class ApiError(KiqError):
-    status = 500
-    code = "internal"
-    headers: Headers = ()  # sent with the answer besides the content type
-
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
-
-    def body(self) -> bytes:
-        return orjson.dumps({"error": self.code, "message": self.message, **self.details})
-
-
-class BadRequest(ApiError):
-    status, code = 400, "bad_request"
-
-
-class Unauthorized(ApiError):
-    """No bearer token where one is needed (RFC 6750: a bare ``Bearer`` challenge)."""
-
-    status, code = 401, "unauthorized"
-    headers = ((b"www-authenticate", b'Bearer realm="kiq"'),)
-
-
-class InvalidToken(Unauthorized):
-    """A bearer token this node does not accept: malformed, badly signed, expired, not ours."""
-
-    code = "invalid_token"
-    headers = ((b"www-authenticate", b'Bearer realm="kiq", error="invalid_token"'),)
-
-
-class Forbidden(ApiError):
-    status, code = 403, "forbidden"
-
-
-class InsufficientScope(Forbidden):
-    """A valid token whose ``scope`` claim lacks ``scope``."""
-
-    code = "insufficient_scope"
-
-    def __init__(self, scope: str) -> None:
-        super().__init__(f"the token's scope does not include {scope}", scope=scope)
-        quoted = "".join(c for c in scope if " " <= c <= "~" and c not in '"\\')
-        challenge = f'Bearer realm="kiq", error="insufficient_scope", scope="{quoted}"'
-        self.headers = ((b"www-authenticate", challenge.encode()),)
-
-
-class NotClusterMember(Forbidden):
-    """A node-to-node path asked without a valid cluster credential, whatever else it carries."""
-
-    code = "not_cluster_member"
-
-
-class UnknownTable(ApiError):
-    status, code = 404, "unknown_table"
-
-
-class KeyNotFound(ApiError):
-    status, code = 404, "not_found"
-
-
-class NoRoute(ApiError):
-    status, code = 404, "no_route"
-
-
-class TooLarge(ApiError):
-    status, code = 413, "too_large"
-
-
-class NotHere(ApiError):
-    """This node holds no usable replica; the caller should try the next replica."""
-
-    status, code = 421, "not_here"
-    retriable = owner_moved = True
-
-
-class Unavailable(ApiError):
-    """No replica could answer (all down, too far behind, or not caught up in time)."""
-
-    status, code = 503, "unavailable"
-    retriable = True
-
-
-class RateLimited(ApiError):
-    """The caller sent more than its rate allows; ``Retry-After`` says when to try again."""
-
-    status, code = 429, "rate_limited"
-    retriable = True
-
-    def __init__(self, message: str, retry_after_s: int, **details: Any) -> None:
-        super().__init__(message, retry_after_s=retry_after_s, **details)
-        self.headers = ((b"retry-after", str(retry_after_s).encode()),)
 
 
 # Retry-After (s) of a lookup refused because too many wait for min_offset already.

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from kiq.api import admin, bodies, dashboard, sse
+from kiq.api import bodies, sse
 from kiq.api.asgi import query
 from kiq.api.auth import Access, caller, forwarded_caller
 from kiq.api.batches import Batches
@@ -25,9 +25,10 @@ from kiq.api.limits import caller_of
 from kiq.api.lookups import Lookups
 from kiq.api.names import VERSION, resolve
 from kiq.api.request_body import read_body
-from kiq.api.versions import VersionsApi
 from kiq.api.watch import SubscriptionFrames, WatchApi, keys_of, keys_of_body
 from kiq.node import NodeView
+from kiq.ops import admin, dashboard
+from kiq.ops.versions import VersionsApi
 from kiq.routing import Peers
 from kiq.routing.wire import MSGPACK, decode_changes, encode
 from kiq.tables import TableRuntime
@@ -123,7 +124,7 @@ class Handlers:
         answer = await self._batches.top_json(runtime.spec.name, params, _auth(request))
         return _json(answer, runtime=runtime)
 
-    # -- versions (api/versions.py) -----------------------------------------------------------
+    # -- versions (ops/versions.py) -----------------------------------------------------------
 
     @property
     def _versioning(self) -> VersionsApi:

@@ -32,9 +32,9 @@ from kiq.api.errors import BadRequest, lookup_error, send_error
 from kiq.api.limits import caller_of
 from kiq.api.names import resolve, version_header
 from kiq.api.params import bool_param, check_key, int_param, key_from_path
-from kiq.api.proven import may_redirect
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
+from kiq.ops.proven import may_redirect
 from kiq.replicas import ReplicaState
 from kiq.routing import FORWARDED, LookupResult, Outcome, Peers, ReplicaReader
 from kiq.routing.local import MOVED

@@ -298,7 +298,7 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
             operation=_WATCH_OPERATION,
         ),
     ),
-    # -- versions (api/versions.py)
+    # -- versions (ops/versions.py)
     RouteSpec(
         "GET",
         "/v1/tables/{table}/versions",
@@ -415,7 +415,7 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
         limited=True,
         doc=Doc("This document", ("cluster",), answers={"200": Answer.json("OpenAPI 3.1", dict)}),
     ),
-    # -- the dashboard (api/dashboard.py): the page is open, what it reads asks the admin scope
+    # -- the dashboard (ops/dashboard.py): the page is open, what it reads asks the admin scope
     RouteSpec(
         "GET",
         "/ui",

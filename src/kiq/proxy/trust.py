@@ -6,7 +6,7 @@ transport, so no path can miss it:
 
 - it goes only to an origin the proxy was given (``--nodes``) or one a node it trusts
   names in ``/v1/metadata`` (the current topology's members: a node names only the
-  members it has proven, ``kiq.api.proven``). The topology is only ever read from such
+  members it has proven, ``kiq.ops.proven``). The topology is only ever read from such
   an origin, so the trust runs back to the configured nodes. Any other URL (a partition
   naming a URL that is not a member, a stale one) is refused before a connection is
   made, as a node that does not answer: the call goes on to the next replica.

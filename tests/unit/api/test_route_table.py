@@ -213,7 +213,7 @@ def test_reserved_prefixes_open_routes_and_members_paths_come_from_the_table():
         "/v1/health",
         "/metrics",
         "/openapi.json",
-        "/ui",  # the dashboard (api/dashboard.py)
+        "/ui",  # the dashboard (ops/dashboard.py)
         "/v1/status",
         "/v1/pipelines",
         "/v1/internal",

@@ -8,9 +8,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from kiq.api import admin
 from kiq.client.keys import TableInfo
 from kiq.node import NodeView
+from kiq.ops import admin
 from kiq.partitioning import partition_for
 from tests.unit.stand_ins import Cluster, make_node
 

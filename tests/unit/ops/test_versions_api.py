@@ -65,7 +65,7 @@ V2_ROWS = {"alice": b'{"n":2}', "bob": b'{"n":20}'}
 
 
 class Catalog:
-    """``kiq.api.versions.CatalogAdmin``: records every put; a catalog record goes to each
+    """``kiq.ops.versions.CatalogAdmin``: records every put; a catalog record goes to each
     node's follower at once, as if they all followed the topic."""
 
     app = APP

@@ -1,4 +1,4 @@
-"""Metadata and redirects name only the members a node has proven (``kiq.api.proven``).
+"""Metadata and redirects name only the members a node has proven (``kiq.ops.proven``).
 
 Two nodes in process with authentication and a cluster key, and a third group member,
 ``n9``, that holds no key: it answers the challenge with what it was sent and everything
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kiq.api import proven
+from kiq.ops import proven
 from kiq.partitioning import partition_for
 from kiq.routing.wire import INTERNAL_HELLO
 from kiq.security import ClusterKey, Security, TokenCache, TokenVerifier

@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from kiq.api.dashboard import ASSETS, pipelines_json, quantile
 from kiq.metrics import LATENCY_BUCKETS
+from kiq.ops.dashboard import ASSETS, pipelines_json, quantile
 from kiq.pipelines.progress import ProgressReader, QueryProgress
 from kiq.replicas import ReplicaState
 from kiq.security import ClusterKey, Security, TokenCache, TokenVerifier
@@ -73,7 +73,7 @@ def test_no_other_file_is_served_from_ui(node: LocalNode):
 
 def test_the_page_fetches_nothing_from_elsewhere():
     """No CDN, no font, no script of another origin: every URL in the files is this node's."""
-    page = (Path(__file__).parents[3] / "src/kiq/api/ui").resolve()
+    page = (Path(__file__).parents[3] / "src/kiq/ops/ui").resolve()
     assert {p.name for p in page.iterdir()} == set(ASSETS)
     for name in ASSETS:
         text = (page / name).read_text()

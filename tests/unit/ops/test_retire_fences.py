@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from kiq.tables.declared import Declared
-from tests.unit.api.test_versions_api import Pair, declared, post, start_pair
+from tests.unit.ops.test_versions_api import Pair, declared, post, start_pair
 from tests.unit.stand_ins import wait_until
 
 
@@ -49,7 +49,7 @@ def test_retiring_a_version_declared_with_another_apps_live_topic_keeps_that_top
         pair.catalog.topics.add(topic)
     pair.catalog.declare(ledger, forged)
     _served(pair, "totals@v3")
-    with caplog.at_level(logging.INFO, logger="kiq.api.versions"):
+    with caplog.at_level(logging.INFO, logger="kiq.ops.versions"):
         r = post(pair.n1, "/v1/tables/totals/retire", {"version": "v3"})
     assert r.status == 200, r.body
     answer = r.json()

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import orjson
 from prometheus_client import Counter
 
-from kiq.api.errors import NoRoute
+from kiq.http_errors import NoRoute
 from kiq.metrics import LATENCY_BUCKETS, RouteStats
 from kiq.node import NodeView
 
@@ -73,7 +73,7 @@ def asset(name: str) -> tuple[bytes, str]:
     media = ASSETS.get(name)
     if media is None:
         raise NoRoute(f"no file {name!r} in /ui/ (the dashboard's are {', '.join(ASSETS)})")
-    return (files("kiq.api") / "ui" / name).read_bytes(), media
+    return (files("kiq.ops") / "ui" / name).read_bytes(), media
 
 
 def quantile(counts: list[int], q: float) -> float | None:

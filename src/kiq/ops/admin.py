@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 from prometheus_client import generate_latest
 
-from kiq.api.proven import proven_members
 from kiq.cluster import Member
 from kiq.node import NodeView
+from kiq.ops.proven import proven_members
 from kiq.routing import NodeStatus, PeerError, Peers
 from kiq.routing.wire import ReplicaStatus, encode
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kiq.api.dashboard import ASSETS
+from kiq.ops.dashboard import ASSETS
 from tests.unit.stand_ins import Cluster, LocalNode, call, start_node
 
-UI = Path(__file__).parents[3] / "src/kiq/api/ui"
+UI = Path(__file__).parents[3] / "src/kiq/ops/ui"
 
 
 @pytest.fixture

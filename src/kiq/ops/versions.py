@@ -23,11 +23,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from kiq.api.admin import own_status
-from kiq.api.dashboard import PipelineProgress
-from kiq.api.errors import ApiError, BadRequest, Unavailable, UnknownTable
 from kiq.catalog import CATALOG_TOPIC, PROGRESS_TOPIC
+from kiq.http_errors import ApiError, BadRequest, Unavailable, UnknownTable
 from kiq.node import NodeView
+from kiq.ops.admin import own_status
+from kiq.ops.dashboard import PipelineProgress
 from kiq.routing import NodeStatus, PeerError, Peers
 from kiq.routing.wire import ReplicaStatus
 from kiq.tables import TableRuntime
