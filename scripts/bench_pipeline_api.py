@@ -37,7 +37,7 @@ from kiq.kafka import create_topics, producer_config
 from kiq.pipelines import build_session
 from kiq.pipelines.context import Context
 from kiq.pipelines.kafka_io import StreamOptions, read_topics
-from kiq.runtime import LocalBroker
+from kiq.runtime.broker import LocalBroker
 from kiq.runtime.jars import partitioner_jar
 from kiq.settings import SparkSettings
 

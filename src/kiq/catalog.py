@@ -33,7 +33,7 @@ DEAD_LETTERS = "kiq-dead-letters"
 CATALOG_TOPIC = "kiq-catalog"
 
 # Each streaming query's latest progress, as its Spark driver publishes it every few seconds:
-# compacted, key APP/PIPELINE/QUERY, a JSON record (kiq.pipelines.progress). The nodes'
+# compacted, key APP/PIPELINE/QUERY, a JSON record (kiq.progress). The nodes'
 # GET /v1/pipelines and `kiq up`'s console read it.
 PROGRESS_TOPIC = "kiq-progress"
 

@@ -36,7 +36,7 @@ from kiq.kafka.writer import AsyncProducer, ProduceFailed
 from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
 from kiq.node_catalog import CatalogWriter, NodeCatalog
-from kiq.pipelines.progress import ProgressReader
+from kiq.progress import ProgressReader
 from kiq.replicas import Materializer
 from kiq.replicas.expiry import ExpirySweeper, Outgoing
 from kiq.security import Security, security_for

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kiq.kafka import create_topics
-from kiq.runtime import LocalBroker
+from kiq.runtime.broker import LocalBroker
 from kiq.settings import SparkSettings
 
 

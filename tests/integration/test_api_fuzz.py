@@ -31,7 +31,8 @@ from schemathesis.checks import (
 
 from kiq.kafka import create_topics, delete_topics
 from kiq.partitioning import partition_for
-from kiq.runtime import LocalBroker, LocalNode
+from kiq.runtime.broker import LocalBroker
+from kiq.runtime.nodes import LocalNode
 from tests.integration.kafka_io import produce
 
 pytestmark = pytest.mark.integration

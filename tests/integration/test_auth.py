@@ -24,7 +24,7 @@ import pytest
 
 from kiq.routing.channel import ChannelRefused, Channels
 from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, encode
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 from tests.integration.kafka_io import produce
 from tests.integration.test_serving import Cluster, end_offsets, wait_applied
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 from tests.integration.kafka_io import produce
 from tests.integration.test_auth import KEYS, PARTITIONS, bearer, token
 from tests.integration.test_serving import Cluster, end_offsets, wait_applied

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kiq.runtime import free_ports
+from kiq.runtime.ports import free_ports
 
 
 def kiq(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

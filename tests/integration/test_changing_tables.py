@@ -141,7 +141,7 @@ def test_a_reset_refuses_while_the_pipeline_runs(bootstrap: str, tmp_path: Path)
     import time
 
     from kiq.catalog import PROGRESS_TOPIC
-    from kiq.pipelines.progress import QueryProgress
+    from kiq.progress import QueryProgress
     from kiq.tables.declared import Declared
 
     tag = uuid.uuid4().hex[:8]

@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from kiq.client import AsyncClient, Change, Client, KeyNotFound
 from kiq.kafka import producer_config
 from kiq.partitioning import partition_for
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 from tests.integration import test_serving
 from tests.integration.kafka_io import produce
 from tests.integration.test_serving import Cluster, end_offsets, wait_applied

@@ -21,7 +21,7 @@ import pytest
 
 from kiq.apps.stocks.pipeline import TABLES_QUERY, StockTopics
 from kiq.kafka import create_topics, delete_topics
-from kiq.runtime import LocalPipeline
+from kiq.runtime.pipelines import LocalPipeline
 from tests.integration.browser import chromium, open_page
 from tests.integration.stock_feed import (
     MIDNIGHT,
@@ -169,7 +169,7 @@ def test_the_page_works_under_its_policy_and_no_page_can_frame_it(
 ):
     """Chromium enforces /ui's Content-Security-Policy: the page still fills in with no
     violation reported, and a frame of it (even from its own origin) stays empty."""
-    from kiq.runtime import LocalNode
+    from kiq.runtime.nodes import LocalNode
     from tests.integration.kafka_io import produce
 
     chromium()

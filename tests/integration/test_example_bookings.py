@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from kiq.kafka import create_topics, topic_partitions
-from kiq.runtime import LocalNode, LocalPipeline
+from kiq.runtime.nodes import LocalNode
+from kiq.runtime.pipelines import LocalPipeline
 from tests.integration.kafka_io import drain, produce
 from tests.integration.test_serving import Cluster
 

@@ -29,7 +29,7 @@ from kiq.routing.wire import (
     Outcome,
     decode_results,
 )
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 from tests.integration import test_serving
 from tests.integration.kafka_io import produce
 from tests.integration.load import ReaderLoad

@@ -22,7 +22,7 @@ import pytest
 
 from kiq.catalog import CATALOG_TOPIC
 from kiq.kafka import compacted
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 from kiq.tables.declared import Declared
 from tests.integration.kafka_io import produce
 from tests.integration.test_serving import NODE_ENV

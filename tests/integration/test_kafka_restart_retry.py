@@ -28,7 +28,8 @@ import pytest
 from kiq.catalog import CATALOG_TOPIC
 from kiq.cli.context import run_or_exit
 from kiq.kafka import compacted, create_topics
-from kiq.runtime import LocalBroker, free_ports
+from kiq.runtime.broker import LocalBroker
+from kiq.runtime.ports import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ import pytest
 
 from kiq.catalog import CATALOG_TOPIC
 from kiq.kafka import compacted
-from kiq.runtime import LocalBroker
+from kiq.runtime.broker import LocalBroker
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,9 @@ import pytest
 
 from kiq.kafka import create_topics, ping, topic_partitions
 from kiq.pipelines.runner import COMPACTED
-from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+from kiq.runtime.broker import LocalBroker
+from kiq.runtime.nodes import LocalNode
+from kiq.runtime.pipelines import LocalPipeline
 from kiq.runtime.ports import free_ports
 from kiq.settings import BrokerSettings
 

@@ -35,7 +35,9 @@ from kiq.catalog import CATALOG_TOPIC, DEAD_LETTERS, WORD_COUNTS, WORDS
 from kiq.kafka import create_topics, topic_partitions
 from kiq.kafka.config import client_config
 from kiq.pipelines.runner import COMPACTED
-from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+from kiq.runtime.broker import LocalBroker
+from kiq.runtime.nodes import LocalNode
+from kiq.runtime.pipelines import LocalPipeline
 from kiq.runtime.ports import free_ports
 from kiq.settings import BrokerSettings
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from kiq.cli.new import FILES
-from kiq.runtime import free_ports
+from kiq.runtime.ports import free_ports
 from tests.integration.test_up import kiq_up, ours, two_free_ports
 
 pytestmark = pytest.mark.integration

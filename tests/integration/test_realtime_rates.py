@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from kiq.pipelines.progress import ProgressPublisher, ProgressReader, QueryProgress
+from kiq.pipelines.progress import ProgressPublisher
+from kiq.progress import ProgressReader, QueryProgress
 from tests.integration.kafka_io import produce
 
 pytestmark = pytest.mark.spark

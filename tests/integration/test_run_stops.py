@@ -27,7 +27,7 @@ REPO = Path(__file__).parents[2]
 HELD = """
 import time
 
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 
 
 def test_hold({fixtures}, make_topic, tmp_path):

@@ -17,7 +17,8 @@ import pytest
 
 from kiq.apps.stocks.pipeline import StockTopics
 from kiq.kafka import create_topics
-from kiq.runtime import LocalBroker, LocalPipeline
+from kiq.runtime.broker import LocalBroker
+from kiq.runtime.pipelines import LocalPipeline
 from kiq.runtime.spark_cluster import LocalSparkCluster
 from tests.integration.stock_feed import (
     MALFORMED,

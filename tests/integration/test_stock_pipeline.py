@@ -17,7 +17,7 @@ import pytest
 
 from kiq.apps.stocks.pipeline import StockTopics
 from kiq.kafka import create_topics, delete_topics
-from kiq.runtime import LocalPipeline
+from kiq.runtime.pipelines import LocalPipeline
 from tests.integration.stock_feed import (
     MALFORMED,
     MIDNIGHT,

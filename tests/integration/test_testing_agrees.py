@@ -33,7 +33,7 @@ from kiq.kafka import (
     producer_config,
     topic_partitions,
 )
-from kiq.runtime import LocalPipeline
+from kiq.runtime.pipelines import LocalPipeline
 from kiq.tables.declared import Declared, decode_catalog
 from kiq.testing import Run, run_pipeline
 from kiq.testing._session import stop_session

@@ -23,7 +23,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from kiq import catalog
 from kiq.apps.stocks.pipeline import StockTopics
 from kiq.kafka import create_topics
-from kiq.runtime import LocalBroker, LocalPipeline
+from kiq.runtime.broker import LocalBroker
+from kiq.runtime.pipelines import LocalPipeline
 from tests.integration.load import ReaderLoad
 from tests.integration.stock_feed import (
     MALFORMED,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from kiq.partitioning import partition_for
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 from kiq.security.tls import client_context
 from kiq.settings import TlsSettings
 from tests.certs import Certs, make_certs

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kiq.runtime import free_ports
+from kiq.runtime.ports import free_ports
 from tests.integration.test_up import ours, start_up
 
 pytestmark = pytest.mark.integration

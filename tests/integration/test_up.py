@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kiq.runtime import free_ports
+from kiq.runtime.ports import free_ports
 
 pytestmark = pytest.mark.integration
 

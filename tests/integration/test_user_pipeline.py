@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from kiq.kafka import create_topics
-from kiq.runtime import LocalPipeline
+from kiq.runtime.pipelines import LocalPipeline
 from tests.integration.kafka_io import drain, produce
 from tests.integration.test_serving import Cluster
 

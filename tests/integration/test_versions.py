@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from kiq.kafka import create_topics, delete_topics, topic_partitions
-from kiq.runtime import LocalPipeline
+from kiq.runtime.pipelines import LocalPipeline
 from tests.integration.kafka_io import produce
 from tests.integration.test_serving import Cluster
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kiq.runtime import free_ports
+from kiq.runtime.ports import free_ports
 from tests.integration.test_new_app import first_key, kiq_up
 from tests.integration.test_up import ours
 

@@ -18,7 +18,7 @@ import pytest
 
 from kiq.kafka import create_topics, end_offsets, topic_partitions
 from kiq.partitioning import partition_for
-from kiq.runtime import LocalPipeline
+from kiq.runtime.pipelines import LocalPipeline
 from tests.integration.kafka_io import drain, produce
 from tests.integration.test_serving import Cluster
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kiq.runtime import LocalPipeline
+from kiq.runtime.pipelines import LocalPipeline
 from tests.integration.test_serving import Cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kiq.kafka import producer_config
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 from tests.integration.kafka_io import produce
 from tests.integration.test_serving import end_offsets
 

@@ -13,8 +13,7 @@ from kiq import settings
 from kiq.cli.topics import resolve_bootstrap
 from kiq.cli.up import Plan
 from kiq.errors import BrokerError
-from kiq.runtime import LocalBroker
-from kiq.runtime.broker import _listener_ports
+from kiq.runtime.broker import LocalBroker, _listener_ports
 
 APP = '[serve]\ntables = ["t=t"]\n[app]\nendpoints = []\nname = "{name}"\n'
 

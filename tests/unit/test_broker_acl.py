@@ -10,7 +10,7 @@ import pytest
 
 from kiq import settings
 from kiq.errors import ConfigError
-from kiq.runtime import LocalBroker
+from kiq.runtime.broker import LocalBroker
 from kiq.settings import BrokerSettings
 
 

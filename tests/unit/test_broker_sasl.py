@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from kiq.runtime import LocalBroker
+from kiq.runtime.broker import LocalBroker
 from kiq.settings import BrokerSettings
 
 

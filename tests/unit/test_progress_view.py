@@ -8,7 +8,7 @@ import time
 from rich.console import Console
 
 from kiq.cli.progress_view import ProgressView, progress_lines, progress_table
-from kiq.pipelines.progress import ProgressReader, QueryProgress
+from kiq.progress import ProgressReader, QueryProgress
 
 NOW = 1_800_000_000_000
 RUNNING = QueryProgress(

@@ -8,8 +8,8 @@ import pytest
 
 from kiq.errors import SetupError
 from kiq.pipelines.session import CHECKPOINT_FILE_MANAGER, ROCKSDB_PROVIDER, spark_conf
-from kiq.runtime import free_ports, kafka_broker_classpath, spark_connector_jars
-from kiq.runtime.jars import SPARK_CONNECTOR_VERSION
+from kiq.runtime.jars import SPARK_CONNECTOR_VERSION, kafka_broker_classpath, spark_connector_jars
+from kiq.runtime.ports import free_ports
 from kiq.settings import SparkSettings
 
 

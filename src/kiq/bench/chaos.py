@@ -32,7 +32,7 @@ from kiq.bench.reader import ReaderLoad, watch_reads
 from kiq.bench.stack import local_stack
 from kiq.errors import ConfigError, KiqError
 from kiq.kafka.records import JsonProducer
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 
 TOPIC = "bench-chaos"
 

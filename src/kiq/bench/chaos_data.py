@@ -39,7 +39,7 @@ from kiq.bench.stack import Stack, local_stack
 from kiq.errors import ConfigError, KiqError
 from kiq.kafka import create_topics, delete_topics
 from kiq.kafka.records import JsonProducer
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 
 DATA_SCENARIOS = ("disk-full", "large-values", "topic-recreated")
 

@@ -41,7 +41,7 @@ from kiq.bench.progress import Reporter, reporter
 from kiq.bench.reader import LoadStats, ReaderLoad, watch_reads
 from kiq.bench.stack import CLUSTER, Stack, local_stack
 from kiq.errors import ConfigError, KiqError
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 
 TOPIC = "bench-chaos-nodes"
 NODE_SCENARIOS = ("sigstop", "kill", "rolling-restart", "add-remove")

@@ -33,7 +33,7 @@ from kiq.bench.stack import TickFeed, local_stack
 from kiq.errors import ConfigError, KiqError
 from kiq.feeds.symbols import SYMBOLS
 from kiq.kafka.records import read_topic
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 
 # Seconds between one start of the driver and the next kill: starting, mid-batch, idle.
 _PAUSES = (4.0, 1.0, 7.0, 2.5, 5.0)

@@ -41,7 +41,7 @@ from kiq.client import AsyncClient
 from kiq.client.core import NODE_LIMITS
 from kiq.errors import ConfigError, KiqError
 from kiq.partitioning import partition_for
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 from kiq.runtime.proxies import LocalProxy
 
 VIA = ("client", "proxy")

@@ -10,7 +10,7 @@ import time
 
 from kiq.bench.stack import CLUSTER, Stack
 from kiq.errors import KiqError
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 
 
 def start_nodes(

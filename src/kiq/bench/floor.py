@@ -24,7 +24,8 @@ from typing import Any
 
 from kiq.bench.dataset import TABLE, key_of, quote_bytes
 from kiq.errors import KiqError
-from kiq.runtime import free_port, processes
+from kiq.runtime import processes
+from kiq.runtime.ports import free_port
 
 PREFIX = f"/v1/tables/{TABLE}/keys/".encode()
 _JSON = [(b"content-type", b"application/json")]

@@ -46,7 +46,7 @@ from kiq.bench.worker_lag import worker_lag
 from kiq.bench.wrk import WrkResult, run_wrk, write_script, wrk_executable
 from kiq.errors import ConfigError
 from kiq.partitioning import partition_for
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 
 MODES = ("local", "random", "redirect")
 AUTH_MODES = ("none", "jwt")

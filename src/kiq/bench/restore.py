@@ -26,7 +26,7 @@ from kiq.bench.dataset import TABLE, key_of, load_quotes
 from kiq.bench.progress import Reporter, peak_rss_mb, reporter, rss_mb
 from kiq.bench.stack import local_stack
 from kiq.errors import ConfigError, KiqError
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 
 TOPIC = "bench-restore"
 _POLL_S = 0.02

@@ -37,7 +37,7 @@ from kiq.bench.stack import TickFeed, local_stack
 from kiq.bench.stats import percentile
 from kiq.errors import ConfigError
 from kiq.feeds.symbols import SYMBOLS
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 
 _PAGE = 4096
 _DRAIN_S = 2.0  # out of the rotation this long before a restart

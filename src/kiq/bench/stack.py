@@ -19,7 +19,9 @@ from kiq.errors import KiqError
 from kiq.feeds import TickProducer, TickSimulator, pace
 from kiq.kafka import compacted, create_topics
 from kiq.pipelines.runner import COMPACTED
-from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+from kiq.runtime.broker import LocalBroker
+from kiq.runtime.nodes import LocalNode
+from kiq.runtime.pipelines import LocalPipeline
 from kiq.runtime.reaper import ending_together
 from kiq.tables.declared import decode_catalog
 

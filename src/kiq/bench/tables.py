@@ -42,7 +42,7 @@ from kiq.kafka import compacted, create_topics, end_offsets
 from kiq.kafka.records import JsonProducer
 from kiq.partitioning import partition_for
 from kiq.pipelines.runner import COMPACTED
-from kiq.runtime import LocalNode
+from kiq.runtime.nodes import LocalNode
 from kiq.tables.declared import Declared
 from kiq.tables.windows import window_time
 

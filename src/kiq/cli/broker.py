@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, console, run_or_exit
-from kiq.runtime import BrokerStatus, LocalBroker
-from kiq.runtime.broker import started_brokers
+
+# The launcher is imported when a broker command runs: `kiq serve` loads this module too.
+if TYPE_CHECKING:
+    from kiq.runtime.broker import BrokerStatus, LocalBroker
 
 app = typer.Typer(
     help="Run a local Kafka broker (KRaft), or a cluster of several, for development.",
@@ -58,6 +60,8 @@ StartedBrokers = Annotated[
 
 
 def _broker(ctx: typer.Context, **flags: object) -> LocalBroker:
+    from kiq.runtime.broker import LocalBroker
+
     state: CliState = ctx.obj
     return LocalBroker(
         run_or_exit(lambda: settings.load(settings.BrokerSettings, state.config, **flags))
@@ -66,6 +70,8 @@ def _broker(ctx: typer.Context, **flags: object) -> LocalBroker:
 
 def _started(ctx: typer.Context, brokers: int | None, **flags: object) -> LocalBroker:
     """The brokers as `start` laid them out, unless ``--brokers`` says how many."""
+    from kiq.runtime.broker import started_brokers
+
     broker = _broker(ctx, brokers=brokers, **flags)
     if brokers is None and broker.settings.brokers == 1:
         found = started_brokers(broker.data_dir)

@@ -16,7 +16,6 @@ import typer
 from kiq import settings
 from kiq.cli.context import CliState, kafka_security, run_or_exit
 from kiq.errors import KiqError
-from kiq.runtime.pipeline_errors import ERROR_FILE_ENV, PipelineFailed, PipelineFailure, brief
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +109,8 @@ def run(
 def _reported(name: str) -> Iterator[None]:
     """A run that ends on an error leaves it in ``KIQ_PIPELINE_ERROR_FILE`` (when given), where
     `kiq up` reads it; the terminal has had it already (``run_or_exit``)."""
+    from kiq.runtime.pipeline_errors import ERROR_FILE_ENV, PipelineFailed, PipelineFailure
+
     where = os.environ.get(ERROR_FILE_ENV)
     if where:
         Path(where).unlink(missing_ok=True)  # an earlier run's
@@ -133,6 +134,7 @@ def _reported(name: str) -> Iterator[None]:
 def _unexpected(fn: Callable[[], None], name: str) -> Callable[[], None]:
     """``fn``, where an error that is no KiqError (kiq's own bug, or Spark's) still ends
     with one message: its traceback goes to the log."""
+    from kiq.runtime.pipeline_errors import PipelineFailed, PipelineFailure, brief
 
     def call() -> None:
         try:

@@ -1,6 +1,6 @@
 """`kiq up`'s live view of its pipelines: a line per streaming query, as the nodes' /ui has it.
 
-Read from where the Spark driver publishes it (``kiq.pipelines.progress``), so the
+Read from where the Spark driver publishes it (``kiq.progress``), so the
 console, the dashboard and GET /v1/pipelines show the same figures. On a terminal it is
 a table redrawn in place; into a file or a pipe, a line per query every half minute.
 """
@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kiq.pipelines.progress import ProgressReader, QueryProgress
+from kiq.progress import ProgressReader, QueryProgress
 
 # What a rate not known yet shows: never 0.0, which a query doing nothing would show.
 UNKNOWN = "—"

@@ -84,7 +84,7 @@ def plan_reset(
     done (nothing changed). ``existing``: the topics on the cluster; ``roots``: the
     checkpoint roots configured here; ``home``: `kiq up`'s ``[app] home``, whose node
     directories ``n1``... hold stores (``node_port``: the first node's port)."""
-    from kiq.pipelines.progress import decode_progress
+    from kiq.progress import decode_progress
 
     name = internal_name(table, version)
     declared = decode_catalog(catalog, app=app)
@@ -237,7 +237,7 @@ def describe(plan: ResetPlan, records: Mapping[str, int | None]) -> list[str]:
 def apply(plan: ResetPlan, cluster: Cluster) -> list[str]:
     """Carry ``plan`` out, in the module docstring's order; what was done, line by line."""
     from kiq.kafka import compacted, delete_topics
-    from kiq.pipelines.progress import progress_key
+    from kiq.progress import progress_key
     from kiq.stores import remove_table_stores
 
     done: list[str] = []

@@ -11,18 +11,22 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, console, err_console, run_or_exit
-from kiq.runtime.jar_fetch import REPOSITORY_ENV
-from kiq.runtime.jars import ALL_SETS, KAFKA, PARTITIONER, SetStatus, check_jars, ensure_jars
+
+# The jar cache is imported when `kiq setup` runs: `kiq serve` loads this module too.
+if TYPE_CHECKING:
+    from kiq.runtime.jars import SetStatus
 
 
 def _places(state: CliState, jars_dir: Path | None) -> dict[Path, list[str]]:
     """The sets to fill, by the directory each goes to."""
+    from kiq.runtime.jars import ALL_SETS, KAFKA
+
     if jars_dir is not None:
         return {jars_dir.absolute(): list(ALL_SETS)}
     broker = run_or_exit(lambda: settings.load(settings.BrokerSettings, state.config)).jars_dir
@@ -53,13 +57,15 @@ def setup(
     ] = False,
     repository: Annotated[
         str | None,
-        typer.Option(help=f"a Maven repository (default: ${REPOSITORY_ENV}, else Central)"),
+        typer.Option(help="a Maven repository (default: $KIQ_MAVEN_REPOSITORY, else Central)"),
     ] = None,
 ) -> None:
     """Fetch kiq's JVM jars, checksums verified, and build its partitioner.
 
     Exits 0 when all are in place. Outside a kiq checkout, the commands that need the jars
     fetch them too."""
+    from kiq.runtime.jars import PARTITIONER, check_jars, ensure_jars
+
     state: CliState = ctx.obj
     found: list[SetStatus] = []
     for directory, sets in _places(state, jars_dir).items():

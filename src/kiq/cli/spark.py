@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, console, run_or_exit
-from kiq.runtime.spark_cluster import LocalSparkCluster, SparkClusterStatus, started_layout
+
+# The launcher is imported when a spark command runs: `kiq serve` loads this module too.
+if TYPE_CHECKING:
+    from kiq.runtime.spark_cluster import LocalSparkCluster, SparkClusterStatus
 
 app = typer.Typer(
     help="Run a local Spark standalone cluster (one master, one worker) for pipelines.",
@@ -36,6 +39,8 @@ WorkerMemory = Annotated[str | None, typer.Option(help="memory for executors [de
 
 
 def _cluster(ctx: typer.Context, **flags: object) -> LocalSparkCluster:
+    from kiq.runtime.spark_cluster import LocalSparkCluster
+
     state: CliState = ctx.obj
     return LocalSparkCluster(
         run_or_exit(lambda: settings.load(settings.SparkClusterSettings, state.config, **flags))
@@ -44,6 +49,8 @@ def _cluster(ctx: typer.Context, **flags: object) -> LocalSparkCluster:
 
 def _started(ctx: typer.Context, **flags: object) -> LocalSparkCluster:
     """The cluster as `start` laid it out in the data directory; flags given override it."""
+    from kiq.runtime.spark_cluster import started_layout
+
     where = _cluster(ctx, data_dir=flags.get("data_dir"))
     recorded: dict[str, object] = dict(started_layout(where.data_dir))
     if flags.get("port") is not None:

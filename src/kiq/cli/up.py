@@ -34,7 +34,9 @@ from kiq.errors import ConfigError, KiqError
 if TYPE_CHECKING:
     from kiq.cli.progress_view import ProgressView
     from kiq.feeds import FeedSettings
-    from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+    from kiq.runtime.broker import LocalBroker
+    from kiq.runtime.nodes import LocalNode
+    from kiq.runtime.pipelines import LocalPipeline
     from kiq.tables import TableSpec
     from kiq.tables.declared import ServeEntry
 
@@ -237,7 +239,9 @@ class Running:
 
     def __init__(self, plan: Plan, stopping: threading.Event) -> None:
         from kiq.kafka import KafkaSecurity
-        from kiq.runtime import LocalBroker, LocalNode, LocalPipeline
+        from kiq.runtime.broker import LocalBroker
+        from kiq.runtime.nodes import LocalNode
+        from kiq.runtime.pipelines import LocalPipeline
 
         self.plan = plan
         self.stopping = stopping
@@ -450,7 +454,7 @@ class Running:
         if self.pipeline is None:
             return _StatusOnly(note)
         from kiq.cli.progress_view import ProgressView
-        from kiq.pipelines.progress import ProgressReader
+        from kiq.progress import ProgressReader
 
         reader = ProgressReader(self.bootstrap, self.plan.app.name, security=self.security)
         return ProgressView(reader, console, note)

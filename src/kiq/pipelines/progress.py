@@ -2,23 +2,22 @@
 
 Spark keeps a query's progress (``StreamingQueryProgress``) in its driver, and only
 Spark's UI shows it. The runner's ``ProgressPublisher`` turns each query's latest one
-into a ``QueryProgress`` every few seconds and puts it in a compacted topic
-(``kiq.catalog.PROGRESS_TOPIC``, key ``APP/PIPELINE/QUERY``, JSON), with how far the
-query's input reaches now, so "behind" means what is waiting in Kafka. Any node
+into a ``QueryProgress`` (``kiq.progress``) every few seconds and puts it in a compacted
+topic (``kiq.catalog.PROGRESS_TOPIC``, key ``APP/PIPELINE/QUERY``, JSON), with how far
+the query's input reaches now, so "behind" means what is waiting in Kafka. Any node
 answers ``GET /v1/pipelines`` from it, and `kiq up`'s console shows the same, through
-a ``ProgressReader``: no one reaches into the driver, and a driver that died leaves
-its last record, which ages (``stale``).
+``kiq.progress.ProgressReader``: no one reaches into the driver, and a driver that died
+leaves its last record, which ages (``stale``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -26,17 +25,15 @@ from kiq.catalog import PROGRESS_TOPIC
 from kiq.kafka import PLAINTEXT, KafkaSecurity, compacted
 from kiq.kafka.admin import topic_partitions
 from kiq.pipelines.rates import ArrivalRate, arrived, subscribed_topics
-from kiq.tables import checks
+from kiq.progress import QueryProgress, SourceProgress, State
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
-# How often the driver publishes; a running query's record older than STALE_S is stale
-# (its driver died or cannot reach Kafka).
+# How often the driver publishes (a record older than kiq.progress.STALE_S is stale).
 EVERY_S = 2.0
-STALE_S = 15.0
 # Compacted, and rolled every minute so the cleaner can keep it a record per query.
 TOPIC_CONFIG = {
     "cleanup.policy": "compact",
@@ -44,86 +41,8 @@ TOPIC_CONFIG = {
     "min.cleanable.dirty.ratio": "0.1",
 }
 
-State = Literal["running", "stopped", "failed"]
 # Per input topic, per partition: an offset.
 Offsets = dict[str, dict[int, int]]
-
-
-class SourceProgress(msgspec.Struct, frozen=True):
-    """One input of a query: Spark's description of it, and the records its last batch left
-    in Kafka (None: not a Kafka source, or not known)."""
-
-    source: str
-    behind: int | None = None
-
-
-class QueryProgress(msgspec.Struct, frozen=True, kw_only=True):
-    """A query's latest progress. ``batch_ms`` is its last batch's that read rows;
-    ``behind`` sums its sources'; ``reported_ms`` is when the batch ended (Spark's clock),
-    ``published_ms`` when the driver last wrote the record.
-
-    Where the rates come from is ``rates_from``: ``spark``, both the last batch's as Spark
-    measured them; ``kafka``, a Real-Time Mode query's input rate counted by kiq from its
-    input topics' log ends (``kiq.pipelines.rates``), the processed rate Spark's for the
-    last batch that ended; ``none``, no batch has ended and nothing is counted yet. A
-    processed rate is known only once a batch has ended (``batch`` 0 or more)."""
-
-    app: str
-    pipeline: str
-    query: str
-    trigger: str = "microbatch"  # or "realtime"
-    rates_from: str = "spark"  # or "kafka", "none"
-    state: State = "running"
-    batch: int = -1  # none yet
-    input_rows: int = 0
-    input_rows_per_s: float = 0.0
-    processed_rows_per_s: float = 0.0
-    batch_ms: int | None = None
-    behind: int | None = None
-    sources: tuple[SourceProgress, ...] = ()
-    reported_ms: int = 0
-    published_ms: int = 0
-    error: str = ""
-
-    @property
-    def key(self) -> str:
-        return progress_key(self.app, self.pipeline, self.query)
-
-    def encode(self) -> bytes:
-        return msgspec.json.encode(self)
-
-    def check(self, key: str) -> None:
-        """Its schema (``kiq.tables.checks``): bounded names, text and numbers, its own key.
-        A driver's record is shown by every node; a forged one is refused, not shown."""
-        checks.app(self.app)
-        checks.pipeline(self.pipeline)
-        checks.text(self.query, "query", 200)
-        checks.text(self.trigger, "trigger", 40)
-        checks.text(self.rates_from, "rates_from", 40)
-        checks.count(self.batch, "batch", minimum=-1)
-        checks.count(self.input_rows, "input_rows")
-        checks.rate(self.input_rows_per_s, "input_rows_per_s")
-        checks.rate(self.processed_rows_per_s, "processed_rows_per_s")
-        for field, value in (("batch_ms", self.batch_ms), ("behind", self.behind)):
-            if value is not None:
-                checks.count(value, field)
-        checks.items(self.sources, "sources", 64)
-        for source in self.sources:
-            checks.text(source.source, "a source", 4_000, lines=True)
-            if source.behind is not None:
-                checks.count(source.behind, "a source's behind")
-        checks.count(self.reported_ms, "reported_ms", checks.MAX_MS)
-        checks.count(self.published_ms, "published_ms", checks.MAX_MS)
-        checks.text(self.error, "error", 100_000, raw=True)
-        checks.key(key, self.key)
-
-    def stale(self, now_ms: int) -> bool:
-        """A running query not heard of for ``STALE_S``: its driver is gone or cut off."""
-        return self.state == "running" and now_ms - self.published_ms > STALE_S * 1000
-
-
-def progress_key(app: str, pipeline: str, query: str) -> str:
-    return f"{app}/{pipeline}/{query}"
 
 
 def offsets_of(value: Any) -> Offsets:
@@ -206,29 +125,15 @@ def _rate(value: Any) -> float:
     return rate if rate == rate else 0.0
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def _epoch_ms(timestamp: Any) -> int:
     try:
         return int(datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp() * 1000)
     except ValueError:
         return 0
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def decode_progress(records: Mapping[str, bytes], app: str | None = None) -> list[QueryProgress]:
-    """The queries' progress in a read of the topic (``app``'s only, when given), by key; a
-    record this kiq cannot read, or that breaks its schema (``QueryProgress.check``), is
-    logged once and skipped."""
-    found = []
-    for key in sorted(records):
-        progress = checks.decode(PROGRESS_TOPIC, key, records[key], QueryProgress)
-        if progress is None:
-            continue
-        if app is None or progress.app == app:
-            found.append(progress)
-    return found
 
 
 def with_rates(record: QueryProgress, arriving: float | None) -> QueryProgress:
@@ -388,63 +293,6 @@ class ProgressPublisher:
         self._out = None
 
 
-class ProgressReader:
-    """The published progress of ``app``'s queries, for a node's GET /v1/pipelines and `kiq
-    up`'s console: the topic read to its end at most every ``ttl_s``, however many ask.
-
-    ``read_latest`` is how the topic is read (``kiq.kafka.compacted.read_latest``).
-    """
-
-    def __init__(
-        self,
-        bootstrap: str,
-        app: str,
-        *,
-        security: KafkaSecurity = PLAINTEXT,
-        ttl_s: float = 1.5,
-        read_latest: Callable[..., dict[str, bytes]] = compacted.read_latest,
-    ) -> None:
-        self._bootstrap = bootstrap
-        self._app = app
-        self._security = security
-        self._ttl_s = ttl_s
-        self._read_latest = read_latest
-        self._lock = threading.Lock()
-        self._read_at = float("-inf")
-        self._queries: list[QueryProgress] = []
-        self._error = ""
-
-    def queries(self) -> tuple[list[QueryProgress], str]:
-        """The queries' progress by key, and why the last read failed ("" if it did not; the
-        progress is then the last read's). Blocks while the topic is read."""
-        with self._lock:
-            if time.monotonic() - self._read_at >= self._ttl_s:
-                try:
-                    found = self._read_latest(
-                        self._bootstrap, PROGRESS_TOPIC, security=self._security, timeout_s=5.0
-                    )
-                    self._queries, self._error = decode_progress(found, self._app), ""
-                except Exception as exc:  # KiqError, or the client's: say it, keep the last
-                    self._error = str(exc) or type(exc).__name__
-                self._read_at = time.monotonic()
-            return self._queries, self._error
-
-    def summary(self) -> dict[str, Any]:
-        """What GET /v1/pipelines answers: each query's progress, whether it is stale, and
-        the read's error, if any."""
-        queries, error = self.queries()
-        now = _now_ms()
-        return {
-            "app": self._app,
-            "topic": PROGRESS_TOPIC,
-            "queries": [
-                {**msgspec.to_builtins(q), "stale": q.stale(now), "age_s": _age(q, now)}
-                for q in queries
-            ],
-            "error": error or None,
-        }
-
-
 def _running_sources(query: StreamingQuery) -> list[str]:
     """How a running query's sources describe themselves (as its progress would), asked of
     the driver's JVM; none when this Spark does not answer so."""
@@ -454,7 +302,3 @@ def _running_sources(query: StreamingQuery) -> list[str]:
     except Exception as exc:  # py4j: another Spark's internals, or a query stopping
         log.debug("query %s: its sources are not known (%s)", query.name, exc)
         return []
-
-
-def _age(progress: QueryProgress, now_ms: int) -> float:
-    return round(max(0, now_ms - progress.published_ms) / 1000, 1)

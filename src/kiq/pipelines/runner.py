@@ -22,11 +22,12 @@ from kiq.errors import ConfigError, KiqError
 from kiq.kafka import compacted
 from kiq.pipelines.context import COMPACTED, Context
 from kiq.pipelines.kafka_io import StreamOptions
-from kiq.pipelines.progress import ProgressPublisher, State
+from kiq.pipelines.progress import ProgressPublisher
 from kiq.pipelines.realtime import realtime_local_master
 from kiq.pipelines.session import build_session
 from kiq.pipelines.shutdown import quiet_interrupted_batches, wait_for_tasks
 from kiq.pipelines.targets import Target
+from kiq.progress import State
 from kiq.runtime.jars import partitioner_jar
 from kiq.runtime.pipeline_errors import PipelineFailed, PipelineFailure, brief, raised_at
 from kiq.runtime.signals import STOP_SIGNALS

@@ -2,23 +2,8 @@
 
 For development, tests and the demo. Production points kiq at an existing Kafka
 cluster and Spark master instead (docs/guides/configuration.md).
+
+Nothing is imported here: a serving node uses ``signals``, ``ports`` and ``processes``
+(its read workers), and must not load the launcher (``broker``, ``nodes``,
+``pipelines``, ``spark_cluster``, ...) with them. Import each from its own module.
 """
-
-from kiq.runtime.broker import BrokerStatus, LocalBroker
-from kiq.runtime.jars import kafka_broker_classpath, spark_connector_jars
-from kiq.runtime.java import java_executable
-from kiq.runtime.nodes import LocalNode
-from kiq.runtime.pipelines import LocalPipeline
-from kiq.runtime.ports import free_port, free_ports
-
-__all__ = [
-    "BrokerStatus",
-    "LocalBroker",
-    "LocalNode",
-    "LocalPipeline",
-    "free_port",
-    "free_ports",
-    "java_executable",
-    "kafka_broker_classpath",
-    "spark_connector_jars",
-]

@@ -2,7 +2,7 @@
 JSON file beside its log where `kiq up` finds it without reading Spark's log lines.
 
 The driver (`kiq pipeline run`) writes the file named by ``KIQ_PIPELINE_ERROR_FILE`` when it
-stops on an error; ``kiq.runtime.LocalPipeline`` hands it that name and reads it back.
+stops on an error; ``kiq.runtime.pipelines.LocalPipeline`` hands it that name and reads it back.
 """
 
 from __future__ import annotations

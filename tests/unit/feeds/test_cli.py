@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kiq.cli.main import app
-from kiq.runtime import free_port
+from kiq.runtime.ports import free_port
 
 runner = CliRunner()
 

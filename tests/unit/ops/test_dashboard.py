@@ -13,7 +13,7 @@ import pytest
 
 from kiq.metrics import LATENCY_BUCKETS
 from kiq.ops.dashboard import ASSETS, pipelines_json, quantile
-from kiq.pipelines.progress import ProgressReader, QueryProgress
+from kiq.progress import ProgressReader, QueryProgress
 from kiq.replicas import ReplicaState
 from kiq.security import ClusterKey, Security, TokenCache, TokenVerifier
 from kiq.security.keys import SecretKey

@@ -10,16 +10,8 @@ import pytest
 
 from kiq.catalog import PROGRESS_TOPIC
 from kiq.errors import KiqError
-from kiq.pipelines.progress import (
-    STALE_S,
-    ProgressReader,
-    QueryProgress,
-    behind,
-    decode_progress,
-    from_spark,
-    offsets_of,
-    with_busy_time,
-)
+from kiq.pipelines.progress import behind, from_spark, offsets_of, with_busy_time
+from kiq.progress import STALE_S, ProgressReader, QueryProgress, decode_progress
 
 # As Spark 4 writes a micro-batch's progress (StreamingQueryProgress.json), trimmed.
 SPARK = {

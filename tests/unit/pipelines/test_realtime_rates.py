@@ -14,8 +14,9 @@ import pytest
 from rich.console import Console
 
 from kiq.cli.progress_view import RATES_NOTE, progress_lines, progress_table
-from kiq.pipelines.progress import QueryProgress, decode_progress, from_spark, with_rates
+from kiq.pipelines.progress import from_spark, with_rates
 from kiq.pipelines.rates import ArrivalRate, arrived, subscribed_topics
+from kiq.progress import QueryProgress, decode_progress
 
 CAPTURED = json.loads((Path(__file__).parent / "realtime_progress.json").read_text())
 REALTIME: list[dict[str, Any]] = CAPTURED["realtime"]

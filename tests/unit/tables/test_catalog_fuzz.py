@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from kiq import node_catalog, stores
 from kiq.kafka import PLAINTEXT
 from kiq.node_catalog import NodeCatalog
-from kiq.pipelines.progress import decode_progress
+from kiq.progress import decode_progress
 from kiq.tables import TableRuntime, checks
 from kiq.tables.declared import Declared, decode_catalog, decode_started, resolve_tables
 from kiq.tables.versions import Alias, decode_aliases

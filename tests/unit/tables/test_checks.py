@@ -12,7 +12,7 @@ import pytest
 
 from kiq.catalog import CATALOG_TOPIC
 from kiq.errors import ConfigError
-from kiq.pipelines.progress import QueryProgress, SourceProgress, decode_progress
+from kiq.progress import QueryProgress, SourceProgress, decode_progress
 from kiq.tables import checks, parse_table
 from kiq.tables.declared import (
     Declared,
