@@ -100,7 +100,7 @@ class _Seconds(Protocol):
 
 
 class HedgeStats:
-    """Hedged forwarding (``routing/hedging.py``) in plain ints, as ``RouteStats``.
+    """Hedged forwarding (``peers/hedging.py``) in plain ints, as ``RouteStats``.
 
     ``lookups`` forwarded; ``hedged`` extra lookups sent because the first target
     was slower than the delay (``to_local`` of them answered from this node's own

@@ -23,10 +23,9 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
 
 from kiq.api import openapi
-from kiq.api.auth import Access, guard_lookup
+from kiq.api.auth import Access, caller, guard_lookup
 from kiq.api.batches import Batches
-from kiq.api.channel import LookupChannels
-from kiq.api.errors import send_error
+from kiq.api.errors import error_response, send_error
 from kiq.api.handlers import Handlers
 from kiq.api.holds import Holds
 from kiq.api.limits import Lookup, RateLimiter, limit_lookups
@@ -41,7 +40,9 @@ from kiq.live import Watches
 from kiq.node import NodeView, ServedNode
 from kiq.ops.dashboard import PipelineProgress
 from kiq.ops.versions import CatalogAdmin, VersionsApi
-from kiq.routing import HedgePolicy, Peers, ReplicaReader, Router
+from kiq.peers import HedgePolicy, Peers
+from kiq.peers.channel_server import LookupChannels
+from kiq.routing import ReplicaReader, Router
 from kiq.security import Security
 from kiq.settings import LimitsSettings
 
@@ -114,7 +115,8 @@ class KiqApp:
         self.peers = peers
         reader = ReplicaReader(view, self.router, peers, limits)
         self.lookups = Lookups(view, reader, peers)
-        self._channels = LookupChannels(self.lookups, self.access)  # peers' lookup batches
+        # peers' lookup batches, checked and answered as POST /v1/internal/lookups would be
+        self._channels = LookupChannels(self.lookups, self.access, caller, error_response)
         self.batches = Batches(view, reader, limits.max_multiget_keys)
         self._writer = writer
         declared = list(declared_routes(endpoints, base))

@@ -391,7 +391,7 @@ class ServeSettings(_Section):
     ready_max_lag: int = Field(1000, ge=0)
     linger_s: float = Field(30.0, ge=0)
     forward_timeout_ms: int = Field(2000, gt=0)
-    # Hedged forwarding (routing/hedging.py): a forwarded lookup the first replica has
+    # Hedged forwarding (peers/hedging.py): a forwarded lookup the first replica has
     # not answered within this percentile of recent forward latencies, kept between
     # the floor and the cap, goes to the next replica too. A cap of 0 turns it off.
     forward_hedge_percentile: float = Field(99.0, gt=0, le=100)

@@ -22,8 +22,8 @@ import httpx
 import jwt
 import pytest
 
-from kiq.routing.channel import ChannelRefused, Channels
-from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, encode
+from kiq.peers.channel import ChannelRefused, Channels
+from kiq.peers.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, encode
 from kiq.runtime.nodes import LocalNode
 from tests.integration.kafka_io import produce
 from tests.integration.test_serving import Cluster, end_offsets, wait_applied

@@ -20,8 +20,8 @@ from confluent_kafka import Producer
 
 from kiq.kafka import producer_config
 from kiq.partitioning import partition_for
-from kiq.routing.channel import Channels
-from kiq.routing.wire import (
+from kiq.peers.channel import Channels
+from kiq.peers.wire import (
     FORWARDED,
     INTERNAL_LOOKUPS,
     MSGPACK,

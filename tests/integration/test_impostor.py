@@ -28,7 +28,7 @@ from confluent_kafka import Consumer
 
 from kiq.client import Client, Unavailable
 from kiq.partitioning import partition_for
-from kiq.routing.wire import (
+from kiq.peers.wire import (
     INTERNAL_HELLO,
     LookupResult,
     MultigetResult,

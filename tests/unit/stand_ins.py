@@ -28,8 +28,9 @@ from kiq.kafka.reader import Fetched
 from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
 from kiq.partitioning import partition_for
+from kiq.peers import Peers
 from kiq.replicas import Materializer, ReplicaState
-from kiq.routing import Peers, Router
+from kiq.routing import Router
 from kiq.security import Security
 from kiq.server import KiqApp, create_app
 from kiq.settings import LimitsSettings, ServeSettings

@@ -43,7 +43,7 @@ from kiq.api.errors import (
 )
 from kiq.api.limits import Asgi, Lookup, RateLimiter, client_address
 from kiq.api.spec import Rule
-from kiq.routing.wire import PRINCIPAL as PRINCIPAL_HEADER
+from kiq.peers.wire import PRINCIPAL as PRINCIPAL_HEADER
 from kiq.security import (
     ADMIN,
     CLUSTER_HEADER,

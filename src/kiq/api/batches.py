@@ -35,8 +35,8 @@ from kiq.api.errors import (
 )
 from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param
 from kiq.node import NodeView
-from kiq.routing import Item, ReplicaReader, Source
-from kiq.routing.wire import (
+from kiq.peers import Item, Source
+from kiq.peers.wire import (
     DecodeError,
     MultigetResult,
     ScanResult,
@@ -45,6 +45,7 @@ from kiq.routing.wire import (
     decode_top,
     encode,
 )
+from kiq.routing import ReplicaReader
 from kiq.security import VerifiedCaller, read_scope
 from kiq.stores.base import prefix_end
 from kiq.stores.rank import merge_heads

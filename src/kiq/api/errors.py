@@ -61,7 +61,7 @@ from kiq.http_errors import (
 from kiq.http_errors import (
     UnknownTable as UnknownTable,
 )
-from kiq.routing.wire import LookupResult, Outcome
+from kiq.peers.wire import LookupResult, Outcome
 from kiq.security import read_scope
 from kiq.tables.versions import public_name
 

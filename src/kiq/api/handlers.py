@@ -29,8 +29,8 @@ from kiq.api.watch import SubscriptionFrames, WatchApi, keys_of, keys_of_body
 from kiq.node import NodeView
 from kiq.ops import admin, dashboard
 from kiq.ops.versions import VersionsApi
-from kiq.routing import Peers
-from kiq.routing.wire import MSGPACK, decode_changes, encode
+from kiq.peers import Peers
+from kiq.peers.wire import MSGPACK, decode_changes, encode
 from kiq.tables import TableRuntime
 
 _B = TypeVar("_B", bodies.Switch, bodies.Retire)

@@ -35,10 +35,11 @@ from kiq.api.params import bool_param, check_key, int_param, key_from_path
 from kiq.errors import StoreClosedError
 from kiq.node import NodeView
 from kiq.ops.proven import may_redirect
+from kiq.peers import FORWARDED, LookupResult, Outcome, Peers
+from kiq.peers.wire import DecodeError, Lookup, decode_lookups, encode
 from kiq.replicas import ReplicaState
-from kiq.routing import FORWARDED, LookupResult, Outcome, Peers, ReplicaReader
+from kiq.routing import ReplicaReader
 from kiq.routing.local import MOVED
-from kiq.routing.wire import DecodeError, Lookup, decode_lookups, encode
 from kiq.security import VerifiedCaller
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
 from kiq.tables.versions import public_name

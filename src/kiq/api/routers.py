@@ -30,7 +30,7 @@ from kiq.api.precedence import specificity
 from kiq.api.routes import CORE, MEMBERS
 from kiq.api.spec import RouteSpec, Rule
 from kiq.metrics import NodeMetrics
-from kiq.routing.wire import INTERNAL_LOOKUPS
+from kiq.peers.wire import INTERNAL_LOOKUPS
 
 
 class _Route(Route):

@@ -25,8 +25,8 @@ from kiq.api.handlers import Handlers
 from kiq.api.lookups import MAX_WAIT_MS
 from kiq.api.spec import Answer, Doc, Header, Param, RouteSpec, Rule, reserved
 from kiq.api.watch import MAX_WATCH_KEYS
-from kiq.routing import wire
-from kiq.routing.wire import (
+from kiq.peers import wire
+from kiq.peers.wire import (
     INTERNAL_CHANGES,
     INTERNAL_HELLO,
     INTERNAL_LOOKUPS,
@@ -60,7 +60,7 @@ _PAGE = {"200": Answer("the file", (("text/html", str),))}  # the dashboard's
 
 
 def _internal(summary: str, body: Any, answer: Any) -> Doc:
-    """A node-to-node route: msgpack both ways (routing/wire.py); not in the document."""
+    """A node-to-node route: msgpack both ways (peers/wire.py); not in the document."""
     content = ((MSGPACK, answer),) if answer is not None else _BYTES
     return Doc(summary, body=body, media=MSGPACK, answers={"200": Answer("sealed", content)})
 

@@ -73,7 +73,7 @@ from kiq.app.principal import Principal
 from kiq.app.results import Many, Page, Read, Served, Windows
 from kiq.app.streams import EventFrames, ServerEvent, Watch
 from kiq.errors import ConfigError
-from kiq.routing import Outcome
+from kiq.peers import Outcome
 from kiq.security import VerifiedCaller, read_scope
 from kiq.tables import TableRuntime
 

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from kiq.api.batches import value_json
-from kiq.routing import Source
+from kiq.peers import Source
 from kiq.tables import TableRuntime
 from kiq.tables.windows import split_window_key
 

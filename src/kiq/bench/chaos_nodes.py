@@ -9,7 +9,7 @@ every node: ``records_lost`` counts those that never are.
 
 - ``sigstop``: n2 is stopped (SIGSTOP) for ``fault_s`` and continued; readers
   never go through it. It still owns partitions until the group's session times
-  out, so lookups forwarded to it are what hedging (``routing/hedging.py``)
+  out, so lookups forwarded to it are what hedging (``peers/hedging.py``)
   answers elsewhere. Recovery: SIGCONT → the three nodes settled again.
 - ``kill``: n2 is killed (-9). Recovery: the kill → the two survivors settled;
   then it is started again (``rejoin_s``: start → three settled).

@@ -19,12 +19,12 @@ from kiq.errors import StoreClosedError
 from kiq.live.events import Cursor, Kind
 from kiq.live.feeds import UNKNOWN, Feed
 from kiq.live.subscription import Subscription
+from kiq.peers.wire import Changes
 from kiq.replicas import ReplicaState
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.replicas.taps import Taps
 from kiq.routing import ReplicaReader, servable
 from kiq.routing.local import MAX_PREFIX_KEYS
-from kiq.routing.wire import Changes
 from kiq.stores.base import Change, prefix_end
 
 log = logging.getLogger(__name__)

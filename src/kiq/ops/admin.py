@@ -20,8 +20,8 @@ from prometheus_client import generate_latest
 from kiq.cluster import Member
 from kiq.node import NodeView
 from kiq.ops.proven import proven_members
-from kiq.routing import NodeStatus, PeerError, Peers
-from kiq.routing.wire import ReplicaStatus, encode
+from kiq.peers import NodeStatus, PeerError, Peers
+from kiq.peers.wire import ReplicaStatus, encode
 
 log = logging.getLogger(__name__)
 

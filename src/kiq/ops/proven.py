@@ -15,7 +15,7 @@ import asyncio
 
 from kiq.cluster import Member
 from kiq.node import NodeView
-from kiq.routing import Peers
+from kiq.peers import Peers
 
 # The longest /v1/metadata or a redirect waits for a member not yet proven to prove itself.
 PROOF_WAIT_S = 1.0

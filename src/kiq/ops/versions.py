@@ -28,8 +28,8 @@ from kiq.http_errors import ApiError, BadRequest, Unavailable, UnknownTable
 from kiq.node import NodeView
 from kiq.ops.admin import own_status
 from kiq.ops.dashboard import PipelineProgress
-from kiq.routing import NodeStatus, PeerError, Peers
-from kiq.routing.wire import ReplicaStatus
+from kiq.peers import NodeStatus, PeerError, Peers
+from kiq.peers.wire import ReplicaStatus
 from kiq.tables import TableRuntime
 from kiq.tables.declared import catalog_key
 from kiq.tables.retire import Kept, RetireTopics, input_topics, retire_topics, sharing_run

@@ -1,35 +1,8 @@
-"""Which replica answers a request, and getting the answer from another node."""
+"""Which replica answers a request: the order of a partition's replicas (``router.py``),
+this node's own (``local.py``), and trying them in turn (``reader.py``); asking another
+node is ``kiq.peers``."""
 
-from kiq.routing.errors import PeerError
-from kiq.routing.hedging import HedgePolicy
-from kiq.routing.peers import Peers
 from kiq.routing.reader import ReplicaReader
 from kiq.routing.router import LOCAL, Router, servable
-from kiq.routing.wire import (
-    FORWARDED,
-    Item,
-    LookupResult,
-    MultigetResult,
-    NodeStatus,
-    Outcome,
-    ScanResult,
-    Source,
-)
 
-__all__ = [
-    "FORWARDED",
-    "LOCAL",
-    "HedgePolicy",
-    "Item",
-    "LookupResult",
-    "MultigetResult",
-    "NodeStatus",
-    "Outcome",
-    "PeerError",
-    "Peers",
-    "ReplicaReader",
-    "Router",
-    "ScanResult",
-    "Source",
-    "servable",
-]
+__all__ = ["LOCAL", "ReplicaReader", "Router", "servable"]

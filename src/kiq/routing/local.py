@@ -23,12 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 from kiq.errors import StoreClosedError
-from kiq.replicas import ReplicaState
-from kiq.replicas.aging import Aging
-from kiq.replicas.replica import ReadOnlyReplica
-from kiq.replicas.waits import Parking, wait_applied
-from kiq.routing.router import servable
-from kiq.routing.wire import (
+from kiq.peers.wire import (
     Changes,
     ChangesResult,
     Item,
@@ -37,6 +32,11 @@ from kiq.routing.wire import (
     ScanResult,
     Source,
 )
+from kiq.replicas import ReplicaState
+from kiq.replicas.aging import Aging
+from kiq.replicas.replica import ReadOnlyReplica
+from kiq.replicas.waits import Parking, wait_applied
+from kiq.routing.router import servable
 from kiq.settings import LimitsSettings
 from kiq.stores.base import ReadOnlyStore, prefix_end
 

@@ -25,13 +25,13 @@ from typing import Protocol
 
 from kiq.cluster import ClusterView
 from kiq.metrics import NodeMetrics
+from kiq.peers.client import Peers
+from kiq.peers.errors import PeerError
+from kiq.peers.wire import Changes, ChangesResult, LookupResult, Outcome, ScanResult, Source
 from kiq.replicas import ReplicaState
 from kiq.replicas.replica import ReadOnlyReplica
-from kiq.routing.errors import PeerError
 from kiq.routing.local import LocalReplicas
-from kiq.routing.peers import Peers
 from kiq.routing.router import LOCAL, Router, servable
-from kiq.routing.wire import Changes, ChangesResult, LookupResult, Outcome, ScanResult, Source
 from kiq.settings import LimitsSettings
 
 log = logging.getLogger(__name__)

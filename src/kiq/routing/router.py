@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Final
 
 from kiq.cluster import ClusterView
+from kiq.peers.wire import LOCAL as LOCAL  # the routing's name for this node, too
 from kiq.replicas.replica import ReadOnlyReplica
 
-LOCAL: Final = "local"
 SUSPECT_AFTER = 3  # races lost in a row without an answer before a node is avoided
 _UNTIL_IT_ANSWERS = math.inf
 

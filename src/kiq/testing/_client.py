@@ -27,8 +27,9 @@ import orjson
 from kiq import Principal, Routes
 from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
+from kiq.peers import Peers
 from kiq.replicas import Materializer
-from kiq.routing import Peers, Router
+from kiq.routing import Router
 from kiq.security import Security, TokenCache, TokenVerifier
 from kiq.security.keys import HMAC_ALGORITHMS
 from kiq.server import KiqApp, create_app

@@ -19,8 +19,8 @@ import orjson
 
 from kiq.api.asgi import Receive, Scope, Send, respond
 from kiq.api.routes import is_core
-from kiq.routing import FORWARDED
-from kiq.routing.frames import TRY_AGAIN_LATER
+from kiq.peers import FORWARDED
+from kiq.peers.frames import TRY_AGAIN_LATER
 from kiq.server import KiqApp
 from kiq.workers.state import CLIENT_HEADER, TOKEN_HEADER
 
@@ -160,7 +160,7 @@ class WorkerApp:
             with contextlib.suppress(Exception):
                 await self._home.aclose()
         elif kind == "websocket":
-            # A peer's lookup channel (routing/channel.py) belongs to the node: refused
+            # A peer's lookup channel (peers/channel.py) belongs to the node: refused
             # here, the peer sends that batch over HTTP, which the node answers.
             await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
 

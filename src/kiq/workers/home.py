@@ -42,7 +42,7 @@ from kiq.api.limits import count_node_wide
 from kiq.api.node_buckets import BucketTable
 from kiq.errors import KiqError
 from kiq.node import Node
-from kiq.routing.pool import UNIX
+from kiq.peers.pool import UNIX
 from kiq.runtime import processes
 from kiq.settings import LimitsSettings
 from kiq.workers.state import (

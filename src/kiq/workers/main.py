@@ -21,7 +21,7 @@ from kiq.api.node_buckets import BucketTable
 from kiq.kafka import KafkaSecurity
 from kiq.logs import setup_logging
 from kiq.node_build import LogWriter, app_endpoints, peer_ssl
-from kiq.routing.pool import UNIX
+from kiq.peers.pool import UNIX
 from kiq.runtime.signals import STOP_SIGNALS
 from kiq.security import security_for
 from kiq.security import tls as tls_contexts

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from kiq.errors import WriteFailed
+from kiq.peers.wire import INTERNAL_SCAN, Scan, decode_scan_result, encode
 from kiq.replicas import ReplicaState
-from kiq.routing.wire import INTERNAL_SCAN, Scan, decode_scan_result, encode
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
 
 PARTITIONS = 4

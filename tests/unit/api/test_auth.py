@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from kiq.partitioning import partition_for
-from kiq.replicas import ReplicaState
-from kiq.routing.wire import (
+from kiq.peers.wire import (
     INTERNAL_LOOKUPS,
     PRINCIPAL,
     Lookup,
@@ -23,6 +22,7 @@ from kiq.routing.wire import (
     decode_results,
     encode,
 )
+from kiq.replicas import ReplicaState
 from kiq.security import (
     CLUSTER_HEADER,
     ClusterKey,

@@ -19,12 +19,13 @@ from kiq.api.errors import ApiError, Unavailable
 from kiq.cluster import ClusterView, Member, PartitionReplicas
 from kiq.metrics import NodeMetrics
 from kiq.partitioning import partition_for
+from kiq.peers import Peers
+from kiq.peers.wire import INTERNAL_MULTIGET, INTERNAL_SCAN
 from kiq.replicas import Replica, Role
-from kiq.routing import Peers, ReplicaReader, Router
-from kiq.routing.wire import INTERNAL_MULTIGET, INTERNAL_SCAN
+from kiq.routing import ReplicaReader, Router
 from kiq.stores import MemoryPartitionStore
 from kiq.tables import TableRuntime, codec_for, parse_table
-from tests.unit.routing.servers import Answer, Request, serving
+from tests.unit.peers.servers import Answer, Request, serving
 
 PARTITIONS = 4
 SPEC = parse_table("t=topic-t")

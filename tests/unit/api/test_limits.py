@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from kiq.api.limits import RateLimiter, caller_of
+from kiq.peers.wire import INTERNAL_MULTIGET, Multiget, encode
 from kiq.replicas import ReplicaState
-from kiq.routing.wire import INTERNAL_MULTIGET, Multiget, encode
 from kiq.settings import LimitsSettings
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
 

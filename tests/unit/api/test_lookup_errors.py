@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from kiq.api.errors import lookup_error
-from kiq.routing import LookupResult, Outcome
+from kiq.peers import LookupResult, Outcome
 
 STATUS = {
     Outcome.MISSING: (404, "not_found"),

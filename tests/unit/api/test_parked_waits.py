@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from kiq.kafka.reader import Fetched, Record
+from kiq.peers.wire import Lookup, Outcome, decode_results, encode
 from kiq.replicas import Replica, ReplicaState
 from kiq.replicas.waits import Parking
-from kiq.routing.wire import Lookup, Outcome, decode_results, encode
 from kiq.security import VerifiedCaller
 from kiq.security.scopes import Grants
 from kiq.settings import LimitsSettings

@@ -28,8 +28,8 @@ from kiq.api.openapi import documented_path
 from kiq.api.routers import app_router
 from kiq.api.routes import CORE, LOOKUP, OPEN, RESERVED, is_core
 from kiq.api.spec import Doc, RouteSpec, Rule, prefix
+from kiq.peers.wire import PRINCIPAL
 from kiq.replicas import ReplicaState
-from kiq.routing.wire import PRINCIPAL
 from kiq.security import (
     CLUSTER_HEADER,
     ClusterKey,

@@ -16,8 +16,8 @@ import orjson
 import pytest
 
 from kiq import BadRequest, Page, Tables, Unavailable
+from kiq.peers.wire import INTERNAL_TOP, Top, decode_top, encode
 from kiq.replicas import ReplicaState
-from kiq.routing.wire import INTERNAL_TOP, Top, decode_top, encode
 from kiq.tables import parse_table
 from tests.unit import stand_ins
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until

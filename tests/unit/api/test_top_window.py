@@ -16,8 +16,8 @@ import orjson
 import pytest
 
 from kiq import BadRequest, Tables
-from kiq.routing.errors import PeerError
-from kiq.routing.wire import ScanResult, decode_scan_result, encode
+from kiq.peers.errors import PeerError
+from kiq.peers.wire import ScanResult, decode_scan_result, encode
 from kiq.tables import parse_table
 from tests.unit import stand_ins
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from kiq.peers.wire import Changes
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
 from kiq.routing.local import LocalReplicas
-from kiq.routing.wire import Changes
 from kiq.stores import MemoryPartitionStore
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 from kiq.live.feeds import UNKNOWN, Feed
 from kiq.live.subscription import Subscription
-from kiq.routing.wire import ChangesResult, Source
+from kiq.peers.wire import ChangesResult, Source
 
 
 def sub(keys=(), prefixes=()) -> Subscription:

@@ -19,7 +19,7 @@ import pytest
 
 from kiq.ops import proven
 from kiq.partitioning import partition_for
-from kiq.routing.wire import INTERNAL_HELLO
+from kiq.peers.wire import INTERNAL_HELLO
 from kiq.security import ClusterKey, Security, TokenCache, TokenVerifier
 from kiq.security.keys import SecretKey
 from tests.unit.security.keys import hs256, secret_file

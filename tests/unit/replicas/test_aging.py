@@ -10,13 +10,13 @@ import pytest
 
 from kiq.kafka.reader import Fetched, Record
 from kiq.metrics import NodeMetrics
+from kiq.peers.wire import Outcome
 from kiq.replicas.aging import EXPIRE_BELOW, Aging, guard, shift
 from kiq.replicas.expiry import ExpirySweeper, Outgoing, sweep_interval_s
 from kiq.replicas.materializer import Materializer
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
 from kiq.routing.local import LocalReplicas
-from kiq.routing.wire import Outcome
 from kiq.stores import MemoryPartitionStore
 from kiq.tables import TableRuntime, TableSpec
 from kiq.tables.codecs import JsonCodec

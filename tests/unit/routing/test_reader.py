@@ -13,9 +13,10 @@ from typing import Any
 
 from kiq.cluster import ClusterView, Member, PartitionReplicas
 from kiq.metrics import NodeMetrics
+from kiq.peers import LookupResult, Outcome, PeerError
+from kiq.peers.wire import Item, MultigetResult, ScanResult
 from kiq.replicas import Replica, ReplicaState, Role
-from kiq.routing import LookupResult, Outcome, PeerError, ReplicaReader, Router
-from kiq.routing.wire import Item, MultigetResult, ScanResult
+from kiq.routing import ReplicaReader, Router
 from kiq.stores import MemoryPartitionStore
 
 URL = {n: f"http://{n}.test" for n in ("a", "b", "c")}

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 import msgspec
 import pytest
 
-from kiq.routing import PeerError, Peers, Router
-from kiq.routing.wire import (
+from kiq.peers import PeerError, Peers
+from kiq.peers.wire import (
     INTERNAL_SCAN,
     Multiget,
     MultigetResult,
@@ -23,7 +23,8 @@ from kiq.routing.wire import (
     decode_scan_result,
     encode,
 )
-from tests.unit.routing.servers import Answer, Request, Server, serving
+from kiq.routing import Router
+from tests.unit.peers.servers import Answer, Request, Server, serving
 
 ITEMS = [(b"b", b"2"), (b"a", b"1")]
 

@@ -12,7 +12,7 @@ import pytest
 from kiq.api import limits
 from kiq.api.limits import NodeWideLimiter, RateLimiter
 from kiq.cluster import decode_client_id
-from kiq.routing.pool import ConnectionPool
+from kiq.peers.pool import ConnectionPool
 from kiq.settings import LimitsSettings
 from kiq.workers.home import Home, HomeApp
 from kiq.workers.server import http_server

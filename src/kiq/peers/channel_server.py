@@ -1,7 +1,7 @@
 """The receiving end of a peer's lookup channel: ``GET /v1/internal/channel``, upgraded.
 
 A peer sends its forwarded lookup batches as messages on one WebSocket
-(``routing/channel.py``) instead of a ``POST /v1/internal/lookups`` each: the server
+(``peers/channel.py``) instead of a ``POST /v1/internal/lookups`` each: the server
 then hands over one message per batch, with no request head to parse, no scope, no
 router. Each ``ChannelAsk`` is checked as its request would be: the upgrade by the
 internal paths' rule, each batch by ``Access.member`` over the same method, path, body,
@@ -25,14 +25,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from typing import Any, Protocol
 
-from kiq.api.asgi import Receive, Scope, Send
-from kiq.api.auth import Access, caller
-from kiq.api.errors import error_response
-from kiq.api.lookups import Lookups
-from kiq.routing.frames import GOING_AWAY, POLICY_VIOLATION, UNSUPPORTED_DATA
-from kiq.routing.wire import (
+from kiq.peers.frames import GOING_AWAY, POLICY_VIOLATION, UNSUPPORTED_DATA
+from kiq.peers.wire import (
     INTERNAL_CHANNEL,
     INTERNAL_LOOKUPS,
     PRINCIPAL,
@@ -46,6 +43,38 @@ from kiq.security import CLUSTER_HEADER
 
 log = logging.getLogger(__name__)
 
+Scope = MutableMapping[str, Any]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+
+
+class LocalLookups(Protocol):
+    """Where a batch is answered: this node's lookups (``kiq.api.lookups.Lookups``)."""
+
+    def internal_now(
+        self, body: bytes, caller: Any = None
+    ) -> tuple[list[Any], list[Coroutine[Any, Any, None]]]: ...
+
+    def record_internal(self, seconds: float) -> None: ...
+
+
+class MemberCheck(Protocol):
+    """Who may ask, as on every internal path (``kiq.api.auth.Access``)."""
+
+    def check_form(self, scope: Scope) -> None: ...
+
+    def member(
+        self, scope: Scope, body: bytes, admin: bool = False, for_caller: bool = True
+    ) -> None: ...
+
+    def seal(self, scope: Scope, answer: bytes) -> bytes: ...
+
+
+# The caller a checked request speaks for (``kiq.api.auth.caller``).
+CallerOf = Callable[[Scope], Any]
+# An exception as its status and body, as every route answers it (``kiq.api.errors``).
+ErrorResponse = Callable[[Exception, Scope], tuple[int, bytes]]
+
 _CLUSTER = CLUSTER_HEADER.encode()
 _PRINCIPAL = PRINCIPAL.encode()
 # What an ask stands for on a node that checks nothing: no headers, nobody's caller.
@@ -55,9 +84,17 @@ _OPEN: dict[str, Any] = {"type": "http", "method": "POST", "path": INTERNAL_LOOK
 class LookupChannels:
     """ASGI for the ``websocket`` scope: the lookup channels peers open to this node."""
 
-    def __init__(self, lookups: Lookups, access: Access | None) -> None:
+    def __init__(
+        self,
+        lookups: LocalLookups,
+        access: MemberCheck | None,
+        caller: CallerOf,
+        error_response: ErrorResponse,
+    ) -> None:
         self._lookups = lookups
         self._access = access
+        self._caller = caller
+        self._error_response = error_response
         # Each open channel: the task reading its asks, and the future set once it ended.
         self._open: dict[asyncio.Task[None], asyncio.Future[None]] = {}
         self._stopping = False
@@ -145,9 +182,9 @@ class LookupChannels:
         try:
             if access is not None:
                 access.member(request, ask.body)
-            results, waiting = self._lookups.internal_now(ask.body, caller(request))
+            results, waiting = self._lookups.internal_now(ask.body, self._caller(request))
         except Exception as exc:
-            status, body = error_response(exc, request)
+            status, body = self._error_response(exc, request)
             return encode(ChannelAnswer(ask.id, status, body))
         if waiting:
             task = asyncio.get_running_loop().create_task(

@@ -21,7 +21,7 @@ A channel that ends (the peer closed it, the connection broke, a frame made no s
 fails every batch waiting on it at once with ``ConnectionError``, the error a broken
 HTTP connection gives: the caller's next replica is asked at once, not after the
 timeout. A peer that is stopping says so first (close code 1001, going away,
-``api/channel.py``): granian, once told to stop, keeps an upgraded connection open but
+``peers/channel_server.py``): granian, once told to stop, keeps an upgraded connection open but
 delivers nothing the application sends on it, so a batch on the channel of a stopping
 node that had not said so would only end with its timeout. Batches to a peer that went
 away travel over HTTP for ``AWAY_RETRY_S`` (refused at once once the peer stops
@@ -37,7 +37,7 @@ import struct
 import time
 from collections.abc import Callable, Mapping
 
-from kiq.routing.frames import (
+from kiq.peers.frames import (
     BINARY,
     CLOSE,
     GOING_AWAY,
@@ -50,14 +50,14 @@ from kiq.routing.frames import (
     client_frame,
     new_key,
 )
-from kiq.routing.pool import (
+from kiq.peers.pool import (
     MAX_BODY_BYTES,
     MAX_HEAD_BYTES,
     address_of,
     host_of,
     request_bytes,
 )
-from kiq.routing.wire import (
+from kiq.peers.wire import (
     INTERNAL_CHANNEL,
     ChannelAsk,
     DecodeError,

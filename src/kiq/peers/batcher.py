@@ -25,8 +25,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from kiq.routing.errors import PeerError
-from kiq.routing.wire import Lookup, LookupResult, Outcome
+from kiq.peers.errors import PeerError
+from kiq.peers.wire import Lookup, LookupResult, Outcome
 
 MAX_BATCH = 256
 # Batches on the wire per (target, caller, waits) at once. While one is out,

@@ -37,13 +37,12 @@ from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 from kiq.metrics import HedgeStats
-from kiq.routing.batcher import MAX_BATCH, MAX_IN_FLIGHT, LookupBatcher
-from kiq.routing.channel import ChannelRefused, Channels
-from kiq.routing.errors import PeerError
-from kiq.routing.hedging import HedgePolicy, Hedger, LookupRace
-from kiq.routing.pool import ConnectionPool
-from kiq.routing.router import Router
-from kiq.routing.wire import (
+from kiq.peers.batcher import MAX_BATCH, MAX_IN_FLIGHT, LookupBatcher
+from kiq.peers.channel import ChannelRefused, Channels
+from kiq.peers.errors import PeerError
+from kiq.peers.hedging import HedgePolicy, Hedger, LookupRace
+from kiq.peers.pool import ConnectionPool
+from kiq.peers.wire import (
     FORWARDED,
     HEALTH_LIVE,
     INTERNAL_CHANGES,
@@ -105,13 +104,26 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+class PeerHealth(Protocol):
+    """What the client tells of each peer it calls, and asks before probing one: the
+    router's record (``kiq.routing.Router``), which orders the replicas by it."""
+
+    def failed(self, url: str) -> None: ...
+
+    def succeeded(self, url: str) -> None: ...
+
+    def unanswered(self, url: str) -> bool: ...
+
+    def suspect(self, url: str) -> bool: ...
+
+
 class Peers:
     """The client side of every node-to-node call."""
 
     def __init__(
         self,
         node_id: str,
-        router: Router,
+        router: PeerHealth,
         timeout_ms: int,
         cluster: ClusterKey | None = None,
         connect_timeout_s: float = 0.5,

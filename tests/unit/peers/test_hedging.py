@@ -17,12 +17,13 @@ import pytest
 
 from kiq.cluster import ClusterView, Member, PartitionReplicas
 from kiq.metrics import HedgeStats
-from kiq.routing import LOCAL, LookupResult, Outcome, Peers, Router
-from kiq.routing import peers as peers_module
-from kiq.routing.hedging import HedgeDelay, HedgePolicy, Hedger, LookupRace
+from kiq.peers import LookupResult, Outcome, Peers
+from kiq.peers import client as peers_module
+from kiq.peers.hedging import HedgeDelay, HedgePolicy, Hedger, LookupRace
+from kiq.peers.wire import HEALTH_LIVE, MSGPACK, Lookup, decode_lookups, encode
+from kiq.routing import LOCAL, Router
 from kiq.routing.router import SUSPECT_AFTER
-from kiq.routing.wire import HEALTH_LIVE, MSGPACK, Lookup, decode_lookups, encode
-from tests.unit.routing.servers import Answer, Request, serving
+from tests.unit.peers.servers import Answer, Request, serving
 
 POLICY = HedgePolicy(percentile=99, floor_ms=20, cap_ms=60)  # no samples yet: 60 ms
 

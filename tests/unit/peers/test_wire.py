@@ -5,8 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from kiq.replicas import Replica, Role
-from kiq.routing.wire import (
+from kiq.peers.wire import (
     Lookup,
     LookupResult,
     Multiget,
@@ -25,6 +24,7 @@ from kiq.routing.wire import (
     decode_scan_result,
     encode,
 )
+from kiq.replicas import Replica, Role
 from kiq.stores import MemoryPartitionStore
 
 

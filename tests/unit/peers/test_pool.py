@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 import uvloop
 
-from kiq.routing.pool import MAX_HEAD_BYTES, ConnectionPool
-from tests.unit.routing.servers import read_request
+from kiq.peers.pool import MAX_HEAD_BYTES, ConnectionPool
+from tests.unit.peers.servers import read_request
 
 RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

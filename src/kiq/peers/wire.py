@@ -1,7 +1,7 @@
 """What nodes say to each other: the internal paths, their headers and their msgpack records.
 
 Every node-to-node call is one HTTP/1.1 request to an internal path, msgpack both ways,
-decoded into the records below (``routing/peers.py`` sends them, ``api/`` answers them):
+decoded into the records below (``peers/client.py`` sends them, ``api/`` answers them):
 
     POST /v1/internal/lookups   [Lookup, ...]        → [LookupResult, ...] in the same order
     POST /v1/internal/multiget  Multiget             → MultigetResult
@@ -12,7 +12,7 @@ decoded into the records below (``routing/peers.py`` sends them, ``api/`` answer
     POST /v1/internal/hello     16 random bytes      → the same bytes (sealed: a member's proof)
     GET  /v1/internal/channel   WebSocket upgrade: ChannelAsk messages → ChannelAnswer messages
 
-A channel (``routing/channel.py``) carries lookup batches: each ``ChannelAsk`` holds the
+A channel (``peers/channel.py``) carries lookup batches: each ``ChannelAsk`` holds the
 body, credential and caller statement a ``POST /v1/internal/lookups`` would carry, each
 ``ChannelAnswer`` the status and (sealed) body its answer would have.
 
@@ -76,14 +76,16 @@ INTERNAL_TOP: Final = "/v1/internal/top"
 INTERNAL_METADATA: Final = "/v1/internal/metadata"
 INTERNAL_CHANGES: Final = "/v1/internal/changes"
 # A challenge (16 random bytes) answered sealed: a peer proves it holds the cluster secret
-# before it is sent anything else (routing/peers.py).
+# before it is sent anything else (peers/client.py).
 INTERNAL_HELLO: Final = "/v1/internal/hello"
-# A WebSocket upgrade: lookup batches as messages on one connection (routing/channel.py).
+# A WebSocket upgrade: lookup batches as messages on one connection (peers/channel.py).
 INTERNAL_CHANNEL: Final = "/v1/internal/channel"
 HEALTH_LIVE: Final = "/v1/health/live"  # a node's liveness: the probe of a peer gone quiet
 
 MSGPACK: Final = "application/msgpack"
 # Request headers, spelled once (lower case, as ASGI servers hand them over).
+# A target that is this node itself, among the member URLs a request may go to.
+LOCAL: Final = "local"
 FORWARDED: Final = "x-kiq-forwarded"  # the sending node's id: answer locally, never forward
 # The caller the sending node verified (``kiq.security.VerifiedCaller.statement``), covered by
 # the cluster credential: the caller's own token never leaves the node it reached.

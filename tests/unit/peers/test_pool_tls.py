@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from kiq.routing.pool import ConnectionPool
+from kiq.peers.pool import ConnectionPool
 from kiq.security.tls import client_context
 from tests.certs import Certs, make_certs
-from tests.unit.routing.servers import read_request
+from tests.unit.peers.servers import read_request
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 

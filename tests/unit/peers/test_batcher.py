@@ -10,9 +10,10 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
-from kiq.routing import FORWARDED, LookupResult, Outcome, Peers, Router
-from kiq.routing.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, decode_lookups, encode
-from tests.unit.routing.servers import Answer, Request, serving
+from kiq.peers import FORWARDED, LookupResult, Outcome, Peers
+from kiq.peers.wire import INTERNAL_LOOKUPS, MSGPACK, Lookup, decode_lookups, encode
+from kiq.routing import Router
+from tests.unit.peers.servers import Answer, Request, serving
 
 
 @dataclass(frozen=True)

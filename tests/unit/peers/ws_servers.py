@@ -1,5 +1,5 @@
 """A loopback WebSocket server running an ASGI ``websocket`` app: what granian does for a
-node's lookup channels (``kiq.api.channel``), as far as the routing tests need."""
+node's lookup channels (``kiq.peers.channel_server``), as far as the routing tests need."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiq.routing.frames import accept_for
-from kiq.routing.wire import INTERNAL_CHANNEL
-from tests.unit.routing.servers import Handler, read_request, response_bytes
+from kiq.peers.frames import accept_for
+from kiq.peers.wire import INTERNAL_CHANNEL
+from tests.unit.peers.servers import Handler, read_request, response_bytes
 
 AsgiApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 

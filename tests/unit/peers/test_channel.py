@@ -1,4 +1,4 @@
-"""Lookup batches over a peer's channel (``routing/channel.py`` → ``api/channel.py``): many
+"""Lookup batches over a peer's channel (``peers/channel.py`` → ``peers/channel_server.py``): many
 batches on one WebSocket, answers paired by id, signed and sealed as requests are, and
 HTTP for a peer that serves no channel."""
 
@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from kiq.api.auth import Access
-from kiq.api.channel import LookupChannels
-from kiq.routing import LookupResult, Outcome, Peers, Router
-from kiq.routing import channel as channel_module
-from kiq.routing.channel import REFUSED_RETRY_S, Channels
-from kiq.routing.frames import FrameError, FrameReader, client_frame
-from kiq.routing.wire import (
+from kiq.api.auth import Access, caller
+from kiq.api.errors import error_response
+from kiq.peers import LookupResult, Outcome, Peers
+from kiq.peers import channel as channel_module
+from kiq.peers.channel import REFUSED_RETRY_S, Channels
+from kiq.peers.channel_server import LookupChannels
+from kiq.peers.frames import FrameError, FrameReader, client_frame
+from kiq.peers.wire import (
     INTERNAL_CHANNEL,
     INTERNAL_HELLO,
     INTERNAL_LOOKUPS,
@@ -26,9 +27,10 @@ from kiq.routing.wire import (
     decode_lookups,
     encode,
 )
+from kiq.routing import Router
 from kiq.security import CLUSTER_HEADER, ClusterKey
-from tests.unit.routing.servers import Answer, Request, serving
-from tests.unit.routing.ws_servers import WsServer, serving_websockets
+from tests.unit.peers.servers import Answer, Request, serving
+from tests.unit.peers.ws_servers import WsServer, serving_websockets
 
 SECRET = b"s" * 32
 
@@ -89,7 +91,7 @@ def run(
     async def main() -> WsServer:
         async with serving_websockets(asgi, hello) as server:
             access = Access(None, cluster, server.url) if cluster is not None else None
-            channels.append(LookupChannels(owner, access))  # type: ignore[arg-type]
+            channels.append(LookupChannels(owner, access, caller, error_response))  # type: ignore[arg-type]
             peers = Peers("n1", router or Router("n1"), timeout_ms, cluster)
             try:
                 await scenario(server, peers)
@@ -259,7 +261,7 @@ def test_a_node_going_away_fails_the_batch_in_flight_at_once_and_gets_http_a_whi
         return Answer(200, encode([LookupResult(Outcome.MISSING, 1) for _ in over_http[-1]]))
 
     async def main() -> WsServer:
-        lookup_channels = LookupChannels(owner, None)  # type: ignore[arg-type]
+        lookup_channels = LookupChannels(owner, None, caller, error_response)  # type: ignore[arg-type]
         async with serving_websockets(lookup_channels, node_http) as server:
             peers = Peers("n1", Router("n1"), 2000)
             loop = asyncio.get_running_loop()
@@ -300,7 +302,7 @@ def test_a_stopping_granian_node_closes_its_channels_first_and_ends_at_once() ->
     from kiq.settings import LimitsSettings
     from kiq.workers.server import http_server
 
-    lookup_channels = LookupChannels(Owner(), None)  # type: ignore[arg-type]
+    lookup_channels = LookupChannels(Owner(), None, caller, error_response)  # type: ignore[arg-type]
 
     class Node:  # ``KiqApp`` as far as a peer's channel and ``stop_servers`` go
         def end_streams(self) -> None:
@@ -368,7 +370,7 @@ def test_an_ask_without_a_valid_credential_is_refused_and_the_owner_not_asked():
     owner = Owner()
     key = ClusterKey(SECRET)
     url = "http://127.0.0.1:1"
-    channels = LookupChannels(owner, Access(None, key, url))  # type: ignore[arg-type]
+    channels = LookupChannels(owner, Access(None, key, url), caller, error_response)  # type: ignore[arg-type]
     body = encode([Lookup("t", b"k")])
     forged = key.sign("http://127.0.0.1:2", "POST", INTERNAL_LOOKUPS, body)  # another node's
     assert answer_to(channels, ChannelAsk(9, body, forged))[:2] == (9, 403)

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kiq.metrics import HedgeStats
-from kiq.routing.router import LOCAL
-from kiq.routing.wire import Lookup, LookupResult, Outcome
+from kiq.peers.wire import LOCAL, Lookup, LookupResult, Outcome
 
 if TYPE_CHECKING:
     from kiq.settings import ServeSettings

@@ -8,15 +8,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from kiq.routing import (
-    FORWARDED,
-    MultigetResult,
-    NodeStatus,
-    PeerError,
-    Peers,
-    Router,
-)
-from kiq.routing.wire import (
+from kiq.peers import FORWARDED, MultigetResult, NodeStatus, PeerError, Peers
+from kiq.peers.wire import (
     INTERNAL_HELLO,
     INTERNAL_METADATA,
     INTERNAL_MULTIGET,
@@ -31,8 +24,9 @@ from kiq.routing.wire import (
     decode_scan,
     encode,
 )
+from kiq.routing import Router
 from kiq.security import CLUSTER_HEADER, ClusterKey
-from tests.unit.routing.servers import Answer, Request, Server, serving
+from tests.unit.peers.servers import Answer, Request, Server, serving
 
 STATUS = ReplicaStatus("t", 3, "active", "active", 41, 42, 0, 42, 0.5, False)
 
