@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiq.api.targets import resolve
 from kiq.app.endpoints import Declare
+from kiq.app.targets import resolve
 from kiq.catalog import CATALOG_TOPIC
 from kiq.cluster.members import encode_client_id
 from kiq.errors import ConfigError, WriteFailed

@@ -67,11 +67,11 @@ from kiq.api.precedence import shape
 from kiq.api.request_body import read_body
 from kiq.api.routes import RESERVED
 from kiq.api.spec import Answer, Doc, RouteSpec, Rule
-from kiq.api.targets import resolve
 from kiq.api.watch import WatchApi
 from kiq.app.principal import Principal
 from kiq.app.results import Many, Page, Read, Served, Windows
 from kiq.app.streams import EventFrames, ServerEvent, Watch
+from kiq.app.targets import resolve
 from kiq.errors import ConfigError
 from kiq.peers import Outcome
 from kiq.security import VerifiedCaller, read_scope

@@ -29,8 +29,8 @@ from kiq.client.errors import ClientError
 from kiq.client.retry import NO_RETRY, RetryPolicy
 from kiq.client.router import Router
 from kiq.client.steps import Send, run_async
+from kiq.proxy.destinations import Destination, destination
 from kiq.proxy.limits import Admission, Body, ProxyLimits, RequestRefused
-from kiq.proxy.targets import Destination, target
 from kiq.proxy.trust import CALLER, Vouched
 from kiq.security.callers import HEADER as CALLER_HEADER
 from kiq.security.callers import CallerSeal
@@ -114,7 +114,7 @@ class ProxyApp:
         raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         query_string = scope.get("query_string", b"").decode("latin-1")
         query = dict(parse_qsl(query_string, keep_blank_values=True))
-        where = target(self.router, method, raw_path, query)
+        where = destination(self.router, method, raw_path, query)
         try:
             self.admission.enter(where.stream)
         except RequestRefused as refused:

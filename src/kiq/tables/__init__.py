@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kiq.tables.codecs import ValueCodec, codec_for
-from kiq.tables.runtime import MAX_KEY_BYTES, TableRuntime
 from kiq.tables.spec import TableSpec, parse_table
+from kiq.tables.table_runtime import MAX_KEY_BYTES, TableRuntime
 
 __all__ = [
     "MAX_KEY_BYTES",

@@ -23,7 +23,7 @@ from kiq import (
     WriteFailed,
     json_reply,
 )
-from kiq.api.targets import resolve
+from kiq.app.targets import resolve
 from kiq.errors import ConfigError
 from kiq.partitioning import partition_for
 from kiq.replicas import ReplicaState

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kiq.client.router import Router
 from kiq.client.topology import Topology
 from kiq.partitioning import partition_for
-from kiq.proxy.targets import target
+from kiq.proxy.destinations import destination
 
 N1, N2 = "http://n1.test", "http://n2.test"
 
@@ -42,7 +42,7 @@ def test_the_routes_that_name_a_key_go_to_its_owner_then_its_standby():
     for key in ("AAPL", "MSFT", "a/b", "ünï"):
         quoted = key.replace("/", "%2F").encode().decode("latin-1")  # raw_path as sent
         for suffix, stream in (("", False), ("/windows", False), ("/watch", True)):
-            where = target(r, "GET", f"/v1/tables/t/keys/{quoted}{suffix}", {})
+            where = destination(r, "GET", f"/v1/tables/t/keys/{quoted}{suffix}", {})
             assert where.stream is stream
             plan = where.plan()
             assert plan[0] == owner(key) and set(plan) == {N1, N2}, (key, suffix)
@@ -50,17 +50,17 @@ def test_the_routes_that_name_a_key_go_to_its_owner_then_its_standby():
 
 def test_composite_keys_scans_and_watches_by_their_partition():
     r = router()
-    assert target(r, "GET", "/v1/tables/c/keys/MSFT|2026", {}).plan()[0] == owner("MSFT")
-    scan = target(r, "GET", "/v1/tables/c/range", {"prefix": "MSFT|20"})
+    assert destination(r, "GET", "/v1/tables/c/keys/MSFT|2026", {}).plan()[0] == owner("MSFT")
+    scan = destination(r, "GET", "/v1/tables/c/range", {"prefix": "MSFT|20"})
     assert scan.plan()[0] == owner("MSFT")
-    shared = target(r, "GET", "/v1/tables/c/watch", {"keys": "MSFT|1,MSFT|2"})
+    shared = destination(r, "GET", "/v1/tables/c/watch", {"keys": "MSFT|1,MSFT|2"})
     assert shared.stream and shared.plan()[0] == owner("MSFT")
 
 
 def test_everything_else_goes_to_any_node_by_turns():
     r = router()
-    firsts = {target(r, "GET", "/v1/tables", {}).plan()[0] for _ in range(4)}
+    firsts = {destination(r, "GET", "/v1/tables", {}).plan()[0] for _ in range(4)}
     assert firsts == {N1, N2}
-    assert target(r, "POST", "/v1/words", {}).multiget_table is None
-    assert target(r, "POST", "/v1/tables/t/multiget", {}).multiget_table == "t"
-    assert not target(r, "GET", "/v1/tables/t/range", {"prefix": "MS"}).stream
+    assert destination(r, "POST", "/v1/words", {}).multiget_table is None
+    assert destination(r, "POST", "/v1/tables/t/multiget", {}).multiget_table == "t"
+    assert not destination(r, "GET", "/v1/tables/t/range", {"prefix": "MS"}).stream

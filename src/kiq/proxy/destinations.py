@@ -29,7 +29,9 @@ class Destination:
     multiget_table: str | None = None
 
 
-def target(router: Router, method: str, raw_path: str, query: Mapping[str, str]) -> Destination:
+def destination(
+    router: Router, method: str, raw_path: str, query: Mapping[str, str]
+) -> Destination:
     """Where ``method raw_path?query`` goes (``raw_path`` as sent: segments still quoted)."""
     if not raw_path.startswith(_TABLES):
         return Destination(router.anywhere)
