@@ -38,6 +38,7 @@ from kiq.ops.proven import may_redirect
 from kiq.peers import FORWARDED, LookupResult, Outcome, Peers
 from kiq.peers.wire import DecodeError, Lookup, decode_lookups, encode
 from kiq.replicas import ReplicaState
+from kiq.replicas.reads import get as read_key
 from kiq.routing import ReplicaReader
 from kiq.routing.local import MOVED
 from kiq.security import VerifiedCaller
@@ -118,14 +119,12 @@ class Lookups:
             # ``key_from_path`` would: no escapes, its length, UTF-8).
             return await self._read(scope, send, runtime, raw_key, partition, enrich)
         try:
-            found = replica.store.get(raw_key)
+            found = read_key(replica, raw_key)
         except StoreClosedError:
             return 0  # closed under this request: the reader waits for a reopen or goes on
         if found is None:
-            return 0  # a 404 builds an error body: the general way
+            return 0  # absent or aged out: a 404 builds an error body, the general way
         value, offset = found
-        if replica.aging is not None and replica.aging.expired(raw_key, offset):
-            return 0  # aged out (kiq.replicas.aging): a 404 too
         if enrich is not None:
             value = await enrich(value)
         lag = replica.end_offset - replica.position

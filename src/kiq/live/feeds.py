@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from kiq.live.events import Event, Kind
 from kiq.live.subscription import Subscription
 from kiq.peers.wire import Changes, ChangesResult
+from kiq.replicas.reads import MAX_PREFIX_KEYS
 from kiq.routing import ReplicaReader
-from kiq.routing.local import MAX_PREFIX_KEYS
 from kiq.stores.base import Change, prefix_end
 
 log = logging.getLogger(__name__)

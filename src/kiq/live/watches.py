@@ -20,12 +20,11 @@ from kiq.live.events import Cursor, Kind
 from kiq.live.feeds import UNKNOWN, Feed
 from kiq.live.subscription import Subscription
 from kiq.peers.wire import Changes
-from kiq.replicas import ReplicaState
+from kiq.replicas import ReplicaState, reads
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.replicas.taps import Taps
 from kiq.routing import ReplicaReader, servable
-from kiq.routing.local import MAX_PREFIX_KEYS
-from kiq.stores.base import Change, prefix_end
+from kiq.stores.base import Change
 
 log = logging.getLogger(__name__)
 
@@ -244,20 +243,17 @@ def _local_snapshot(
 ) -> None:
     """The state of ``keys`` and ``prefixes`` in this node's replica, offered as found."""
     applied = replica.applied_offset  # read first: the store holds at least this
-    store, aging = replica.store, replica.aging
     _freshness(feed, replica)
     for key in keys:
-        got = store.get(key)
-        if got is None or (aging is not None and aging.expired(key, got[1])):
+        got = reads.get(replica, key)
+        if got is None:
             feed.offer(key, Kind.ABSENT, None, applied, only=sub)
         else:
             feed.offer(key, Kind.VALUE, got[0], got[1], only=sub)
     for prefix in prefixes:
-        rows = store.scan(prefix, prefix_end(prefix), MAX_PREFIX_KEYS + 1)
-        if len(rows) > MAX_PREFIX_KEYS:
+        entries, overflows = reads.under(replica, prefix)
+        if overflows:
             feed.overflowed([prefix], only=sub)
-            del rows[MAX_PREFIX_KEYS:]
-        for key, value, offset in rows:
-            if aging is None or not aging.expired(key, offset):
-                feed.offer(key, Kind.VALUE, value, offset, only=sub)
+        for key, value, offset in entries:
+            feed.offer(key, Kind.VALUE, value, offset, only=sub)
     sub.snapshot_through[feed.partition] = applied

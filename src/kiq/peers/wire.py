@@ -235,7 +235,7 @@ class ChangesResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     ``None`` for a key now absent), and the replica that answered: its ``applied_offset``
     is the offset the answer holds everything up to. ``counts``: how many keys each asked
     prefix holds, in the asked order; ``overflow``: the prefixes holding more keys than a
-    watch may (``routing.local.MAX_PREFIX_KEYS``), answered in part."""
+    watch may (``replicas.reads.MAX_PREFIX_KEYS``), answered in part."""
 
     changed: list[tuple[bytes, bytes | None, int]] = []
     source: Source | None = None

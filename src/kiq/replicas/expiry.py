@@ -31,6 +31,7 @@ from kiq.errors import StoreClosedError
 from kiq.kafka.times import LogTimes
 from kiq.metrics import NodeMetrics
 from kiq.replicas.aging import EXPIRE_BELOW, WINDOW_TIME_BYTES, Aging
+from kiq.replicas.reads import entries, get
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState
 from kiq.tables import TableRuntime
@@ -199,7 +200,7 @@ class ExpirySweeper:
         start: bytes | None = None
         while not self._stop.is_set():
             try:
-                rows = replica.store.scan(start, None, self._chunk)
+                rows = entries(replica, start, self._chunk)
             except StoreClosedError:
                 break  # revoked or being reopened: the next interval comes back to it
             if not rows:
@@ -257,10 +258,10 @@ class ExpirySweeper:
         out: list[Outgoing] = []
         for key in dict.fromkeys(keys):
             try:
-                got = replica.store.get(key)
+                got = get(replica, key)
             except StoreClosedError:
                 return
-            if got is not None and not aging.expired(key, got[1]):
+            if got is not None:
                 out.append((runtime.spec.topic, replica.partition, key, got[0], None))
         if out:
             self._sink.send_all(out)

@@ -41,6 +41,7 @@ from kiq.kafka.reader import Fetched, PartitionReader, Record
 from kiq.metrics import NodeMetrics
 from kiq.replicas.aging import Aging, guard
 from kiq.replicas.headers import tombstone_guard
+from kiq.replicas.reads import entry
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
 from kiq.replicas.taps import Tap, Taps
@@ -417,11 +418,10 @@ class Materializer:
 
         ``guards``: each guarded tombstone's offset and its ``kiq.expire-below`` (``_decode``).
         """
-        store = replica.store
 
         def current(key: bytes) -> int | None:
             try:
-                got = store.get(key)
+                got = entry(replica, key)
             except StoreClosedError:
                 return None  # the write fails as well, and the batch is read again
             return None if got is None else got[1]

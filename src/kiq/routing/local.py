@@ -9,7 +9,8 @@ through a reopen, a get, a multiget and a scan alike.
 
 A lookup may ask for ``min_offset`` (read-your-writes): it parks until its replica
 applied that offset (``replicas.waits``), at most ``wait_ms``, within the node's
-``Parking`` caps. Readers see each store as ``ReadOnlyStore``.
+``Parking`` caps. Every read of a store goes through ``replicas.reads``, which hides
+what aged out and raises ``StoreClosedError`` for a store closed under it.
 
 The ``*_now`` methods answer without waiting (None: it would take a wait), for the
 answers another node is waiting for.
@@ -32,13 +33,12 @@ from kiq.peers.wire import (
     ScanResult,
     Source,
 )
-from kiq.replicas import ReplicaState
-from kiq.replicas.aging import Aging
+from kiq.replicas import ReplicaState, reads
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.replicas.waits import Parking, wait_applied
 from kiq.routing.router import servable
 from kiq.settings import LimitsSettings
-from kiq.stores.base import ReadOnlyStore, prefix_end
+from kiq.stores.base import ReadOnlyStore
 
 T = TypeVar("T")
 
@@ -152,7 +152,7 @@ class LocalReplicas:
             return None
 
         async def read() -> tuple[list[Item], Source]:
-            return _get_all(replica.store, keys, replica.aging), self._source(replica)
+            return reads.get_many(replica, keys), self._source(replica)
 
         return await self._through_reopen(replica, read)
 
@@ -173,11 +173,7 @@ class LocalReplicas:
             return None
 
         async def read() -> ScanResult:
-            aging = replica.aging
-            if aging is None:
-                rows = replica.store.scan(start, end, limit, reverse)
-                return ScanResult([(k, v) for k, v, _ in rows], self._source(replica), reverse)
-            items = _scan_unexpired(replica.store, aging, start, end, limit, reverse)
+            items = reads.scan(replica, start, end, limit, reverse)
             return ScanResult(items, self._source(replica), reverse)
 
         return await self._through_reopen(replica, read)
@@ -200,7 +196,7 @@ class LocalReplicas:
             return None
 
         async def read() -> ScanResult:
-            items = _top_unexpired(replica.store, replica.aging, n, prefix or None, window or None)
+            items = reads.top(replica, n, prefix or None, window or None)
             return ScanResult(items, self._source(replica), window=window)
 
         return await self._through_reopen(replica, read)
@@ -215,8 +211,11 @@ class LocalReplicas:
             return None
 
         async def read() -> ChangesResult:
-            source = self._source(replica)
-            return _changed(replica.store, replica.aging, asked, source)
+            source = self._source(replica)  # read first: the store holds at least its offset
+            out, counts, overflow = reads.changes(
+                replica, asked.known, asked.prefixes, asked.since, source.applied_offset
+            )
+            return ChangesResult(out, source, counts, overflow)
 
         answer = await self._through_reopen(replica, read)
         if answer is None or answer.changed or asked.wait_ms <= 0:
@@ -271,9 +270,9 @@ class LocalReplicas:
 
     def _read(self, replica: ReadOnlyReplica, key: bytes) -> LookupResult:
         """What ``replica`` holds for ``key``; ``StoreClosedError`` when it closed meanwhile."""
-        got = replica.store.get(key)
+        got = reads.get(replica, key)
         stale = replica.state is not _ACTIVE
-        if got is None or (replica.aging is not None and replica.aging.expired(key, got[1])):
+        if got is None:
             return LookupResult(MISSING, replica.partition, replica.lag, stale, self._served_by)
         value, offset = got
         return LookupResult(
@@ -313,100 +312,3 @@ class LocalReplicas:
             reason=f"{replica.table}[{replica.partition}] has applied offset {applied}, "
             f"not yet {min_offset}",
         )
-
-
-def _get_all(store: ReadOnlyStore, keys: list[bytes], aging: Aging | None = None) -> list[Item]:
-    get = store.get
-    items: list[Item] = []
-    for key in keys:
-        got = get(key)
-        if got is not None and (aging is None or not aging.expired(key, got[1])):
-            items.append((key, got[0]))
-    return items
-
-
-def _scan_unexpired(
-    store: ReadOnlyStore,
-    aging: Aging,
-    start: bytes | None,
-    end: bytes | None,
-    limit: int,
-    reverse: bool,
-) -> list[Item]:
-    """Up to ``limit`` rows of [start, end) that have not aged out: a page a sweep has
-    not emptied yet is read on, so a short page still means the range ended."""
-    items: list[Item] = []
-    while True:
-        rows = store.scan(start, end, limit, reverse)
-        items.extend((k, v) for k, v, offset in rows if not aging.expired(k, offset))
-        if len(rows) < limit or len(items) >= limit:
-            return items[:limit]
-        if reverse:
-            end = rows[-1][0]
-        else:
-            start = rows[-1][0] + b"\x00"
-
-
-def _top_unexpired(
-    store: ReadOnlyStore,
-    aging: Aging | None,
-    n: int,
-    prefix: bytes | None,
-    window: bytes | None = None,
-) -> list[Item]:
-    """The first ``n`` ranked rows that have not aged out: asked again for more while keys
-    a sweep has not removed yet take places."""
-    asked = n
-    while True:
-        rows = store.top(asked, prefix, window)
-        if aging is None:
-            return [(k, v) for k, v, _ in rows]
-        items = [(k, v) for k, v, offset in rows if not aging.expired(k, offset)]
-        if len(rows) < asked or len(items) >= n:
-            return items[:n]
-        asked *= 2
-
-
-# The most keys a prefix watch covers in one partition: a prefix holding more is answered
-# in part and named in ``ChangesResult.overflow``, and its watchers are told (kiq.live).
-MAX_PREFIX_KEYS = 10_000
-
-
-def _changed(
-    store: ReadOnlyStore, aging: Aging | None, asked: Changes, source: Source
-) -> ChangesResult:
-    """The keys whose state differs from ``asked.known`` (a value with its offset; ``None``
-    with the applied offset for a key now absent), then the keys under ``asked.prefixes``
-    it lacks: those written after ``asked.since``, or with no ``since`` every one (see
-    ``Changes``); with each prefix's count of keys, and those that overflow."""
-    applied = source.applied_offset
-    out: list[tuple[bytes, bytes | None, int]] = []
-    known = dict(asked.known)
-    for key, offset in asked.known:
-        got = store.get(key)
-        if got is not None and aging is not None and aging.expired(key, got[1]):
-            got = None
-        if got is None:
-            if offset != -1:  # -1: known absent; below it: not known yet
-                out.append((key, None, applied))
-        elif got[1] != offset:
-            out.append((key, got[0], got[1]))
-    since = -1 if asked.since is None else asked.since
-    told = set(known)
-    counts: list[int] = []
-    overflow: list[bytes] = []
-    for prefix in asked.prefixes:
-        rows = store.scan(prefix, prefix_end(prefix), MAX_PREFIX_KEYS + 1)
-        if len(rows) > MAX_PREFIX_KEYS:
-            overflow.append(prefix)
-            del rows[MAX_PREFIX_KEYS:]
-        count = 0
-        for key, value, offset in rows:
-            if aging is not None and aging.expired(key, offset):
-                continue
-            count += 1
-            if offset > since and key not in told:
-                told.add(key)  # once, under overlapping prefixes too
-                out.append((key, value, offset))
-        counts.append(count)
-    return ChangesResult(out, source, counts, overflow)

@@ -10,9 +10,10 @@ import msgspec
 from kiq.live.feeds import Feed
 from kiq.live.subscription import Subscription
 from kiq.peers.wire import Changes, ChangesResult
+from kiq.replicas.reads import MAX_PREFIX_KEYS
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
-from kiq.routing.local import MAX_PREFIX_KEYS, LocalReplicas
+from kiq.routing.local import LocalReplicas
 from kiq.stores import MemoryPartitionStore
 
 
