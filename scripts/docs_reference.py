@@ -3,9 +3,9 @@
 mkdocs.yml names this file under ``hooks:``; ``on_files`` adds three pages that exist
 only in the built site, never in docs/, so none can drift from what it describes:
 
-- reference/configuration.md: every section of the settings tree (kiq.settings and
-  kiq.feeds.settings), each setting with its type, default, environment variable, flag
-  and description, read from the pydantic models;
+- reference/configuration.md: every section of the settings tree (kiq.settings), each
+  setting with its type, default, environment variable, flag and description, read
+  from the pydantic models;
 - reference/cli.md: every `kiq` command from the Typer app's click tree, with its
   arguments and options, their defaults and help;
 - reference/http.md: every route of the core HTTP API from the OpenAPI document a node
@@ -25,8 +25,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-# The modules that hold the settings tree: every BaseSettings section with a TOML ``table``.
-SETTINGS_MODULES = ("kiq.settings", "kiq.feeds.settings")
+# The module that holds the settings tree: every BaseSettings section with a TOML ``table``.
+SETTINGS_MODULES = ("kiq.settings",)
 
 PAGES = {
     "reference/configuration.md": "configuration_markdown",
@@ -156,9 +156,9 @@ def configuration_markdown() -> str:
     out = [
         "# Configuration reference",
         "",
-        "Generated from the settings tree (`src/kiq/settings.py`, `src/kiq/feeds/settings.py`)",
-        "when the docs are built: every section, setting, type, default, environment variable",
-        "and description. How the file, the environment and the flags combine:",
+        "Generated from the settings tree (`src/kiq/settings.py`) when the docs are built:",
+        "every section, setting, type, default, environment variable and description. How",
+        "the file, the environment and the flags combine:",
         "[Configuration](../guides/configuration.md).",
         "",
         "Every setting has one name, used three ways: the key of a table in the TOML file",
@@ -196,6 +196,8 @@ def _commands(command: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, 
 
 
 def _param_row(param: Any) -> str:
+    from kiq.cli.defaults import split_default
+
     if param.param_type_name == "argument":
         name = f"`{(param.metavar or param.name or '').upper()}`"
         kind = "argument" + (", repeatable" if param.nargs == -1 else "")
@@ -206,15 +208,18 @@ def _param_row(param: Any) -> str:
         kind = "flag" if flag else "option"
         if param.multiple:
             kind += ", repeat"
+    help_text, stated = split_default(getattr(param, "help", None) or "")
     default = param.default
-    if callable(default) or default is None or default == () or default == []:
+    if stated is not None:  # a setting's default, which the help takes from the settings tree
+        shown = f"`{stated}`"
+    elif callable(default) or default is None or default == () or default == []:
         shown = ""
     elif flag and isinstance(default, bool):
         shown = f"`{str(default).lower()}`"
     else:
         shown = f"`{show_default(default)}`"
     envvar = param.envvar if isinstance(param.envvar, str) else ""
-    help_text = _cell(getattr(param, "help", None) or "")
+    help_text = _cell(help_text)
     if envvar:
         help_text = f"{help_text} (env `{envvar}`)".strip()
     return f"| {name} | {kind} | {shown} | {help_text} |"
@@ -231,9 +236,9 @@ def cli_markdown() -> str:
         "",
         "Generated from the `kiq` command's own tree (`src/kiq/cli/`) when the docs are",
         "built: every command, its arguments and options, their defaults and help.",
-        "An option with no default here takes it from the settings tree, through the",
-        "environment and the file: the [configuration reference](configuration.md) has",
-        "each one's default. `kiq COMMAND --help` prints the same.",
+        "An option that sets a setting shows the settings tree's default, which the",
+        "environment and the file may change: the [configuration reference](configuration.md)",
+        "has each setting. `kiq COMMAND --help` prints the same.",
         "",
     ]
     for path, command in _commands(root, ("kiq",)):

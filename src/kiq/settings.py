@@ -19,11 +19,16 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from kiq import catalog
 from kiq.errors import ConfigError
@@ -652,6 +657,67 @@ class AppSettings(_Section):
     def table_partitions(self) -> int:
         """Partitions of a table topic `kiq up` creates: a table's keys are the input's."""
         return self.partitions or next(iter(self.topics.values()), 30)
+
+
+class FeedSettings(_Section):
+    """A tick feed into Kafka: `kiq feed stocks` and `kiq feed replay` (kiq.feeds).
+
+    ``exchanges`` is a list in TOML; the flag and the environment variable take it
+    comma-separated (``NYSE,NASDAQ``) or as a JSON list.
+    """
+
+    table: ClassVar[str] = "feed"
+    model_config = SettingsConfigDict(env_prefix="KIQ_FEED_", frozen=True, extra="forbid")
+
+    bootstrap: str = "127.0.0.1:9092"
+    topic: str = Field(
+        catalog.STOCK_TICKS, min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$"
+    )
+    symbols: int = Field(
+        100, ge=1, le=catalog.STOCK_SYMBOL_COUNT, description="how many symbols tick"
+    )
+    exchanges: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [*catalog.STOCK_EXCHANGES]
+    )
+    # What a laptop running the whole demo (broker, Spark, three nodes) holds in
+    # Real-Time Mode; 1,000 it does not (docs/benchmarks.md). `kiq demo` runs at this.
+    rate: float = Field(500.0, gt=0, description="ticks per second")
+    seed: int = 42
+    trade_ratio: float = Field(0.3, ge=0, le=1, description="share of ticks carrying a trade")
+    create_topic: bool = True
+    partitions: int = Field(30, ge=1, description="of the topic, when kiq creates it")
+    linger_ms: int = Field(5, ge=0, le=1000)
+
+    @field_validator("exchanges", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"not a JSON list: {exc}") from exc
+            return [part.strip() for part in text.split(",")]
+        return value
+
+    @field_validator("exchanges")
+    @classmethod
+    def _check(cls, value: list[str]) -> list[str]:
+        names = [name.upper() for name in value]
+        bad = [name for name in names if not _EXCHANGE.fullmatch(name)]
+        if not names or bad:
+            raise ValueError(
+                "give exchange names, comma-separated, like NYSE,NASDAQ,IEX "
+                f"(each matching {_EXCHANGE.pattern}); bad: {bad or 'empty list'}"
+            )
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"each exchange once, please; repeated: {', '.join(duplicates)}")
+        return names
+
+
+_EXCHANGE = re.compile(catalog.STOCK_EXCHANGE_PATTERN)
 
 
 S = TypeVar("S", bound=_Section)

@@ -145,3 +145,13 @@ def test_a_port_another_process_holds_is_a_one_line_error_before_joining(tmp_pat
     assert result.exit_code == 1, result.output
     assert f"127.0.0.1:{port} is already in use" in result.output
     assert "KIQ_SERVE_PORT" in result.output and "Traceback" not in result.output
+
+
+def test_kiq_demo_hands_its_feed_only_the_flags_given():
+    """What is not given is the [feed] setting, which the feed reads as any kiq command."""
+    from kiq.cli.demo import _feeds
+
+    assert _feeds(True, None, None) is None  # the file's feed
+    assert _feeds(False, 700.0, 5) == []
+    assert _feeds(True, 700.0, None) == [["kiq", "feed", "stocks", "--rate", "700"]]
+    assert _feeds(True, None, 5) == [["kiq", "feed", "stocks", "--symbols", "5"]]

@@ -15,7 +15,9 @@ from typing import Annotated, cast
 import typer
 from rich.table import Table
 
+from kiq import settings
 from kiq.cli.context import console, err_console, run_or_exit
+from kiq.cli.defaults import with_default
 from kiq.errors import ConfigError, SetupError
 
 # The modules pyproject.toml's `bench` extra brings: kiq.bench imports them, the runtime does not.
@@ -205,7 +207,12 @@ def failover(
     rate: Annotated[int, typer.Option(help="reader GETs per second over the live nodes")] = 2_000,
     after: Annotated[float, typer.Option(help="seconds of reading after the kill")] = 10,
     session_timeout_ms: Annotated[
-        int | None, typer.Option(help="the nodes' group session timeout [kiq's default]")
+        int | None,
+        typer.Option(
+            help=with_default(
+                "the nodes' group session timeout", settings.ServeSettings, "session_timeout_ms"
+            )
+        ),
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:

@@ -9,6 +9,7 @@ import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, console, run_or_exit
+from kiq.cli.defaults import stating, with_default
 
 # The launcher is imported when a broker command runs: `kiq serve` loads this module too.
 if TYPE_CHECKING:
@@ -19,27 +20,44 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Port = Annotated[int | None, typer.Option(help="client port [default: 9092]")]
-ControllerPort = Annotated[
-    int | None, typer.Option(help="KRaft controller port [default: port + brokers]")
+Port = Annotated[
+    int | None, typer.Option(help=with_default("client port", settings.BrokerSettings, "port"))
 ]
-Host = Annotated[str | None, typer.Option(help="address to listen on [default: 127.0.0.1]")]
-DataDir = Annotated[Path | None, typer.Option(help="broker data [default: .kiq/broker/data]")]
-LogDir = Annotated[Path | None, typer.Option(help="broker logs [default: .kiq/broker/logs]")]
+ControllerPort = Annotated[
+    int | None,
+    typer.Option(
+        help=with_default(
+            "KRaft controller port; 0: port + brokers", settings.BrokerSettings, "controller_port"
+        )
+    ),
+]
+Host = Annotated[
+    str | None,
+    typer.Option(help=with_default("address to listen on", settings.BrokerSettings, "host")),
+]
+DataDir = Annotated[
+    Path | None, typer.Option(help=with_default("broker data", settings.BrokerSettings, "data_dir"))
+]
+LogDir = Annotated[
+    Path | None, typer.Option(help=with_default("broker logs", settings.BrokerSettings, "log_dir"))
+]
 Sasl = Annotated[
     bool | None,
     typer.Option("--sasl", help="a SASL_PLAINTEXT (PLAIN) client port, for development"),
 ]
-SaslUsername = Annotated[str | None, typer.Option(help="the SASL user [default: kiq]")]
+SaslUsername = Annotated[
+    str | None,
+    typer.Option(help=with_default("the SASL user", settings.BrokerSettings, "sasl_username")),
+]
 SaslPasswordFile = Annotated[
-    Path | None, typer.Option(help="its password [default: one made in DATA_DIR/sasl/password]")
+    Path | None, typer.Option(help=stating("its password", "one made in DATA_DIR/sasl/password"))
 ]
 SaslUser = Annotated[
     list[str] | None,
     typer.Option(
         "--sasl-user",
-        help="another SASL user, NAME or NAME=PASSWORD_FILE (repeat) "
-        "[default password: one made in DATA_DIR/sasl/NAME.password]",
+        help="another SASL user, NAME or NAME=PASSWORD_FILE (repeat); "
+        "the password of a NAME alone: one made in DATA_DIR/sasl/NAME.password",
     ),
 ]
 Acl = Annotated[
@@ -52,10 +70,16 @@ Acl = Annotated[
 ]
 Brokers = Annotated[
     int | None,
-    typer.Option(help="brokers of a local cluster, on ports port, port+1, ... [default: 1]"),
+    typer.Option(
+        help=with_default(
+            "brokers of a local cluster, on ports port, port+1, ...",
+            settings.BrokerSettings,
+            "brokers",
+        )
+    ),
 ]
 StartedBrokers = Annotated[
-    int | None, typer.Option(help="brokers of the local cluster [default: as started]")
+    int | None, typer.Option(help=stating("brokers of the local cluster", "as started"))
 ]
 
 

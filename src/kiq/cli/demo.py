@@ -14,7 +14,9 @@ from typing import Annotated
 
 import typer
 
+from kiq.cli.defaults import stating, with_default
 from kiq.cli.up import run_app
+from kiq.settings import AppSettings, FeedSettings, PipelineSettings
 
 # The shipped application's file (`make demo` passes the same file to `kiq up`).
 APP_PACKAGE = "kiq.apps.stocks"
@@ -27,21 +29,47 @@ def app_file() -> Path:
 
 def demo(
     feed: Annotated[bool, typer.Option(help="run the simulated tick feed")] = True,
-    rate: Annotated[float | None, typer.Option(help="ticks per second of the feed [500]")] = None,
-    symbols: Annotated[int | None, typer.Option(help="symbols the feed simulates [100]")] = None,
-    port: Annotated[
-        int | None, typer.Option(help="the front door; nodes 2 and 3 take the next ports [8080]")
+    rate: Annotated[
+        float | None,
+        typer.Option(help=with_default("ticks per second of the feed", FeedSettings, "rate")),
     ] = None,
-    trigger: Annotated[str | None, typer.Option(help="microbatch or realtime")] = None,
+    symbols: Annotated[
+        int | None,
+        typer.Option(help=with_default("symbols the feed simulates", FeedSettings, "symbols")),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            help=with_default(
+                "the front door; nodes 2 and 3 take the next ports", AppSettings, "port"
+            )
+        ),
+    ] = None,
+    trigger: Annotated[
+        str | None,
+        typer.Option(
+            help=with_default("auto, microbatch or realtime", PipelineSettings, "trigger")
+        ),
+    ] = None,
     home: Annotated[
-        Path | None, typer.Option(help="where the demo keeps its state and logs [.kiq/demo]")
+        Path | None,
+        typer.Option(help=stating("where the demo keeps its state and logs", ".kiq/demo")),
     ] = None,
 ) -> None:
     """Start the local stock-price cluster, print example requests, stop on Ctrl-C."""
-    feeds: list[list[str]] | None = None
+    run_app(app_file(), trigger=trigger, port=port, home=home, feeds=_feeds(feed, rate, symbols))
+
+
+def _feeds(feed: bool, rate: float | None, symbols: int | None) -> list[list[str]] | None:
+    """The demo's feed: the file's (None), none, or `kiq feed stocks` with the flags given;
+    what is not given is the ``[feed]`` setting, which the feed reads as any kiq command."""
     if not feed:
-        feeds = []
-    elif rate is not None or symbols is not None:
-        feeds = [["kiq", "feed", "stocks", "--rate", f"{rate or 500:g}"]]
-        feeds[0] += ["--symbols", str(symbols or 100)]
-    run_app(app_file(), trigger=trigger, port=port, home=home, feeds=feeds)
+        return []
+    if rate is None and symbols is None:
+        return None
+    command = ["kiq", "feed", "stocks"]
+    if rate is not None:
+        command += ["--rate", f"{rate:g}"]
+    if symbols is not None:
+        command += ["--symbols", str(symbols)]
+    return [command]

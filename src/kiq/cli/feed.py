@@ -16,11 +16,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kiq import settings
 from kiq.cli.context import CliState, console, err_console, kafka_security, run_or_exit
+from kiq.cli.defaults import stating, with_default
 from kiq.errors import BrokerError, ConfigError
 from kiq.feeds import (
     BadLine,
     FeedError,
-    FeedSettings,
     RunStats,
     StopReason,
     TickFile,
@@ -29,19 +29,33 @@ from kiq.feeds import (
     pace,
 )
 from kiq.kafka import KafkaSecurity, create_topics, ping, topic_partitions
+from kiq.settings import FeedSettings
 
 app = typer.Typer(
     help="Feed ticks into Kafka: a simulated stock market, or a file replayed.",
     no_args_is_help=True,
 )
 
-Bootstrap = Annotated[str | None, typer.Option(help="Kafka bootstrap servers [127.0.0.1:9092]")]
-Topic = Annotated[str | None, typer.Option(help="topic to produce to \\[stock-ticks]")]
+Bootstrap = Annotated[
+    str | None,
+    typer.Option(help=with_default("Kafka bootstrap servers", FeedSettings, "bootstrap")),
+]
+Topic = Annotated[
+    str | None, typer.Option(help=with_default("topic to produce to", FeedSettings, "topic"))
+]
 CreateTopic = Annotated[
     bool | None,
-    typer.Option("--create-topic/--no-create-topic", help="create the topic when missing \\[on]"),
+    typer.Option(
+        "--create-topic/--no-create-topic",
+        help=with_default("create the topic when missing", FeedSettings, "create_topic"),
+    ),
 ]
-Partitions = Annotated[int | None, typer.Option(help="partitions of a topic kiq creates [30]")]
+Partitions = Annotated[
+    int | None,
+    typer.Option(
+        help=with_default("partitions of a topic kiq creates", FeedSettings, "partitions")
+    ),
+]
 
 _SHOWN_BAD_LINES = 20
 
@@ -51,15 +65,23 @@ def stocks(
     ctx: typer.Context,
     bootstrap: Bootstrap = None,
     topic: Topic = None,
-    symbols: Annotated[int | None, typer.Option(help="how many symbols tick [100]")] = None,
+    symbols: Annotated[
+        int | None,
+        typer.Option(help=with_default("how many symbols tick", FeedSettings, "symbols")),
+    ] = None,
     exchanges: Annotated[
-        str | None, typer.Option(help="comma-separated [NYSE,NASDAQ,ARCA,BATS,IEX]")
+        str | None, typer.Option(help=with_default("comma-separated", FeedSettings, "exchanges"))
     ] = None,
-    rate: Annotated[float | None, typer.Option(help="ticks per second [1000]")] = None,
+    rate: Annotated[
+        float | None, typer.Option(help=with_default("ticks per second", FeedSettings, "rate"))
+    ] = None,
     duration: Annotated[
-        float | None, typer.Option(help="seconds to run \\[until Ctrl-C]", show_default=False)
+        float | None,
+        typer.Option(help=stating("seconds to run", "until Ctrl-C"), show_default=False),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="same seed, same ticks [42]")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help=with_default("same seed, same ticks", FeedSettings, "seed"))
+    ] = None,
     create_topic: CreateTopic = None,
     partitions: Partitions = None,
 ) -> None:
@@ -107,7 +129,7 @@ def replay(
     bootstrap: Bootstrap = None,
     topic: Topic = None,
     rate: Annotated[
-        float | None, typer.Option(help="ticks per second \\[as fast as possible]")
+        float | None, typer.Option(help=stating("ticks per second", "as fast as possible"))
     ] = None,
     strict: Annotated[
         bool, typer.Option("--strict", help="stop at the first bad line instead of skipping it")

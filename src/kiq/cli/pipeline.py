@@ -15,6 +15,7 @@ import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, kafka_security, run_or_exit
+from kiq.cli.defaults import with_default
 from kiq.errors import KiqError
 
 log = logging.getLogger(__name__)
@@ -58,33 +59,69 @@ def run(
         list[str] | None, typer.Argument(help=_TARGETS, metavar="[TARGET]...", show_default=False)
     ] = None,
     bootstrap: Annotated[
-        str | None, typer.Option(help="Kafka bootstrap servers [127.0.0.1:9092]")
+        str | None,
+        typer.Option(
+            help=with_default("Kafka bootstrap servers", settings.PipelineSettings, "bootstrap")
+        ),
     ] = None,
-    master: Annotated[str | None, typer.Option(help="Spark master [local[*]]")] = None,
+    master: Annotated[
+        str | None,
+        typer.Option(help=with_default("Spark master", settings.SparkSettings, "master")),
+    ] = None,
     trigger: Annotated[
         TriggerMode | None,
         typer.Option(
-            help="auto (Real-Time Mode where Spark runs the query so, else micro-batches), "
-            "realtime (or fail) or microbatch [auto]"
+            help=with_default(
+                "auto (Real-Time Mode where Spark runs the query so, else micro-batches), "
+                "realtime (or fail) or microbatch",
+                settings.PipelineSettings,
+                "trigger",
+            )
         ),
     ] = None,
     checkpoint: Annotated[
         str | None,
-        typer.Option(help="checkpoint root: a path, or a URI such as s3a://... [.kiq/checkpoints]"),
+        typer.Option(
+            help=with_default(
+                "checkpoint root: a path, or a URI such as s3a://...",
+                settings.SparkSettings,
+                "checkpoint_dir",
+            )
+        ),
     ] = None,
     partitions: Annotated[
-        int | None, typer.Option(help="partitions of an input topic that must be created [30]")
+        int | None,
+        typer.Option(
+            help=with_default(
+                "partitions of an input topic that must be created",
+                settings.PipelineSettings,
+                "partitions",
+            )
+        ),
     ] = None,
-    interval: Annotated[str | None, typer.Option(help="micro-batch interval [0 seconds]")] = None,
+    interval: Annotated[
+        str | None,
+        typer.Option(
+            help=with_default("micro-batch interval", settings.PipelineSettings, "interval")
+        ),
+    ] = None,
     realtime_batch: Annotated[
-        str | None, typer.Option(help="length of one Real-Time Mode batch [5 minutes]")
+        str | None,
+        typer.Option(
+            help=with_default(
+                "length of one Real-Time Mode batch", settings.PipelineSettings, "realtime_batch"
+            )
+        ),
     ] = None,
     version: Annotated[
         str | None,
         typer.Option(
-            help="version of the tables to write: v1 the usual topics and checkpoints; another "
-            "(v2) writes TOPIC.v2 from checkpoints of its own, beside v1, until `kiq switch` "
-            "(default v1)"
+            help=with_default(
+                "version of the tables to write: v1 the usual topics and checkpoints; another "
+                "(v2) writes TOPIC.v2 from checkpoints of its own, beside v1, until `kiq switch`",
+                settings.PipelineSettings,
+                "version",
+            )
         ),
     ] = None,
 ) -> None:

@@ -19,6 +19,7 @@ import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, ConfigOption, run_or_exit
+from kiq.cli.defaults import stating, with_default
 
 if TYPE_CHECKING:
     from kiq.node_build import BuiltNode
@@ -39,20 +40,42 @@ def _give_up(node_id: str) -> None:
 def serve(
     ctx: typer.Context,
     bootstrap: Annotated[
-        str | None, typer.Option(help="Kafka bootstrap servers [127.0.0.1:9092]")
+        str | None,
+        typer.Option(
+            help=with_default("Kafka bootstrap servers", settings.ServeSettings, "bootstrap")
+        ),
     ] = None,
     node_id: Annotated[
-        str | None, typer.Option(help="this node's id, unique in the cluster")
+        str | None,
+        typer.Option(
+            help=with_default(
+                "this node's id, unique in the cluster", settings.ServeSettings, "node_id"
+            )
+        ),
     ] = None,
-    host: Annotated[str | None, typer.Option(help="address to listen on [127.0.0.1]")] = None,
-    port: Annotated[int | None, typer.Option(help="HTTP port [8080]")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(help=with_default("address to listen on", settings.ServeSettings, "host")),
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help=with_default("HTTP port", settings.ServeSettings, "port"))
+    ] = None,
     advertise: Annotated[
-        str | None, typer.Option(help="URL other nodes use [http://host:port]")
+        str | None, typer.Option(help=stating("URL other nodes use", "http://host:port"))
     ] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="local stores [.kiq/node-1]")] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help=with_default("local stores", settings.ServeSettings, "data_dir")),
+    ] = None,
     workers: Annotated[
         int | None,
-        typer.Option(help="processes answering the port, this one included [0: one per core]"),
+        typer.Option(
+            help=with_default(
+                "processes answering the port, this one included; 0: one per core",
+                settings.ServeSettings,
+                "workers",
+            )
+        ),
     ] = None,
     table: Annotated[
         list[str] | None,
@@ -61,44 +84,92 @@ def serve(
         ),
     ] = None,
     standby_replicas: Annotated[
-        int | None, typer.Option(help="default standbys per partition [1]")
+        int | None,
+        typer.Option(
+            help=with_default("standbys per partition", settings.ServeSettings, "standby_replicas")
+        ),
     ] = None,
     cluster: Annotated[
-        str | None, typer.Option(help="cluster name (the consumer group) [kiq]")
+        str | None,
+        typer.Option(
+            help=with_default(
+                "cluster name (the consumer group)", settings.ServeSettings, "cluster"
+            )
+        ),
     ] = None,
     endpoint: Annotated[
         list[str] | None,
         typer.Option(
-            help="MODULE:FUNCTION or FILE.py:FUNCTION declaring routes (default: the shipped apps')"
+            help=stating(
+                "MODULE:FUNCTION or FILE.py:FUNCTION declaring routes", "the shipped apps'"
+            )
         ),
     ] = None,
     max_body_bytes: Annotated[
-        int | None, typer.Option(help="largest request body [4194304]")
+        int | None,
+        typer.Option(
+            help=with_default("largest request body", settings.LimitsSettings, "max_body_bytes")
+        ),
     ] = None,
-    max_multiget_keys: Annotated[int | None, typer.Option(help="keys per multiget [10000]")] = None,
+    max_multiget_keys: Annotated[
+        int | None,
+        typer.Option(
+            help=with_default("keys per multiget", settings.LimitsSettings, "max_multiget_keys")
+        ),
+    ] = None,
     max_connections: Annotated[
         int | None,
-        typer.Option(help="open connections; more wait [2048]"),
+        typer.Option(
+            help=with_default(
+                "open connections; more wait", settings.LimitsSettings, "max_connections"
+            )
+        ),
     ] = None,
     max_watches_per_caller: Annotated[
-        int | None, typer.Option(help="watch streams open per client, then 429 [64]")
+        int | None,
+        typer.Option(
+            help=with_default(
+                "watch streams open per client, then 429",
+                settings.LimitsSettings,
+                "max_watches_per_caller",
+            )
+        ),
     ] = None,
     max_requests_per_caller: Annotated[
-        int | None, typer.Option(help="requests in flight per client, then 429 [128]")
+        int | None,
+        typer.Option(
+            help=with_default(
+                "requests in flight per client, then 429",
+                settings.LimitsSettings,
+                "max_requests_per_caller",
+            )
+        ),
     ] = None,
     header_timeout_s: Annotated[
         float | None,
         typer.Option(
-            help="seconds to send headers, and to idle between requests [30]",
+            help=with_default(
+                "seconds to send headers, and to idle between requests",
+                settings.LimitsSettings,
+                "header_timeout_s",
+            ),
         ),
     ] = None,
     rate_limit: Annotated[
         float | None,
-        typer.Option(help="requests/s per client, 0 off [0]"),
+        typer.Option(
+            help=with_default("requests/s per client, 0 off", settings.LimitsSettings, "rate_limit")
+        ),
     ] = None,
     rate_burst: Annotated[
         int | None,
-        typer.Option(help="requests at once per client [one second's]"),
+        typer.Option(
+            help=with_default(
+                "requests at once per client; 0: one second's",
+                settings.LimitsSettings,
+                "rate_burst",
+            )
+        ),
     ] = None,
     auth: Annotated[
         str | None,
@@ -118,7 +189,12 @@ def serve(
     jwt_audience: Annotated[str | None, typer.Option(help="the aud tokens must name")] = None,
     jwt_issuer: Annotated[str | None, typer.Option(help="the iss tokens must name")] = None,
     jwt_leeway_s: Annotated[
-        float | None, typer.Option(help="clock skew allowed on exp and nbf [30]")
+        float | None,
+        typer.Option(
+            help=with_default(
+                "clock skew allowed on exp and nbf", settings.AuthSettings, "jwt_leeway_s"
+            )
+        ),
     ] = None,
     cluster_secret_file: Annotated[
         Path | None,
@@ -129,7 +205,8 @@ def serve(
     ] = None,
     tls_key: Annotated[Path | None, typer.Option(help="the certificate's key (PEM)")] = None,
     tls_ca: Annotated[
-        Path | None, typer.Option(help="CA bundle (PEM) peers are verified against [system's]")
+        Path | None,
+        typer.Option(help=stating("CA bundle (PEM) peers are verified against", "the system's")),
     ] = None,
     config: ConfigOption = None,
 ) -> None:

@@ -9,6 +9,7 @@ import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, console, run_or_exit
+from kiq.cli.defaults import stating, with_default
 
 # The launcher is imported when a spark command runs: `kiq serve` loads this module too.
 if TYPE_CHECKING:
@@ -19,23 +20,49 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Port = Annotated[int | None, typer.Option(help="the master's port [default: 7077]")]
-UiPort = Annotated[int | None, typer.Option(help="the master's web UI [default: port+1]")]
-Host = Annotated[str | None, typer.Option(help="address to bind [default: 127.0.0.1]")]
+Port = Annotated[
+    int | None,
+    typer.Option(help=with_default("the master's port", settings.SparkClusterSettings, "port")),
+]
+UiPort = Annotated[
+    int | None,
+    typer.Option(
+        help=with_default(
+            "the master's web UI; 0: port + 1", settings.SparkClusterSettings, "ui_port"
+        )
+    ),
+]
+Host = Annotated[
+    str | None,
+    typer.Option(help=with_default("address to bind", settings.SparkClusterSettings, "host")),
+]
 StartedPort = Annotated[
-    int | None, typer.Option("--port", help="the master's port [default: as started]")
+    int | None, typer.Option("--port", help=stating("the master's port", "as started"))
 ]
 StartedUiPort = Annotated[
-    int | None, typer.Option("--ui-port", help="the master's web UI [default: as started]")
+    int | None, typer.Option("--ui-port", help=stating("the master's web UI", "as started"))
 ]
 StartedHost = Annotated[
-    str | None, typer.Option("--host", help="the master's address [default: as started]")
+    str | None, typer.Option("--host", help=stating("the master's address", "as started"))
 ]
 DataDir = Annotated[
-    Path | None, typer.Option(help="pid files, logs, work dirs [default: .kiq/spark]")
+    Path | None,
+    typer.Option(
+        help=with_default("pid files, logs, work dirs", settings.SparkClusterSettings, "data_dir")
+    ),
 ]
-WorkerCores = Annotated[int | None, typer.Option(help="cores for executors [default: 2]")]
-WorkerMemory = Annotated[str | None, typer.Option(help="memory for executors [default: 2g]")]
+WorkerCores = Annotated[
+    int | None,
+    typer.Option(
+        help=with_default("cores for executors", settings.SparkClusterSettings, "worker_cores")
+    ),
+]
+WorkerMemory = Annotated[
+    str | None,
+    typer.Option(
+        help=with_default("memory for executors", settings.SparkClusterSettings, "worker_memory")
+    ),
+]
 
 
 def _cluster(ctx: typer.Context, **flags: object) -> LocalSparkCluster:

@@ -29,11 +29,11 @@ import typer
 
 from kiq import settings
 from kiq.cli.context import CliState, ConfigOption, console, run_or_exit
+from kiq.cli.defaults import stating, with_default
 from kiq.errors import ConfigError, KiqError
 
 if TYPE_CHECKING:
     from kiq.cli.progress_view import ProgressView
-    from kiq.feeds import FeedSettings
     from kiq.runtime.broker import LocalBroker
     from kiq.runtime.nodes import LocalNode
     from kiq.runtime.pipelines import LocalPipeline
@@ -75,28 +75,72 @@ class _Stopped(Exception):
 def up(
     ctx: typer.Context,
     config: ConfigOption = None,
-    nodes: Annotated[int | None, typer.Option(help="serving nodes [3]")] = None,
+    nodes: Annotated[
+        int | None, typer.Option(help=with_default("serving nodes", settings.AppSettings, "nodes"))
+    ] = None,
     port: Annotated[
-        int | None, typer.Option(help="the front door; the other nodes take the next ports [8080]")
+        int | None,
+        typer.Option(
+            help=with_default(
+                "the front door; the other nodes take the next ports", settings.AppSettings, "port"
+            )
+        ),
     ] = None,
     bootstrap: Annotated[
         str | None, typer.Option(help="an existing Kafka to use instead of the local broker")
     ] = None,
-    home: Annotated[Path | None, typer.Option(help="state and logs [.kiq/NAME]")] = None,
+    home: Annotated[Path | None, typer.Option(help=stating("state and logs", ".kiq/NAME"))] = None,
     pipeline: Annotated[
         list[str] | None, typer.Option(help="a pipeline TARGET (repeat: one Spark driver)")
     ] = None,
     endpoint: Annotated[
         list[str] | None, typer.Option(help="MODULE:FUNCTION or FILE.py:FUNCTION declaring routes")
     ] = None,
-    trigger: Annotated[str | None, typer.Option(help="microbatch or realtime")] = None,
+    trigger: Annotated[
+        str | None,
+        typer.Option(
+            help=with_default("auto, microbatch or realtime", settings.PipelineSettings, "trigger")
+        ),
+    ] = None,
     feeds: Annotated[bool, typer.Option(help="run the file's feeds")] = True,
-    max_body_bytes: Annotated[int | None, typer.Option(help="nodes' largest body")] = None,
-    max_multiget_keys: Annotated[int | None, typer.Option(help="keys per multiget")] = None,
-    max_connections: Annotated[int | None, typer.Option(help="per node")] = None,
-    header_timeout_s: Annotated[float | None, typer.Option(help="headers and idle")] = None,
-    rate_limit: Annotated[float | None, typer.Option(help="requests/s per client")] = None,
-    rate_burst: Annotated[int | None, typer.Option(help="requests at once per client")] = None,
+    max_body_bytes: Annotated[
+        int | None,
+        typer.Option(
+            help=with_default("nodes' largest body", settings.LimitsSettings, "max_body_bytes")
+        ),
+    ] = None,
+    max_multiget_keys: Annotated[
+        int | None,
+        typer.Option(
+            help=with_default("keys per multiget", settings.LimitsSettings, "max_multiget_keys")
+        ),
+    ] = None,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(help=with_default("per node", settings.LimitsSettings, "max_connections")),
+    ] = None,
+    header_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            help=with_default("headers and idle", settings.LimitsSettings, "header_timeout_s")
+        ),
+    ] = None,
+    rate_limit: Annotated[
+        float | None,
+        typer.Option(
+            help=with_default("requests/s per client, 0 off", settings.LimitsSettings, "rate_limit")
+        ),
+    ] = None,
+    rate_burst: Annotated[
+        int | None,
+        typer.Option(
+            help=with_default(
+                "requests at once per client; 0: one second's",
+                settings.LimitsSettings,
+                "rate_burst",
+            )
+        ),
+    ] = None,
     tls_cert: Annotated[
         Path | None, typer.Option(help="the nodes serve HTTPS with this certificate (PEM)")
     ] = None,
@@ -164,7 +208,7 @@ class Plan:
     served: list[ServeEntry]  # [serve] tables; the pipelines declare theirs in the catalog
     broker: settings.BrokerSettings
     pipeline: settings.PipelineSettings
-    feed: FeedSettings
+    feed: settings.FeedSettings
     bootstrap: str
 
     @property
@@ -203,7 +247,6 @@ class Plan:
         tls: dict[str, Path | None] | None = None,
         **flags: Any,
     ) -> Plan:
-        from kiq.feeds import FeedSettings
         from kiq.node_build import app_endpoints, served_tables
 
         file = settings.config_path(config)
@@ -229,7 +272,7 @@ class Plan:
             served,
             broker,
             pipeline.model_copy(update=on_it),
-            settings.load(FeedSettings, file).model_copy(update=on_it),
+            settings.load(settings.FeedSettings, file).model_copy(update=on_it),
             bootstrap,
         )
 

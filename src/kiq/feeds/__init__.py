@@ -9,10 +9,12 @@ from kiq.feeds.errors import FeedError, InvalidTick, ReplayError
 from kiq.feeds.pacing import RunStats, StopReason, pace
 from kiq.feeds.producer import DeliveryHook, TickProducer
 from kiq.feeds.replay import BadLine, TickFile
-from kiq.feeds.settings import FeedSettings
 from kiq.feeds.simulator import TickSimulator
 from kiq.feeds.symbols import SYMBOLS, Listing
 from kiq.feeds.ticks import FIELDS, Tick, validate
+
+# The feeds' settings are the [feed] section of the one settings tree.
+from kiq.settings import FeedSettings
 
 __all__ = [
     "FIELDS",

@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kiq import catalog
 from kiq.feeds.errors import InvalidTick
 
 FIELDS = ("symbol", "exchange", "ts", "bid", "ask", "bid_size", "ask_size", "last", "last_size")
@@ -31,7 +32,7 @@ TRADE_FIELDS = ("last", "last_size")
 TS_RANGE_MS = (946_684_800_000, 2_524_608_000_000)
 
 SYMBOL_RE = re.compile(r"[A-Z0-9.-]{1,12}")
-EXCHANGE_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,15}")
+EXCHANGE_RE = re.compile(catalog.STOCK_EXCHANGE_PATTERN)
 
 Tick = dict[str, Any]
 

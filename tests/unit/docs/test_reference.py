@@ -2,9 +2,10 @@
 
 scripts/docs_reference.py makes the configuration, CLI and HTTP reference pages when the
 site is built. Here each default the configuration reference states is read back and
-compared with what a section holds when nothing is configured, and each default the CLI
-help writes by hand (``[8080]``) with the setting of that flag: a default stated apart from
-the settings tree that disagrees with it fails.
+compared with what a section holds when nothing is configured; and each default a flag's
+help shows (kiq.cli.defaults takes it from the settings tree) with its setting's, in the
+CLI reference and in what ``kiq COMMAND --help`` prints. A default a help writes by hand
+(``[8080]``) that disagrees with the setting of that flag fails too.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import importlib.util
 import json
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+
+from kiq.cli import defaults
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -125,14 +129,8 @@ def test_a_wrong_default_in_the_configuration_reference_is_caught(nowhere: Path)
     assert wrong == ["[serve] port: reference says `8081`"]
 
 
-# Defaults a command sets apart from any setting, on purpose.
-OWN_DEFAULTS = {
-    ("kiq demo", "--rate"): "the demo's feed rate (kiq demo passes it to kiq feed stocks)",
-}
-
-
 def _literal(text: str) -> Any:
-    """The value a help's ``[...]`` states, or None when it is prose (``port+1``)."""
+    """The value a hand-written default states, or None when it is prose (``port+1``)."""
     text = text.removeprefix("default: ").strip()
     if text in ("on", "off"):
         return text == "on"
@@ -153,25 +151,6 @@ def _same(stated: Any, default: Any) -> bool:
     return isinstance(stated, float) and stated == float(default)
 
 
-def cli_help_disagreements(root: Any) -> list[str]:
-    """Each option whose help writes a default (``[8080]``) other than its setting's."""
-    by_flag: dict[str, list[Any]] = {}
-    for section in ref.sections():
-        for name, field in section.model_fields.items():
-            by_flag.setdefault(ref.flag_name(section, name), []).append(ref.default_of(field))
-    wrong = []
-    for path, command in ref._commands(root, ("kiq",)):
-        for param in command.params:
-            written = re.search(r"\[([^\[\]]*)\]\s*$", getattr(param, "help", None) or "")
-            flag = (getattr(param, "opts", None) or [""])[0]
-            if not written or flag not in by_flag or (" ".join(path), flag) in OWN_DEFAULTS:
-                continue
-            stated = _literal(written.group(1))
-            if stated is not None and not any(_same(stated, d) for d in by_flag[flag]):
-                wrong.append(f"{' '.join(path)} {flag}: help says [{written.group(1)}]")
-    return wrong
-
-
 def _cli() -> Any:
     import typer
 
@@ -180,19 +159,175 @@ def _cli() -> Any:
     return typer.main.get_command(app)
 
 
-def test_defaults_written_in_the_cli_help_are_the_settings_tree_defaults(nowhere: Path) -> None:
+def _options(root: Any) -> Iterator[tuple[str, Any]]:
+    """("kiq feed stocks", option) for every option of every command."""
+    for path, command in ref._commands(root, ("kiq",)):
+        for param in command.params:
+            if param.param_type_name == "option":
+                yield " ".join(path), param
+
+
+def _tree_default(param: Any, stated: str | None = None) -> tuple[str, str] | None:
+    """("[feed] rate", "500"): the setting ``param``'s help shows and its default now; of
+    several settings with one help, one that says ``stated`` if any does."""
+    made = sorted(
+        (
+            (f"[{section.table}] {name}", defaults.shown(defaults.setting_default(section, name)))
+            for section, name in defaults.SHOWN.get(param.help or "", ())
+        ),
+        key=lambda found: found[1] != stated,
+    )
+    return made[0] if made else None
+
+
+def cli_help_disagreements(root: Any) -> list[str]:
+    """Each option whose help shows a default other than its setting's, and each option of a
+    setting whose help writes a value by hand (``[8080]``) rather than take it from the tree."""
+    by_flag: dict[str, list[Any]] = {}
+    for section in ref.sections():
+        for name, field in section.model_fields.items():
+            by_flag.setdefault(ref.flag_name(section, name), []).append(ref.default_of(field))
+    wrong = []
+    for command, param in _options(root):
+        flag = param.opts[0]
+        text, stated = defaults.split_default(param.help or "")
+        tree = _tree_default(param, stated)
+        if tree is not None:
+            if stated != tree[1]:
+                wrong.append(
+                    f"{command} {flag}: help says [default: {stated}], {tree[0]} is {tree[1]}"
+                )
+            continue
+        if stated is None:
+            written = re.search(r"\\?\[([^\[\]]*)\]\s*$", text)
+            stated = written.group(1) if written else None
+        if stated is None or flag not in by_flag or param.default is not None:
+            continue
+        value = _literal(stated)
+        if value is not None and not any(_same(value, d) for d in by_flag[flag]):
+            wrong.append(f"{command} {flag}: help says [{stated}]")
+    return wrong
+
+
+def help_output_disagreements(root: Any) -> list[str]:
+    """Each option whose ``kiq COMMAND --help`` shows a default other than its setting's."""
+    import typer.rich_utils
+    from typer.testing import CliRunner
+
+    from kiq.cli.main import app
+
+    wrong = []
+    for path, command in ref._commands(root, ("kiq",)):
+        params = [p for p in command.params if p.help in defaults.SHOWN]
+        if not params:
+            continue
+        with pytest.MonkeyPatch.context() as patch:  # one line per option: no wrapping
+            patch.setattr(typer.rich_utils, "MAX_WIDTH", 1000)
+            result = CliRunner().invoke(app, [*path[1:], "--help"])
+        assert result.exit_code == 0, result.output
+        printed = dict(re.findall(r"^│\s+(--[\w-]+).*\[default: (.*)\]\s*│$", result.output, re.M))
+        for param in params:
+            flag = param.opts[0]
+            setting, value = _tree_default(param, printed.get(flag)) or ("", "")
+            if printed.get(flag) != value:
+                wrong.append(
+                    f"{' '.join(path)} --help: {flag} [default: {printed.get(flag)}], "
+                    f"{setting} is {value}"
+                )
+    return wrong
+
+
+def cli_reference_disagreements(markdown: str, root: Any) -> list[str]:
+    """Each option whose default in the CLI reference ``markdown`` is not its setting's."""
+    cells: dict[tuple[str, str], str] = {}
+    command = ""
+    for line in markdown.splitlines():
+        heading = re.fullmatch(r"## `(kiq[^`]*)`", line)
+        if heading:
+            command = heading.group(1)
+        row = re.match(r"\| `(--[\w-]+)`[^|]*\| [^|]* \| ([^|]*) \|", line)
+        if row:
+            cells[(command, row.group(1))] = row.group(2).strip().strip("`")
+    wrong = []
+    for name, param in _options(root):
+        stated = cells.get((name, param.opts[0]))
+        tree = _tree_default(param, stated)
+        if tree is not None and stated != tree[1]:
+            wrong.append(
+                f"{name} {param.opts[0]}: CLI reference says {stated}, {tree[0]} is {tree[1]}"
+            )
+    return wrong
+
+
+def test_defaults_in_the_cli_help_are_the_settings_tree_defaults(nowhere: Path) -> None:
     wrong = cli_help_disagreements(_cli())
     assert not wrong, "CLI help states defaults the settings tree does not have:\n" + "\n".join(
         wrong
     )
 
 
-def test_a_cli_help_default_that_disagrees_is_caught(nowhere: Path) -> None:
+def test_defaults_printed_by_help_are_the_settings_tree_defaults(nowhere: Path) -> None:
+    root = _cli()
+    assert sum(_tree_default(p) is not None for _, p in _options(root)) > 50
+    assert help_output_disagreements(root) == []
+
+
+def test_defaults_in_the_cli_reference_are_the_settings_tree_defaults(nowhere: Path) -> None:
+    assert cli_reference_disagreements(ref.cli_markdown(), _cli()) == []
+
+
+def test_the_demo_and_the_feed_run_at_one_rate_the_tree_holds(nowhere: Path) -> None:
+    from kiq import settings
+
+    root = _cli()
+    rates = {
+        command: _tree_default(param)
+        for command, param in _options(root)
+        if param.opts[0] == "--rate" and command in ("kiq demo", "kiq feed stocks")
+    }
+    rate = defaults.shown(settings.load(settings.FeedSettings).rate)
+    assert rates == {"kiq demo": ("[feed] rate", rate), "kiq feed stocks": ("[feed] rate", rate)}
+
+
+def test_a_setting_whose_default_changes_is_caught_everywhere_it_is_shown(
+    nowhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kiq import settings
+
+    root = _cli()
+    markdown = ref.cli_markdown()
+    monkeypatch.setattr(settings.FeedSettings.model_fields["rate"], "default", 1000.0)
+    moved = "[feed] rate is 1000"
+    assert cli_help_disagreements(root) == [
+        f"kiq demo --rate: help says [default: 500], {moved}",
+        f"kiq feed stocks --rate: help says [default: 500], {moved}",
+    ]
+    assert cli_reference_disagreements(markdown, root) == [
+        f"kiq demo --rate: CLI reference says 500, {moved}",
+        f"kiq feed stocks --rate: CLI reference says 500, {moved}",
+    ]
+    wrong, _ = config_disagreements(ref.configuration_markdown(), nowhere)
+    assert wrong == ["[feed] rate: reference says `1000.0`"]
+
+
+def test_a_default_that_help_does_not_print_is_caught(
+    nowhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rich reads an unescaped ``[default: X]`` as markup and prints nothing of it."""
+    monkeypatch.setattr(defaults, "stating", lambda text, default: f"{text} [default: {default}]")
+    wrong = help_output_disagreements(_cli())
+    assert "kiq feed stocks --help: --rate [default: None], [feed] rate is 500" in wrong
+    assert "kiq serve --help: --port [default: None], [serve] port is 8080" in wrong
+
+
+def test_a_cli_help_default_written_by_hand_that_disagrees_is_caught(nowhere: Path) -> None:
     root = _cli()
     port = next(p for p in root.commands["serve"].params if p.name == "port")
     before = port.help
     try:
         port.help = "HTTP port [8081]"
+        assert cli_help_disagreements(root) == ["kiq serve --port: help says [8081]"]
+        port.help = "HTTP port \\[default: 8081]"
         assert cli_help_disagreements(root) == ["kiq serve --port: help says [8081]"]
     finally:
         port.help = before

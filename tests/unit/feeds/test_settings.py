@@ -20,7 +20,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 def test_defaults_work_on_a_laptop():
     conf = settings.load(FeedSettings)
     assert conf.bootstrap == "127.0.0.1:9092" and conf.topic == "stock-ticks"
-    assert (conf.symbols, conf.rate, conf.seed, conf.partitions) == (100, 1000.0, 42, 30)
+    assert (conf.symbols, conf.rate, conf.seed, conf.partitions) == (100, 500.0, 42, 30)
     assert conf.exchanges == ["NYSE", "NASDAQ", "ARCA", "BATS", "IEX"]
     assert conf.create_topic is True
 
