@@ -572,21 +572,26 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _ready(node: LocalNode) -> bool:
+    from kiq.http_client import HttpError
+
     try:
-        with node.open("/v1/health/ready") as resp:
-            return bool(resp.status == 200)
-    except OSError:
+        return node.get("/v1/health/ready").status_code == 200
+    except HttpError:
         return False
 
 
 def _tables_with_data(nodes: list[LocalNode]) -> set[str]:
     """The tables some node holds a record of (a replica whose log is not empty)."""
+    from kiq.http_client import HttpError
+
     found: set[str] = set()
     for node in nodes:
         try:
-            with node.open("/v1/metadata") as resp:
-                meta = json.loads(resp.read())
-        except (OSError, ValueError):
+            resp = node.get("/v1/metadata")
+            if not resp.is_success:
+                continue
+            meta = json.loads(resp.content)
+        except (HttpError, ValueError):
             continue
         for name, table in meta.get("tables", {}).items():
             for part in table.get("partitions", []):

@@ -10,7 +10,6 @@ so they work from any machine that reaches a node: the node does the cluster's w
 from __future__ import annotations
 
 import re
-import ssl
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -31,16 +30,17 @@ from kiq.cli.compare import Diff, Rules, compare
 from kiq.cli.context import CliState, ConfigOption, console, err_console
 from kiq.cli.tokens import TokenFileOption, TokenOption, bearer_token
 from kiq.errors import ConfigError, KiqError
+from kiq.security.tls import client_context
 
 if TYPE_CHECKING:
     # Imported when a command runs: `kiq --help` need not load an HTTP client.
-    import httpx
+    from kiq.http_client import Client, Response, Transport
 
 # How often `kiq diff` asks whether both versions have caught up.
 POLL_S = 1.0
 REQUEST_TIMEOUT_S = 30.0
 # Tests put an httpx.MockTransport here; None: the network.
-transport: httpx.BaseTransport | None = None
+transport: Transport | None = None
 
 UrlOption = Annotated[
     str | None,
@@ -58,7 +58,7 @@ class NodeClient:
     """One node's HTTP API, as these commands use it."""
 
     url: str
-    client: httpx.Client
+    client: Client
 
     def __enter__(self) -> NodeClient:
         return self
@@ -70,18 +70,18 @@ class NodeClient:
 
     def call(
         self, method: str, path: str, *, params: dict[str, str] | None = None, body: Any = None
-    ) -> httpx.Response:
-        import httpx
+    ) -> Response:
+        from kiq.http_client import HttpError, send
 
         try:
-            response = self.client.request(method, path, params=params, json=body)
-        except httpx.TimeoutException as exc:
+            response = send(self.client, method, path, params=params, json=body)
+        except HttpError as exc:
+            if exc.timed_out:
+                raise NodeError(
+                    f"{self.url} did not answer {method} {path} within {REQUEST_TIMEOUT_S:.0f} s"
+                ) from exc
             raise NodeError(
-                f"{self.url} did not answer {method} {path} within {REQUEST_TIMEOUT_S:.0f} s"
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise NodeError(
-                f"cannot reach {self.url}: {exc or type(exc).__name__}; is a node running "
+                f"cannot reach {self.url}: {exc.reason}; is a node running "
                 "there? Give a node's URL with --url"
             ) from exc
         if response.status_code >= 400:
@@ -102,7 +102,7 @@ class NodeClient:
         return found
 
 
-def _refusal(url: str, response: httpx.Response) -> str:
+def _refusal(url: str, response: Response) -> str:
     try:
         body = orjson.loads(response.content)
         message = str(body["message"]) if isinstance(body, dict) else response.text
@@ -121,16 +121,16 @@ def _path(table: str) -> str:
 
 
 def _node(url: str, token: str | None, config: Path | None) -> NodeClient:
-    import httpx
+    from kiq.http_client import Verify, sync_client
 
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    verify: ssl.SSLContext | bool = True
+    verify: Verify = True
     if url.startswith("https://"):
         # A cluster with its own CA: the one the nodes verify each other with.
         ca = settings.load(settings.TlsSettings, config).ca
         if ca is not None:
-            verify = ssl.create_default_context(cafile=str(ca))
-    client = httpx.Client(
+            verify = client_context(ca)
+    client = sync_client(
         base_url=url,
         headers=headers,
         timeout=REQUEST_TIMEOUT_S,

@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
-import httpx
 import orjson
 
 from kiq.client import calls
@@ -29,6 +28,16 @@ from kiq.client.errors import ClientError
 from kiq.client.retry import NO_RETRY, RetryPolicy
 from kiq.client.router import Router
 from kiq.client.steps import Send, run_async
+from kiq.http_client import (
+    AsyncClient,
+    AsyncTransport,
+    HttpError,
+    Response,
+    Timeout,
+    async_client,
+    async_transport,
+    send_stream,
+)
 from kiq.proxy.destinations import Destination, destination
 from kiq.proxy.limits import Admission, Body, ProxyLimits, RequestRefused
 from kiq.proxy.trust import CALLER, Vouched
@@ -44,7 +53,7 @@ SendMessage = Callable[[Message], Awaitable[None]]
 
 MAX_SPLIT_KEYS = 10_000  # a node's default [limits] max_multiget_keys: more go whole
 _READS = frozenset({"GET", "HEAD"})
-# Not relayed either way: hop-by-hop, and what httpx or the server sets itself.
+# Not relayed either way: hop-by-hop, and what the HTTP client or the server sets itself.
 _HOP = frozenset(
     {
         "connection",
@@ -83,7 +92,7 @@ class ProxyApp:
         verify: Any = True,
         limits: ProxyLimits | None = None,
         callers: CallerSeal | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: AsyncTransport | None = None,
     ) -> None:
         self.router = Router(nodes, max_age_s=metadata_max_age_s)
         self.limits = limits if limits is not None else ProxyLimits()
@@ -94,7 +103,7 @@ class ProxyApp:
         self._retry = retry if retry is not None else RetryPolicy()
         self._timeout_s = timeout_s  # a lookup may wait up to 60 s for min_offset
         self._verify = verify
-        self._http: httpx.AsyncClient | None = None
+        self._http: AsyncClient | None = None
         self._refreshing: asyncio.Lock | None = None
         self._end: asyncio.Event | None = None  # set when the proxy stops (end_streams)
 
@@ -210,12 +219,12 @@ class ProxyApp:
         if self.router.due():
             await self._refresh()
         http = self._client()
-        timeout = httpx.Timeout(10.0, read=None)
+        timeout = Timeout(10.0, read=None)
         for url in where.plan()[:3]:
             request = http.build_request("GET", url + path, headers=headers, timeout=timeout)
             try:
-                response = await http.send(request, stream=True)
-            except httpx.TransportError:
+                response = await send_stream(http, request)
+            except HttpError:
                 self.router.mark_stale()
                 continue
             try:
@@ -251,15 +260,14 @@ class ProxyApp:
                 finally:
                     CALLER.reset(own)
 
-    def _client(self) -> httpx.AsyncClient:
+    def _client(self) -> AsyncClient:
         """Made on first use, in the server's event loop; every request leaves through
         ``Vouched`` (trust.py)."""
         if self._http is None:
-            inner = self._transport or httpx.AsyncHTTPTransport(
-                verify=self._verify,
-                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+            inner = self._transport or async_transport(
+                verify=self._verify, max_connections=1024, max_keepalive=256
             )
-            self._http = httpx.AsyncClient(
+            self._http = async_client(
                 timeout=self._timeout_s,
                 follow_redirects=False,
                 transport=Vouched(self.router, inner, self._callers),
@@ -282,7 +290,7 @@ _SHUTTING_DOWN = b'event: dropped\ndata: {"reason":"the proxy is shutting down"}
 
 
 async def _pump(
-    response: httpx.Response, receive: Receive, send: SendMessage, ending: asyncio.Event
+    response: Response, receive: Receive, send: SendMessage, ending: asyncio.Event
 ) -> None:
     """The node's chunks to the caller, until the node ends, the caller disconnects or the
     proxy stops (``ending``: the caller is told, as a node tells it, and may resume)."""

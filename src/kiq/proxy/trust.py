@@ -1,8 +1,8 @@
 """Where the proxy may send a request at all, and the caller's address sealed on the way.
 
 Every request the proxy makes (its own metadata reads with its token, callers' requests
-with their ``Authorization``, relayed watches) leaves through ``Vouched``, one httpx
-transport, so no path can miss it:
+with their ``Authorization``, relayed watches) leaves through ``Vouched``, one transport
+(a ``kiq.http_client.Gate``), so no path can miss it:
 
 - it goes only to an origin the proxy was given (``--nodes``) or one a node it trusts
   names in ``/v1/metadata`` (the current topology's members: a node names only the
@@ -21,10 +21,9 @@ from __future__ import annotations
 import logging
 from contextvars import ContextVar
 
-import httpx
-
 from kiq.client.router import Router
 from kiq.client.topology import Topology
+from kiq.http_client import URL, AsyncTransport, Gate, Request
 from kiq.security.callers import HEADER, CallerSeal
 
 log = logging.getLogger(__name__)
@@ -35,21 +34,21 @@ _MAX_LOGGED = 1000  # origins refused that are said once in the log, each
 _PORTS = {"http": 80, "https": 443}
 
 
-def origin_of(url: httpx.URL | str) -> str:
+def origin_of(url: URL | str) -> str:
     """``scheme://host:port`` of ``url``, the port always written."""
-    parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    parsed = url if isinstance(url, URL) else URL(url)
     port = parsed.port or _PORTS.get(parsed.scheme, 0)
     return f"{parsed.scheme}://{parsed.host}:{port}"
 
 
-class Vouched(httpx.AsyncBaseTransport):
+class Vouched(Gate):
     """``inner`` for the origins ``router`` trusts; a ``ConnectError`` for any other."""
 
     def __init__(
-        self, router: Router, inner: httpx.AsyncBaseTransport, seal: CallerSeal | None = None
+        self, router: Router, inner: AsyncTransport, seal: CallerSeal | None = None
     ) -> None:
+        super().__init__(inner)
         self._router = router
-        self._inner = inner
         self._seal = seal
         self._seeds = frozenset(origin_of(u) for u in router.seeds)
         self._for: Topology | None = None
@@ -66,21 +65,16 @@ class Vouched(httpx.AsyncBaseTransport):
             self._for = topology
         return self._trusted
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    def admit(self, request: Request) -> str | None:
         origin = origin_of(request.url)
         if origin not in self.trusted():
             self.refused += 1
             if origin not in self._logged and len(self._logged) < _MAX_LOGGED:
                 self._logged.add(origin)
                 log.warning("proxy refused: not a vouched node url=%s", origin)
-            raise httpx.ConnectError(
-                f"{origin} is neither one of --nodes nor a member they vouch for", request=request
-            )
+            return f"{origin} is neither one of --nodes nor a member they vouch for"
         address = CALLER.get()
         if self._seal is not None and address is not None:
             target = request.url.raw_path.decode("latin-1")
             request.headers[HEADER] = self._seal.seal(request.method, target, address)
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+        return None

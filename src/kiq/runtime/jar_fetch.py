@@ -18,10 +18,9 @@ import json
 import os
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -38,6 +37,7 @@ from rich.progress import (
 )
 
 from kiq.errors import SetupError
+from kiq.http_client import HttpError, stream, system_roots
 
 DEFAULT_REPOSITORY = "https://repo1.maven.org/maven2/"
 REPOSITORY_ENV = "KIQ_MAVEN_REPOSITORY"
@@ -208,11 +208,11 @@ def download(jar: Jar, repository: str, dest: Path, advance: Callable[[int], Non
         try:
             _download_once(jar, url, dest, counted)
             return
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+        except (_Refused, HttpError, http.client.HTTPException, OSError) as exc:
             advance(-counted.total)  # the next attempt starts the file again
             local = url.startswith("file:")
-            if isinstance(exc, urllib.error.HTTPError) or local or attempt == _ATTEMPTS:
-                reason = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else exc
+            if isinstance(exc, _Refused) or local or attempt == _ATTEMPTS:
+                reason = exc.reason if isinstance(exc, HttpError) else exc
                 fix = (
                     f"or set {REPOSITORY_ENV} to a Maven mirror"
                     if repository == DEFAULT_REPOSITORY
@@ -223,6 +223,32 @@ def download(jar: Jar, repository: str, dest: Path, advance: Callable[[int], Non
                     f"(a proxy goes in HTTPS_PROXY) {fix}"
                 ) from exc
             time.sleep(attempt)
+
+
+class _Refused(Exception):
+    """The repository answered with an error status: asking again would not help."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+
+
+@contextmanager
+def _body(url: str) -> Iterator[tuple[Iterator[bytes], int | None]]:
+    """The bytes at ``url`` (a file:// path, or fetched), and the length it declares."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise OSError(f"a file:// URL names another host ({parts.netloc})")
+        with open(urllib.parse.unquote(parts.path), "rb") as f:
+            yield iter(lambda: f.read(_CHUNK), b""), None
+        return
+    # Redirects followed, the system's roots trusted: as Python's own urllib does.
+    headers = {"User-Agent": "kiq-setup", "Accept-Encoding": "identity"}
+    with stream(url, timeout_s=60, headers=headers, verify=system_roots()) as response:
+        if not response.is_success:
+            raise _Refused(response.status_code)
+        declared = str(response.headers.get("Content-Length", ""))
+        yield response.iter_raw(_CHUNK), int(declared) if declared.isdigit() else None
 
 
 class _Counted:
@@ -242,18 +268,16 @@ def _download_once(jar: Jar, url: str, dest: Path, advance: Callable[[int], None
     temp = Path(name)
     try:
         digest, got = hashlib.sha256(), 0
-        request = urllib.request.Request(url, headers={"User-Agent": "kiq-setup"})
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=60) as response:
-            while chunk := response.read(_CHUNK):
+        with os.fdopen(fd, "wb") as out, _body(url) as (chunks, declared):
+            for chunk in chunks:
                 got += len(chunk)
                 if got > jar.size:
                     break
                 digest.update(chunk)
                 out.write(chunk)
                 advance(len(chunk))
-            declared = str(response.headers.get("Content-Length", ""))
-            if declared.isdigit() and got < int(declared):  # the connection dropped: again
-                raise http.client.IncompleteRead(b"", int(declared) - got)
+            if declared is not None and got < declared:  # the connection dropped: again
+                raise http.client.IncompleteRead(b"", declared - got)
             out.flush()
             os.fsync(out.fileno())
         if got != jar.size or digest.hexdigest() != jar.sha256:

@@ -14,14 +14,13 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kiq.catalog import SHIPPED_ENDPOINTS
 from kiq.errors import KiqError
+from kiq.http_client import HttpError, Response, get
 from kiq.runtime import processes
 from kiq.runtime.ports import free_port
 from kiq.security.tls import client_context
@@ -55,15 +54,19 @@ class LocalNode:
         scheme = "https" if self.tls is not None and self.tls.enabled else "http"
         return f"{scheme}://127.0.0.1:{self.port}"
 
-    def open(self, path: str, timeout_s: float = 2.0) -> Any:
-        """``urlopen`` of ``path`` on this node, verified against the CA when it serves TLS,
-        with ``authorization`` when set."""
+    def get(self, path: str, timeout_s: float = 2.0) -> Response:
+        """``GET path`` on this node, verified against the CA when it serves TLS, with
+        ``authorization`` when set: its answer, whatever the status; an ``HttpError`` when
+        none came."""
         if self.tls is not None and self.tls.enabled and self._ssl is None:
             self._ssl = client_context(self.tls.ca)
-        request = urllib.request.Request(f"{self.url}{path}")
-        if self.authorization is not None:
-            request.add_header("Authorization", self.authorization)
-        return urllib.request.urlopen(request, timeout=timeout_s, context=self._ssl)
+        auth = self.authorization
+        headers = {"Authorization": auth} if auth is not None else None
+        hint = f"is node {self.node_id} running? See {self.log_file}"
+        verify = self._ssl if self._ssl is not None else True
+        return get(
+            f"{self.url}{path}", timeout_s=timeout_s, headers=headers, verify=verify, hint=hint
+        )
 
     def start(self) -> LocalNode:
         if self.running:
@@ -97,13 +100,13 @@ class LocalNode:
             if not self.running:
                 raise KiqError(f"node {self.node_id} exited; see {self.log_file}:\n{self.tail()}")
             try:
-                with self.open("/v1/health/ready") as resp:
-                    if resp.status == 200:
-                        return
-            except urllib.error.HTTPError as exc:
-                reason = json.loads(exc.read() or b"{}").get("reason", str(exc))
-            except OSError as exc:
-                reason = str(exc)
+                resp = self.get("/v1/health/ready")
+            except HttpError as exc:
+                reason = exc.reason
+            else:
+                if resp.status_code == 200:
+                    return
+                reason = json.loads(resp.content or b"{}").get("reason", f"HTTP {resp.status_code}")
             time.sleep(0.2)
         raise KiqError(
             f"node {self.node_id} not ready after {timeout_s:.0f}s ({reason}); see {self.log_file}"
@@ -119,9 +122,14 @@ class LocalNode:
             processes.stop(self.proc, grace_s=timeout_s)
 
     def metadata(self) -> dict[str, Any]:
-        """The node's ``GET /v1/metadata``, as JSON."""
-        with self.open("/v1/metadata", timeout_s=5) as resp:
-            meta: dict[str, Any] = json.loads(resp.read())
+        """The node's ``GET /v1/metadata``, as JSON; a ``KiqError`` when it refuses."""
+        resp = self.get("/v1/metadata", timeout_s=5)
+        if not resp.is_success:
+            raise KiqError(
+                f"GET {self.url}/v1/metadata: HTTP {resp.status_code} from node {self.node_id}: "
+                f"{resp.text[:200]}"
+            )
+        meta: dict[str, Any] = json.loads(resp.content)
         return meta
 
     def tail(self, lines: int = 30) -> str:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiq.errors import KiqError
+from kiq.http_client import HttpError, get
 from kiq.runtime import processes
 from kiq.runtime.ports import free_port
 
@@ -43,10 +42,9 @@ class LocalProxy:
             if not self.running:
                 raise KiqError(f"kiq proxy exited; see {self.log_file}")
             try:
-                with urllib.request.urlopen(f"{self.url}/v1/health/live", timeout=2) as resp:
-                    if resp.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
+                if get(f"{self.url}/v1/health/live", timeout_s=2).status_code == 200:
+                    return self
+            except HttpError:
                 pass
             time.sleep(0.1)
         raise KiqError(f"kiq proxy did not answer in {timeout_s:.0f}s; see {self.log_file}")

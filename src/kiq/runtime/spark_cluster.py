@@ -21,12 +21,11 @@ import os
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from kiq.errors import SparkClusterError
+from kiq.http_client import HttpError, get
 from kiq.runtime import processes
 from kiq.runtime.java import java_executable
 from kiq.settings import SparkClusterSettings
@@ -248,9 +247,11 @@ class LocalSparkCluster:
     def _alive_cores(self) -> int:
         """Cores of the live workers, as the master's web UI reports them (0: no answer)."""
         try:
-            with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=2) as resp:
-                state = json.load(resp)
-        except (OSError, ValueError, urllib.error.URLError):
+            resp = get(f"{self.ui_url}/json/", timeout_s=2)
+            if not resp.is_success:
+                return 0
+            state = json.loads(resp.content)
+        except (HttpError, ValueError):
             return 0
         return sum(
             int(w.get("cores", 0)) for w in state.get("workers", []) if w.get("state") == "ALIVE"

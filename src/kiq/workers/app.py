@@ -14,11 +14,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import orjson
 
 from kiq.api.asgi import Receive, Scope, Send, respond
 from kiq.api.routes import is_core
+from kiq.http_client import HttpError, Timeout, async_client, async_transport, send_stream
 from kiq.peers import FORWARDED
 from kiq.peers.frames import TRY_AGAIN_LATER
 from kiq.server import KiqApp
@@ -64,13 +64,10 @@ class HomeProxy:
     came."""
 
     def __init__(self, path: str, token: str) -> None:
-        self._client = httpx.AsyncClient(
+        self._client = async_client(
             base_url="http://localhost",
-            timeout=httpx.Timeout(None, connect=5.0),
-            transport=httpx.AsyncHTTPTransport(
-                uds=path,
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            ),
+            timeout=Timeout(None, connect=5.0),
+            transport=async_transport(uds=path, max_connections=None, max_keepalive=64),
         )
         self._token = token
 
@@ -92,9 +89,9 @@ class HomeProxy:
             scope["method"], target, headers=headers, content=_body(receive)
         )
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            detail = f"this node's writer did not answer its worker: {exc}"
+            response = await send_stream(self._client, request)
+        except HttpError as exc:
+            detail = f"this node's writer did not answer its worker: {exc.reason}"
             body = b'{"error":"unavailable","detail":' + _quoted(detail) + b"}"
             await respond(send, 503, body)
             return
