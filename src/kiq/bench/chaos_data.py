@@ -70,7 +70,7 @@ def run_data_chaos(cfg: DataChaosConfig, progress: Reporter | None = None) -> di
 
 
 def _disk_full(stack: Stack, cfg: DataChaosConfig, show: Reporter) -> dict[str, object]:
-    disk = stack.root / "disk"
+    disk = stack.home / "disk"
     disk.mkdir()
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={_DISK_MB}m", "tmpfs", str(disk)],
@@ -161,7 +161,7 @@ def _large_values(stack: Stack, cfg: DataChaosConfig, show: Reporter) -> dict[st
     _produce(
         stack.bootstrap, topic, [_document(k, 1) for k in keys], **{"message.max.bytes": 4 * _MIB}
     )
-    nodes = [_node(stack, f"n{i}", [f"docs={topic}"], stack.root / f"n{i}") for i in (1, 2)]
+    nodes = [_node(stack, f"n{i}", [f"docs={topic}"], stack.home / f"n{i}") for i in (1, 2)]
     show.phase("starting 2 nodes")
     for node in nodes:
         node.start()
@@ -205,7 +205,7 @@ def _topic_recreated(stack: Stack, cfg: DataChaosConfig, show: Reporter) -> dict
     show.phase("loading the table")
     create_topics(stack.bootstrap, {topic: 3})
     _produce(stack.bootstrap, topic, [{"k": f"k{i}", "v": 1} for i in range(60)])
-    nodes = [_node(stack, f"n{i}", [f"t={topic}"], stack.root / f"n{i}") for i in (1, 2)]
+    nodes = [_node(stack, f"n{i}", [f"t={topic}"], stack.home / f"n{i}") for i in (1, 2)]
     show.phase("starting 2 nodes")
     for node in nodes:
         node.start()
@@ -247,17 +247,13 @@ def _topic_recreated(stack: Stack, cfg: DataChaosConfig, show: Reporter) -> dict
 
 def _node(stack: Stack, node_id: str, tables: list[str], data_dir: Path) -> LocalNode:
     """A node of the stack's cluster (not started), stopped with the stack."""
-    node = LocalNode(
+    return stack.node(
         node_id,
-        stack.bootstrap,
         tables,
         data_dir,
-        stack.root / f"{node_id}.log",
         extra_args=["--cluster", "kiq-chaos"],
         env={"KIQ_SERVE_VIEW_REFRESH_MS": "200", "KIQ_SERVE_SESSION_TIMEOUT_MS": "3000"},
     )
-    stack.nodes.append(node)
-    return node
 
 
 def _produce(

@@ -255,16 +255,9 @@ def _rolling_restart(run: _Run) -> dict[str, object]:
 
 def _add_remove(run: _Run) -> dict[str, object]:
     stack = run.stack
-    node = LocalNode(
-        "n4",
-        stack.bootstrap,
-        [f"{TABLE}={TOPIC}"],
-        stack.root / "n4",
-        stack.root / "n4.log",
-        extra_args=["--cluster", CLUSTER],
-        env=dict(run.env),
+    node = stack.node(
+        "n4", [f"{TABLE}={TOPIC}"], extra_args=["--cluster", CLUSTER], env=dict(run.env)
     )
-    stack.nodes.append(node)
     run.nodes.append(node)
     started = run.fault_at = time.monotonic()
     run.show.phase("n4 joining")

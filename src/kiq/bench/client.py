@@ -81,7 +81,7 @@ def run_client_bench(cfg: ClientBenchConfig, progress: Reporter | None = None) -
         proxy = None
         if cfg.via == "proxy":
             show.phase("starting the proxy")
-            proxy = LocalProxy(node_urls, stack.root / "proxy.log").start()
+            proxy = LocalProxy(node_urls, stack.home / "proxy.log").start()
         try:
             runs = _runs(cfg, nodes, keys, owner_url, node_urls, proxy.url if proxy else None, show)
         finally:

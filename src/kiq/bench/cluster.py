@@ -29,18 +29,14 @@ def start_nodes(
     """
     nodes = []
     for i in range(1, count + 1):
-        node = LocalNode(
+        node = stack.node(
             f"{prefix}{i}",
-            stack.bootstrap,
             tables,
-            stack.root / f"{prefix}{i}",
-            stack.root / f"{prefix}{i}.log",
             extra_args=["--cluster", CLUSTER],
             env=dict(env or {}),
             authorization=authorization,
             workers=workers,
         )
-        stack.nodes.append(node)
         nodes.append(node.start())
     return nodes
 

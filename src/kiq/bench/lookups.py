@@ -82,7 +82,7 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         show.phase(f"loading {cfg.keys:,} keys")
         last = load_quotes(stack.bootstrap, TOPIC, keys)
         show.phase(f"starting {cfg.nodes} node(s)")
-        auth = bench_auth(stack.root / "secrets") if cfg.auth == "jwt" else None
+        auth = bench_auth(stack.home / "secrets") if cfg.auth == "jwt" else None
         nodes = start_nodes(
             stack,
             cfg.nodes,
@@ -110,10 +110,10 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
         pids = with_children([n.proc.pid if n.proc else None for n in nodes])
         local: dict[str, object] = {}
         if cfg.mode == "random" and cfg.nodes > 1:
-            local = _local_baseline(stack.root, owned, nodes, pids, cfg, headers, show)
+            local = _local_baseline(stack.home, owned, nodes, pids, cfg, headers, show)
         ports = [n.port for n in targets]
         kiq, kiq_cpu = _measure(
-            "kiq", stack.root / "wrk-kiq", [paths], ports, pids, cfg, headers, show
+            "kiq", stack.home / "wrk-kiq", [paths], ports, pids, cfg, headers, show
         )
         seen: dict[str, object] = {}
         if cfg.workers > 1:
@@ -124,12 +124,12 @@ def run_lookups(cfg: LookupsConfig, progress: Reporter | None = None) -> dict[st
             node.stop()
         single: dict[str, object] = {}
         if cfg.workers > 1:
-            single = _single_worker(nodes, paths, ports, cfg, headers, show, stack.root, last)
-        floor_run, floor_cpu = _floor("floor", stack.root, len(targets), paths, cfg, headers, show)
+            single = _single_worker(nodes, paths, ports, cfg, headers, show, stack.home, last)
+        floor_run, floor_cpu = _floor("floor", stack.home, len(targets), paths, cfg, headers, show)
         if floor_run.rps:
             show.set("ratio", round(kiq.rps / floor_run.rps, 3))
         same_run, same_cpu = _floor(
-            "floor with kiq's headers", stack.root, len(targets), paths, cfg, headers, show, True
+            "floor with kiq's headers", stack.home, len(targets), paths, cfg, headers, show, True
         )
     bound = _machine_bound(kiq, kiq_cpu)
     return {

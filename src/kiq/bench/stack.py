@@ -1,4 +1,8 @@
-"""A throwaway local stack for a benchmark: broker, pipelines and nodes on free ports."""
+"""A throwaway local stack for a benchmark: broker, pipelines and nodes on free ports.
+
+The stack is `kiq up`'s (``kiq.runtime.stack``) in a temporary directory; this adds what
+the benchmarks run on it (the stock application's topics, pipeline and tick feed).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiq import catalog
@@ -23,6 +26,7 @@ from kiq.runtime.broker import LocalBroker
 from kiq.runtime.nodes import LocalNode
 from kiq.runtime.pipelines import LocalPipeline
 from kiq.runtime.reaper import ending_together
+from kiq.runtime.stack import LocalStack
 from kiq.tables.declared import decode_catalog
 
 CLUSTER = "kiq-bench"  # the benchmark nodes' consumer group
@@ -48,41 +52,19 @@ class TickFeed:
         self.producer.flush(30)
 
 
-@dataclass
-class Stack:
-    root: Path
-    broker: LocalBroker
-    nodes: list[LocalNode] = field(default_factory=list)
-    pipelines: list[LocalPipeline] = field(default_factory=list)
+class Stack(LocalStack):
+    """A benchmark's stack: its broker always its own, its nodes in one cluster."""
 
-    @property
-    def bootstrap(self) -> str:
-        return self.broker.bootstrap
+    broker: LocalBroker
 
     def add_node(self, node_id: str, tables: list[str], cluster: str = CLUSTER) -> LocalNode:
-        node = LocalNode(
-            node_id,
-            self.bootstrap,
-            tables,
-            self.root / node_id,
-            self.root / f"{node_id}.log",
-            extra_args=["--cluster", cluster],
-        )
-        self.nodes.append(node.start())
-        return node
+        return self.node(node_id, tables, extra_args=["--cluster", cluster]).start()
 
     def add_stock_pipeline(self, trigger: str, partitions: int) -> LocalPipeline:
         """The stock pipeline, started and past declaring its tables: nodes started after
         it serve them as it declares them (windowed, ranked), as `kiq up` has them."""
-        pipeline = LocalPipeline(
-            (catalog.STOCKS_PIPELINE,),
-            self.bootstrap,
-            self.root / "checkpoints",
-            self.root / "pipeline.log",
-            trigger=trigger,
-            partitions=partitions,
-        )
-        self.pipelines.append(pipeline.start())
+        pipeline = self.pipeline((catalog.STOCKS_PIPELINE,), trigger=trigger, partitions=partitions)
+        pipeline.start()
         wait_declared(self.bootstrap, catalog.STOCK_TABLE_TOPICS, pipeline)
         return pipeline
 
@@ -124,20 +106,15 @@ def local_stack(keep: bool = False, progress: Reporter | None = None) -> Iterato
     root = Path(tempfile.mkdtemp(prefix="kiq-bench-"))
     with ending_together():
         broker = LocalBroker.on_free_ports(root / "broker")
-        stack = Stack(root, broker)
         try:
-            if progress is not None:
-                progress.phase("starting the broker")
-            broker.start()  # a broker that never answers is stopped below too
-            yield stack
-            if progress is not None:
-                progress.phase("stopping the stack")
+            with Stack(root, broker) as stack:
+                if progress is not None:
+                    progress.phase("starting the broker")
+                stack.start_broker()  # a broker that never answers is stopped too
+                yield stack
+                if progress is not None:
+                    progress.phase("stopping the stack")
         finally:
-            for node in stack.nodes:
-                node.stop()
-            for pipeline in stack.pipelines:
-                pipeline.stop()
-            broker.stop()
             time.sleep(0.1)
             if not keep:
                 shutil.rmtree(root, ignore_errors=True)

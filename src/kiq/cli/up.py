@@ -16,7 +16,6 @@ import dataclasses
 import functools
 import json
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
     from kiq.tables import TableSpec
     from kiq.tables.declared import ServeEntry
 
-STOP_TIMEOUT_S = 30.0
 # Spark's start and the pipelines' first checks, until they have declared their tables.
 DECLARE_TIMEOUT_S = 300.0
 
@@ -278,13 +276,14 @@ class Plan:
 
 
 class Running:
-    """The application's processes, started in order and stopped in reverse."""
+    """The application's processes (a ``LocalStack``), started in order and stopped in
+    reverse, with what `kiq up` shows and waits for in between."""
 
     def __init__(self, plan: Plan, stopping: threading.Event) -> None:
         from kiq.kafka import KafkaSecurity
         from kiq.runtime.broker import LocalBroker
-        from kiq.runtime.nodes import LocalNode
-        from kiq.runtime.pipelines import LocalPipeline
+        from kiq.runtime.stack import LocalStack
+        from kiq.security import operator_token
 
         self.plan = plan
         self.stopping = stopping
@@ -292,31 +291,25 @@ class Running:
         self.security = KafkaSecurity.from_settings(plan.kafka)
         app = plan.app
         self.home = app.home_dir.resolve()
-        self.broker: LocalBroker | None = None if app.bootstrap else LocalBroker(plan.broker)
+        broker = None if app.bootstrap else LocalBroker(plan.broker)
+        self.stack = LocalStack(self.home, broker, external_bootstrap=plan.bootstrap)
+        self.broker: LocalBroker | None = broker
         self.bootstrap = plan.bootstrap
         self.env = plan.child_env()
         self.pipeline: LocalPipeline | None = None
         if app.pipelines:
-            self.pipeline = LocalPipeline(
-                tuple(app.pipelines),
-                self.bootstrap,
-                self.home / "checkpoints",
-                self.home / "pipeline.log",
+            self.pipeline = self.stack.pipeline(
+                app.pipelines,
                 trigger=plan.pipeline.trigger,
                 partitions=app.table_partitions,
                 env=self.env,
             )
-        from kiq.security import operator_token
-
         # With a shared secret, `kiq up` signs itself a token to watch the nodes' metadata.
         watch = operator_token(plan.auth, "kiq:admin")
         self.nodes = [
-            LocalNode(
+            self.stack.node(
                 f"n{i}",
-                self.bootstrap,
-                [],  # the tables are in the settings it is handed
-                self.home / f"n{i}",
-                self.home / f"n{i}.log",
+                (),  # the tables are in the settings it is handed
                 port=app.port + i - 1,
                 env=self.env,
                 authorization=f"Bearer {watch}" if watch else None,
@@ -326,8 +319,6 @@ class Running:
             )
             for i in range(1, app.nodes + 1)
         ]
-        self.feeds: list[subprocess.Popen[bytes]] = []
-        self._broker_was_running = False
         self.tables: list[TableSpec] = []  # once the pipelines declared theirs
 
     @property
@@ -349,9 +340,8 @@ class Running:
         app = self.plan.app
         self.home.mkdir(parents=True, exist_ok=True)
         if self.broker is not None:
-            self._broker_was_running = self.broker.status().running
             with console.status("starting the Kafka broker ..."):
-                self.broker.start()
+                self.stack.start_broker(adopt=True)
             _done(f"Kafka broker on {self.bootstrap}")
         self._check()
         self._create_topics()
@@ -441,22 +431,11 @@ class Running:
         return tables
 
     def _start_feed(self, command: list[str]) -> None:
-        argv = _argv(command)
-        index = len(self.feeds) + 1
-        log_file = self.home / f"feed{index}.log"
-        from kiq.runtime import processes
-
+        cwd = self.plan.file.parent if self.plan.file is not None else None
         try:
-            proc = processes.spawn(
-                argv,
-                log_file=log_file,
-                env=self.env,
-                new_session=True,  # stopped by us, after the Ctrl-C, not by it
-                cwd=self.plan.file.parent if self.plan.file is not None else None,
-            )
+            log_file = self.stack.feed(_argv(command), env=self.env, cwd=cwd)
         except OSError as exc:
             raise KiqError(f"feed {' '.join(command)!r} did not start: {exc}") from exc
-        self.feeds.append(proc)
         _done(f"feed: {' '.join(command)} (log: {log_file})")
 
     # -- running ----------------------------------------------------------------------
@@ -540,14 +519,7 @@ class Running:
 
     def _stop(self) -> None:
         console.print("stopping ...")
-        for feed in self.feeds:
-            _end(feed)
-        for node in self.nodes:
-            node.stop(STOP_TIMEOUT_S)
-        if self.pipeline is not None:
-            self.pipeline.stop()
-        if self.broker is not None and not self._broker_was_running:
-            self.broker.stop()
+        self.stack.stop()
         console.print(f"{self.plan.app.name} stopped")
 
 
@@ -562,13 +534,6 @@ def _argv(command: list[str]) -> list[str]:
 
 def _done(message: str) -> None:
     console.print(f"[green]✓[/] {message}", highlight=False)
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    from kiq.runtime import processes
-
-    if proc.poll() is None:
-        processes.stop(proc, grace_s=10)
 
 
 def _ready(node: LocalNode) -> bool:
