@@ -5,7 +5,7 @@ id and URL there lets every node learn every endpoint from Kafka itself. Anyone
 who may join the group can claim any client.id, though: ``admitted`` drops the
 claims that cannot be told apart from an impostor's (an id claimed twice, this
 node's own id, a plain-http URL in a cluster that speaks TLS), and ``Peers``
-(peers/client.py) sends nothing to a member before it proves it holds the
+(peers/sender.py) sends nothing to a member before it proves it holds the
 cluster secret.
 """
 

@@ -4,7 +4,7 @@ The fixed cost of each batch, not the store, bounds a forwarding node. So lookup
 for one target (and one Authorization value) that arrive in the same event-loop
 tick wait together: the first schedules a flush with ``loop.call_soon``, which
 runs once the loop has handled everything already ready, and sends them all in
-one batch (a channel message, or a ``POST /v1/internal/lookups``: ``Peers``).
+one batch (a channel message, or a ``POST /v1/internal/lookups``: the sender's choice).
 No timer: an idle node sends at once, a busy one sends bigger batches. A batch
 holds at most ``max_items``; more start another.
 Lookups that may wait for ``min_offset`` travel apart from those that never
@@ -12,7 +12,8 @@ wait, so a read-your-writes wait never holds plain lookups back. At most
 ``MAX_IN_FLIGHT`` batches per target are out at once; lookups arriving
 meanwhile go in the next, sent when one returns.
 
-The batcher only gathers: ``send`` (``Peers``) makes the request. When it raises
+The batcher only gathers: the next stage, the sender it is built with (``sender.py``),
+makes the request. When it raises
 ``PeerError``, every item of the batch gets a ``FAILED`` result, so each caller
 tries its next replica. Each item comes with a ``Waiter``, told its target's
 answer exactly once: a hedged race (``hedging.py``), which may have sent the same
@@ -22,7 +23,6 @@ lookup to two targets.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from kiq.peers.errors import PeerError
@@ -39,8 +39,17 @@ MAX_IN_FLIGHT = 1
 _CANCELLED = LookupResult(Outcome.FAILED, reason="the batch was cancelled")
 
 _SlotKey = tuple[str, str | None, bool]
-# (target, caller, lookups, the longest wait_ms among them) → their results, in order
-SendBatch = Callable[[str, str | None, list[Lookup], int], Awaitable[list[LookupResult]]]
+
+
+class SendsLookups(Protocol):
+    """The next stage: ``Sender`` (``sender.py``), or a stand-in in tests."""
+
+    async def send_lookups(
+        self, target: str, caller: str | None, items: list[Lookup], wait_ms: int
+    ) -> list[LookupResult]:
+        """The items' results, in order (``wait_ms``: the longest wait among them);
+        ``PeerError`` when the target gave no usable answer."""
+        ...
 
 
 class Waiter(Protocol):
@@ -73,10 +82,15 @@ class _Slot:
 
 
 class LookupBatcher:
+    """Gathers the lookups for each target into batches, which ``sender`` sends."""
+
     def __init__(
-        self, send: SendBatch, max_items: int = MAX_BATCH, max_in_flight: int = MAX_IN_FLIGHT
+        self,
+        sender: SendsLookups,
+        max_items: int = MAX_BATCH,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
-        self._send_batch = send
+        self._send_batch = sender.send_lookups
         self._max_items = max_items
         self._max_in_flight = max_in_flight
         self._slots: dict[_SlotKey, _Slot] = {}

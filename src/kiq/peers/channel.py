@@ -11,7 +11,7 @@ statement its HTTP request would carry, over the same body, and its answer is se
 the same way, so the security of a batch does not depend on the channel.
 
 A peer that does not upgrade (an older node, a process that serves no channel) raises
-``ChannelRefused``: ``Peers`` sends its batches over HTTP, and tries again after
+``ChannelRefused``: the sender (``sender.py``) sends its batches over HTTP, and tries again after
 ``REFUSED_RETRY_S``. A peer that cannot be reached raises ``ConnectionError``, as the
 pool does. A batch unanswered within its timeout fails alone; the channel is closed
 too when it heard nothing at all since that batch went (the peer, or the path to it,

@@ -18,7 +18,11 @@ correlated (every lookup in flight waits at once), so hedges are also held to a
 budget: at most ``BUDGET`` of the forwarded lookups, with a burst of ``BURST``
 so that the first lookups to a node that just stalled are hedged. A target that
 loses races without answering at all is reported to the router, which avoids it
-until it answers again (``Router.unanswered``; ``Peers`` probes it meanwhile).
+until it answers again (``Router.unanswered``; ``probes.py`` probes it meanwhile).
+
+The hedger is the stage after ``Peers.forward`` and before the batcher it is built
+with: it hands each lookup on (``submit``) and hears the answers back through the
+race it gave with it (``LookupRace.deliver``), never through a callback of its own.
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kiq.metrics import HedgeStats
 from kiq.peers.wire import LOCAL, Lookup, LookupResult, Outcome
@@ -37,8 +41,6 @@ if TYPE_CHECKING:
     from kiq.settings import ServeSettings
 
 FOUND, MISSING, FAILED, HEDGED = Outcome.FOUND, Outcome.MISSING, Outcome.FAILED, Outcome.HEDGED
-# Queues a lookup for a target, the race to tell its answer: ``LookupBatcher.submit``.
-Send = Callable[[str, Lookup, "str | None", "LookupRace"], None]
 
 WINDOW = 512  # latencies kept
 BUDGET = 0.1  # hedges per forwarded lookup, at most, over time
@@ -101,28 +103,43 @@ class HedgeDelay:
             self.seconds = min(max(value, self._floor), self._cap)
 
 
+class Submits(Protocol):
+    """The next stage: ``LookupBatcher`` (``batcher.py``), or a stand-in in tests."""
+
+    def submit(
+        self, target_url: str, lookup: Lookup, caller: str | None, waiter: LookupRace
+    ) -> None:
+        """Queues ``lookup`` for the target; ``waiter.deliver`` is told its answer."""
+
+
+class Suspects(Protocol):
+    """Hears of a target that lost a race without answering: ``Probes`` (``probes.py``)."""
+
+    def unanswered(self, target: str) -> None: ...
+
+
 class Hedger:
     """Runs forwarded lookups as races over their replicas; one per ``Peers``.
 
     It owns its races: starts each (``race``), hears every answer a target gives
     (``LookupRace.deliver`` hands it over), sends the next target a refused or failed
     lookup, hedges a race whose delay ran out, and ends it on the first usable answer.
-    ``send`` queues one lookup for one target (``LookupBatcher.submit``); ``unanswered``
-    hears of a target that lost a race without answering at all.
+    ``batcher`` queues one lookup for one target; ``suspects`` hears of a target that
+    lost a race without answering at all.
     """
 
     def __init__(
         self,
-        send: Send,
+        batcher: Submits,
         policy: HedgePolicy,
         stats: HedgeStats,
-        unanswered: Callable[[str], None],
+        suspects: Suspects,
     ) -> None:
-        self._send = send
+        self._send = batcher.submit
         self._enabled = policy.enabled
         self.delay = HedgeDelay(policy)
         self.stats = stats
-        self._unanswered = unanswered
+        self._unanswered = suspects.unanswered
         self.tokens = BURST  # hedges allowed now; each forwarded lookup adds BUDGET
         stats.delay = self.delay
         # Races waiting for their hedge delay, about in deadline order (the delay

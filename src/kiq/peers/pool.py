@@ -1,4 +1,4 @@
-"""Pooled keep-alive HTTP/1.1 connections to other nodes: the transport under ``Peers``.
+"""Pooled keep-alive HTTP/1.1 connections to other nodes: the sender's transport.
 
 A forwarded lookup is the lookup path, and a general HTTP client is heavy for
 it: measured on the project machine, aiohttp spent ~180-280 µs of CPU per

@@ -1,7 +1,7 @@
 """What nodes say to each other: the internal paths, their headers and their msgpack records.
 
 Every node-to-node call is one HTTP/1.1 request to an internal path, msgpack both ways,
-decoded into the records below (``peers/client.py`` sends them, ``api/`` answers them):
+decoded into the records below (``peers/sender.py`` sends them, ``api/`` answers them):
 
     POST /v1/internal/lookups   [Lookup, ...]        → [LookupResult, ...] in the same order
     POST /v1/internal/multiget  Multiget             → MultigetResult
@@ -76,7 +76,7 @@ INTERNAL_TOP: Final = "/v1/internal/top"
 INTERNAL_METADATA: Final = "/v1/internal/metadata"
 INTERNAL_CHANGES: Final = "/v1/internal/changes"
 # A challenge (16 random bytes) answered sealed: a peer proves it holds the cluster secret
-# before it is sent anything else (peers/client.py).
+# before it is sent anything else (peers/sender.py).
 INTERNAL_HELLO: Final = "/v1/internal/hello"
 # A WebSocket upgrade: lookup batches as messages on one connection (peers/channel.py).
 INTERNAL_CHANNEL: Final = "/v1/internal/channel"

@@ -227,7 +227,7 @@ class Writer:
 
 
 class NoPeers:
-    """The transport to other nodes (``kiq.peers.client.Transport``): there are none."""
+    """The transport to other nodes (``kiq.peers.sender.Transport``): there are none."""
 
     async def request(
         self,

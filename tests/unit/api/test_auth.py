@@ -317,7 +317,7 @@ def test_the_owner_applies_the_callers_scopes(pair):
 
 def test_forwarded_requests_carry_the_cluster_credential_and_the_callers_token(pair):
     _, n2 = pair
-    network = n2.peers._pool
+    network = n2.peers._sender._pool
     token = hs256(scope="kiq:read")
     key = owned_by_n1()
     assert get(n2, f"/v1/tables/t/keys/{key}", token).status == 200

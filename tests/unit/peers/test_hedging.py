@@ -18,7 +18,7 @@ import pytest
 from kiq.cluster import ClusterView, Member, PartitionReplicas
 from kiq.metrics import HedgeStats
 from kiq.peers import LookupResult, Outcome, Peers
-from kiq.peers import client as peers_module
+from kiq.peers import probes as probes_module
 from kiq.peers.hedging import HedgeDelay, HedgePolicy, Hedger, LookupRace
 from kiq.peers.wire import HEALTH_LIVE, MSGPACK, Lookup, decode_lookups, encode
 from kiq.routing import LOCAL, Router
@@ -199,7 +199,7 @@ def test_lookups_that_wait_for_an_offset_are_not_hedged() -> None:
 def test_a_stalled_peer_is_avoided_until_it_answers_a_probe(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(peers_module, "PROBE_INTERVAL_S", 0.05)
+    monkeypatch.setattr(probes_module, "PROBE_INTERVAL_S", 0.05)
     router = Router("n1")
 
     async def scenario(urls: list[str], peers: Peers, replicas: list[Replica]) -> None:
@@ -226,16 +226,37 @@ def test_a_stalled_peer_is_avoided_until_it_answers_a_probe(
     assert stats.probes >= 1
 
 
-def test_the_hedger_runs_its_races_over_any_send_callable() -> None:
-    """No batcher, no network: ``send`` is all the hedger needs to reach a target."""
-    sent: list[tuple[str, bytes, str | None, LookupRace]] = []
-    unanswered: list[str] = []
+class Submitted:
+    """The hedger's next stage, standing in for the batcher: the lookups handed on."""
 
-    def send(target: str, lookup: Lookup, caller: str | None, race: LookupRace) -> None:
-        sent.append((target, lookup.key, caller, race))
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, str | None, LookupRace]] = []
+
+    def submit(
+        self, target_url: str, lookup: Lookup, caller: str | None, waiter: LookupRace
+    ) -> None:
+        self.sent.append((target_url, lookup.key, caller, waiter))
+
+
+class Unanswered:
+    """Stands in for the probes: the targets that lost a race without answering."""
+
+    def __init__(self) -> None:
+        self.targets: list[str] = []
+
+    def unanswered(self, target: str) -> None:
+        self.targets.append(target)
+
+
+def test_the_hedger_runs_its_races_over_any_next_stage() -> None:
+    """No batcher, no network: a ``submit`` is all the hedger needs to reach a target."""
+    batcher = Submitted()
+    suspects = Unanswered()
+    sent = batcher.sent
+    unanswered = suspects.targets
 
     async def scenario() -> tuple[LookupResult, LookupResult, int]:
-        hedger = Hedger(send, POLICY, HedgeStats(), unanswered.append)
+        hedger = Hedger(batcher, POLICY, HedgeStats(), suspects)
         refused = hedger.race(["a", "b", LOCAL], 0, Lookup("t", b"k"), "alice")
         refused.deliver("a", LookupResult(Outcome.MOVED, reason="not here"))
         found = LookupResult(Outcome.FOUND, 0, 0, False, b"b", 1, b"v")
