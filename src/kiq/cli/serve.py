@@ -20,6 +20,14 @@ import typer
 from kiq import settings
 from kiq.cli.context import CliState, ConfigOption, run_or_exit
 from kiq.cli.defaults import stating, with_default
+from kiq.cli.limit_flags import (
+    HeaderTimeout,
+    MaxBodyBytes,
+    MaxConnections,
+    MaxMultigetKeys,
+    RateBurst,
+    RateLimit,
+)
 
 if TYPE_CHECKING:
     from kiq.node_build import BuiltNode
@@ -105,26 +113,9 @@ def serve(
             )
         ),
     ] = None,
-    max_body_bytes: Annotated[
-        int | None,
-        typer.Option(
-            help=with_default("largest request body", settings.LimitsSettings, "max_body_bytes")
-        ),
-    ] = None,
-    max_multiget_keys: Annotated[
-        int | None,
-        typer.Option(
-            help=with_default("keys per multiget", settings.LimitsSettings, "max_multiget_keys")
-        ),
-    ] = None,
-    max_connections: Annotated[
-        int | None,
-        typer.Option(
-            help=with_default(
-                "open connections; more wait", settings.LimitsSettings, "max_connections"
-            )
-        ),
-    ] = None,
+    max_body_bytes: MaxBodyBytes = None,
+    max_multiget_keys: MaxMultigetKeys = None,
+    max_connections: MaxConnections = None,
     max_watches_per_caller: Annotated[
         int | None,
         typer.Option(
@@ -145,32 +136,9 @@ def serve(
             )
         ),
     ] = None,
-    header_timeout_s: Annotated[
-        float | None,
-        typer.Option(
-            help=with_default(
-                "seconds to send headers, and to idle between requests",
-                settings.LimitsSettings,
-                "header_timeout_s",
-            ),
-        ),
-    ] = None,
-    rate_limit: Annotated[
-        float | None,
-        typer.Option(
-            help=with_default("requests/s per client, 0 off", settings.LimitsSettings, "rate_limit")
-        ),
-    ] = None,
-    rate_burst: Annotated[
-        int | None,
-        typer.Option(
-            help=with_default(
-                "requests at once per client; 0: one second's",
-                settings.LimitsSettings,
-                "rate_burst",
-            )
-        ),
-    ] = None,
+    header_timeout_s: HeaderTimeout = None,
+    rate_limit: RateLimit = None,
+    rate_burst: RateBurst = None,
     auth: Annotated[
         str | None,
         typer.Option(

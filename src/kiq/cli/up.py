@@ -29,6 +29,14 @@ import typer
 from kiq import settings
 from kiq.cli.context import CliState, ConfigOption, console, run_or_exit
 from kiq.cli.defaults import stating, with_default
+from kiq.cli.limit_flags import (
+    HeaderTimeout,
+    MaxBodyBytes,
+    MaxConnections,
+    MaxMultigetKeys,
+    RateBurst,
+    RateLimit,
+)
 from kiq.errors import ConfigError, KiqError
 
 if TYPE_CHECKING:
@@ -101,44 +109,12 @@ def up(
         ),
     ] = None,
     feeds: Annotated[bool, typer.Option(help="run the file's feeds")] = True,
-    max_body_bytes: Annotated[
-        int | None,
-        typer.Option(
-            help=with_default("nodes' largest body", settings.LimitsSettings, "max_body_bytes")
-        ),
-    ] = None,
-    max_multiget_keys: Annotated[
-        int | None,
-        typer.Option(
-            help=with_default("keys per multiget", settings.LimitsSettings, "max_multiget_keys")
-        ),
-    ] = None,
-    max_connections: Annotated[
-        int | None,
-        typer.Option(help=with_default("per node", settings.LimitsSettings, "max_connections")),
-    ] = None,
-    header_timeout_s: Annotated[
-        float | None,
-        typer.Option(
-            help=with_default("headers and idle", settings.LimitsSettings, "header_timeout_s")
-        ),
-    ] = None,
-    rate_limit: Annotated[
-        float | None,
-        typer.Option(
-            help=with_default("requests/s per client, 0 off", settings.LimitsSettings, "rate_limit")
-        ),
-    ] = None,
-    rate_burst: Annotated[
-        int | None,
-        typer.Option(
-            help=with_default(
-                "requests at once per client; 0: one second's",
-                settings.LimitsSettings,
-                "rate_burst",
-            )
-        ),
-    ] = None,
+    max_body_bytes: MaxBodyBytes = None,
+    max_multiget_keys: MaxMultigetKeys = None,
+    max_connections: MaxConnections = None,
+    header_timeout_s: HeaderTimeout = None,
+    rate_limit: RateLimit = None,
+    rate_burst: RateBurst = None,
     tls_cert: Annotated[
         Path | None, typer.Option(help="the nodes serve HTTPS with this certificate (PEM)")
     ] = None,
