@@ -207,13 +207,16 @@ def get(
 ) -> Response:
     """One ``GET``, its body read: the answer whatever its status; an ``HttpError`` (with
     ``hint``) when none came."""
-    with sync_client(
-        timeout=timeout_s, headers=headers, verify=verify, follow_redirects=follow_redirects
-    ) as client:
-        try:
-            return client.get(url)
-        except httpx.RequestError as exc:
-            raise HttpError.of(exc, "GET", url, hint) from exc
+    with stream(
+        url,
+        timeout_s=timeout_s,
+        headers=headers,
+        verify=verify,
+        follow_redirects=follow_redirects,
+        hint=hint,
+    ) as response:
+        response.read()
+        return response
 
 
 @contextmanager
