@@ -20,11 +20,13 @@ import asyncio
 import base64
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
 
+from kiq.api import consistency
+from kiq.api.consistency import PLAIN, ReadAt, chosen, redo
 from kiq.api.errors import (
     BadRequest,
     InsufficientScope,
@@ -36,6 +38,9 @@ from kiq.api.errors import (
 from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param
 from kiq.node import NodeView
 from kiq.peers import Item, Source
+from kiq.peers.wire import (
+    LATEST_BATCH as LATEST,
+)
 from kiq.peers.wire import (
     DecodeError,
     MultigetResult,
@@ -78,7 +83,9 @@ class Batches:
 
     # -- multiget ----------------------------------------------------------------
 
-    async def multiget(self, table: str, body: bytes, auth: str | None) -> bytes:
+    async def multiget(
+        self, table: str, body: bytes, auth: str | None, at: ReadAt = PLAIN
+    ) -> Answer:
         runtime = self._table(table)
         try:
             keys = orjson.loads(body)["keys"]
@@ -88,14 +95,14 @@ class Batches:
             raise BadRequest('"keys" must be a list of strings')
         if len(keys) > self.max_keys:
             raise TooLarge(f"at most {self.max_keys} keys per request", count=len(keys))
-        found, missing, unavailable, _ = await self.get_many(runtime, keys, auth)
+        found, missing, unavailable, sources = await self.get_many(runtime, keys, auth, at=at)
         out: dict[str, Any] = {
             "found": {k: value_json(runtime, v) for k, v in found.items()},
             "missing": missing,
         }
         if unavailable:
             out["unavailable"] = unavailable
-        return orjson.dumps(out)
+        return _answer(runtime, out, sources, at)
 
     async def get_many(
         self,
@@ -103,18 +110,34 @@ class Batches:
         keys: list[str],
         auth: str | None,
         max_lag: int | None = None,
+        at: ReadAt = PLAIN,
     ) -> tuple[dict[str, bytes], list[str], list[str], list[Source]]:
         """(found: key → stored value, missing, unavailable, the replica that answered for
         each partition): one call per owner, fallbacks per partition, only replicas within
-        ``max_lag`` when given."""
+        ``max_lag`` when given, bounded by ``at`` (``api.consistency``)."""
         by_partition: dict[int, list[bytes]] = defaultdict(list)
         for key in dict.fromkeys(keys):
             raw = key.encode()
             check_key(raw)
             by_partition[self.node.partition_of(runtime, key)].append(raw)
+        name = runtime.spec.name
+        batch = LATEST if at.consistent else None
         values, unanswered, sources = await self.reader.get_many(
-            runtime.spec.name, by_partition, auth, max_lag
+            name, by_partition, auth, max_lag, batch, at.after
         )
+        chosen_batch = chosen(sources) if at.consistent else None
+        again = redo(sources, chosen_batch)
+        if chosen_batch is not None and again:
+            redone = {p: by_partition[p] for p in again}
+            for raw in (raw for p in again for raw in redone[p]):
+                values.pop(raw, None)
+            more, refused, resourced = await self.reader.get_many(
+                name, redone, auth, max_lag, chosen_batch, at.after
+            )
+            if refused:
+                raise consistency.unavailable(name, refused, chosen_batch)
+            values.update(more)
+            sources = [s for s in sources if s.partition not in redone] + resourced
         found: dict[str, bytes] = {}
         missing: list[str] = []
         nobody = set(unanswered)
@@ -153,7 +176,9 @@ class Batches:
         refused: list[int] = []
         sources: list[Source] = []
         for p, keys in by_partition.items():
-            answer = await here.get(request.table, p, keys, request.max_lag)
+            answer = await here.get(
+                request.table, p, keys, request.max_lag, request.batch, request.after.get(p)
+            )
             if answer is None:
                 refused.append(p)
             else:
@@ -163,10 +188,12 @@ class Batches:
 
     # -- range ---------------------------------------------------------------------
 
-    async def range(self, table: str, params: dict[str, str], auth: str | None) -> bytes:
+    async def range(
+        self, table: str, params: dict[str, str], auth: str | None, at: ReadAt = PLAIN
+    ) -> Answer:
         runtime = self._table(table)
         limit = int_param(params, "limit", 1, MAX_RANGE_LIMIT) or 100
-        items, last_key, _ = await self.scan(
+        items, last_key, sources = await self.scan(
             runtime,
             prefix=params.get("prefix", "").encode(),
             start=params.get("from", "").encode() or None,
@@ -175,18 +202,24 @@ class Batches:
             limit=limit,
             auth=auth,
             reverse=is_descending(params.get("order")),
+            at=at,
         )
         out = [{"key": k.decode(), "value": value_json(runtime, v)} for k, v in items]
         next_cursor = encode_cursor(last_key) if last_key is not None else None
-        return orjson.dumps({"items": out, "next_cursor": next_cursor})
+        return _answer(runtime, {"items": out, "next_cursor": next_cursor}, sources, at)
 
     async def windows(
-        self, table: str, key: str, params: dict[str, str], auth: str | None
-    ) -> bytes:
+        self,
+        table: str,
+        key: str,
+        params: dict[str, str],
+        auth: str | None,
+        at: ReadAt = PLAIN,
+    ) -> Answer:
         """GET /v1/tables/{table}/keys/{key}/windows: one key's windows in time order."""
         runtime = self._table(table)
         limit = int_param(params, "limit", 1, MAX_RANGE_LIMIT) or 100
-        items, last_key, _ = await self.scan_windows(
+        items, last_key, sources = await self.scan_windows(
             runtime,
             key,
             params.get("from"),
@@ -195,6 +228,7 @@ class Batches:
             limit,
             auth,
             reverse=is_descending(params.get("order")),
+            at=at,
         )
         sep = window_sep(runtime)
         out = []
@@ -202,7 +236,8 @@ class Batches:
             _, start, end = split_window_key(k.decode(), sep)
             out.append({"start": start, "end": end, "value": value_json(runtime, v)})
         next_cursor = encode_cursor(last_key) if last_key is not None else None
-        return orjson.dumps({"key": key, "windows": out, "next_cursor": next_cursor})
+        body = {"key": key, "windows": out, "next_cursor": next_cursor}
+        return _answer(runtime, body, sources, at)
 
     async def scan_windows(
         self,
@@ -215,6 +250,7 @@ class Batches:
         auth: str | None,
         reverse: bool = False,
         max_lag: int | None = None,
+        at: ReadAt = PLAIN,
     ) -> tuple[list[Item], bytes | None, list[Source]]:
         """``scan`` of one key's windows that start in [``start``, ``end``) (times as
         ``kiq.tables.windows.window_time`` reads them): one partition, in time order."""
@@ -241,6 +277,7 @@ class Batches:
             auth=auth,
             reverse=reverse,
             max_lag=max_lag,
+            at=at,
         )
 
     async def scan(
@@ -254,6 +291,7 @@ class Batches:
         auth: str | None,
         reverse: bool = False,
         max_lag: int | None = None,
+        at: ReadAt = PLAIN,
     ) -> tuple[list[Item], bytes | None, list[Source]]:
         """Up to ``limit`` (key, stored value) in key order (descending when ``reverse``),
         the cursor key when there may be more, and the replica that answered for each
@@ -278,12 +316,14 @@ class Batches:
         fixed = runtime.spec.partition_key(prefix.decode()) if prefix else None
         if fixed is not None and fixed != prefix.decode():
             partitions = [self.node.partition_of(runtime, prefix.decode())]
-        pages = await asyncio.gather(
-            *(
-                self._scan(runtime.spec.name, p, start, end, limit, auth, reverse, max_lag)
-                for p in partitions
+        name = runtime.spec.name
+
+        def page(p: int, batch: int | None) -> Awaitable[ScanResult | None]:
+            return self.reader.scan(
+                name, p, start, end, limit, auth, reverse, max_lag, batch, at.after.get(p)
             )
-        )
+
+        pages = await _per_partition(name, list(partitions), at, page)
         merged = list(
             heapq.merge(*(page.items for page in pages), key=lambda item: item[0], reverse=reverse)
         )
@@ -291,24 +331,6 @@ class Batches:
         merged = merged[:limit]
         sources = [page.source for page in pages if page.source is not None]
         return merged, (merged[-1][0] if more and merged else None), sources
-
-    async def _scan(
-        self,
-        table: str,
-        partition: int,
-        start: bytes | None,
-        end: bytes | None,
-        limit: int,
-        auth: str | None,
-        reverse: bool,
-        max_lag: int | None,
-    ) -> ScanResult:
-        page = await self.reader.scan(table, partition, start, end, limit, auth, reverse, max_lag)
-        if page is None:
-            raise Unavailable(f"no replica of {table}[{partition}] could scan", partition=partition)
-        if page.source is None:  # an older node that did not say
-            return ScanResult(page.items, Source(partition), reverse)
-        return page
 
     async def internal_scan(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
         """Another node's ``Peers.scan``: a page of a local replica, or 421; ``caller`` as
@@ -329,6 +351,8 @@ class Batches:
             request.limit,
             request.reverse,
             request.max_lag,
+            request.batch,
+            request.min_offset,
         )
         if page is None:
             raise NotHere(f"{self.node.node_id} holds no usable replica of {table}[{partition}]")
@@ -336,17 +360,19 @@ class Batches:
 
     # -- top -----------------------------------------------------------------------------
 
-    async def top_json(self, table: str, params: dict[str, str], auth: str | None) -> bytes:
+    async def top_json(
+        self, table: str, params: dict[str, str], auth: str | None, at: ReadAt = PLAIN
+    ) -> Answer:
         """GET /v1/tables/{table}/top: ``{"items": [{"key", "value"}], "rank_by"}``."""
         runtime = self._table(table)
         field = rank_field(runtime)
         n = int_param(params, "n", 1, MAX_TOP) or 10
         window = top_window(runtime, params.get("window"))
-        items, _ = await self.top(
-            runtime, n, params.get("prefix", "").encode(), auth, window=window
+        items, sources = await self.top(
+            runtime, n, params.get("prefix", "").encode(), auth, window=window, at=at
         )
         out = [{"key": k.decode(), "value": value_json(runtime, v)} for k, v in items]
-        return orjson.dumps({"items": out, "rank_by": field})
+        return _answer(runtime, {"items": out, "rank_by": field}, sources, at)
 
     async def top(
         self,
@@ -356,6 +382,7 @@ class Batches:
         auth: str | None,
         max_lag: int | None = None,
         window: bytes = b"",
+        at: ReadAt = PLAIN,
     ) -> tuple[list[Item], list[Source]]:
         """The table's first ``n`` (key, stored value) in its rank order (only keys starting
         with ``prefix``, of windows starting at ``window`` when given: ``top_window``), and
@@ -369,28 +396,15 @@ class Batches:
         partitions: Iterable[int] = range(runtime.partitions)
         if fixed is not None and fixed != prefix.decode():  # the prefix names its partition
             partitions = [self.node.partition_of(runtime, prefix.decode())]
-        heads = await asyncio.gather(
-            *(self._top(table, p, n, prefix, auth, max_lag, window) for p in partitions)
-        )
-        merged = merge_heads((head.items for head in heads), n, field)
-        return merged, [head.source for head in heads if head.source is not None]
 
-    async def _top(
-        self,
-        table: str,
-        partition: int,
-        n: int,
-        prefix: bytes,
-        auth: str | None,
-        max_lag: int | None,
-        window: bytes,
-    ) -> ScanResult:
-        head = await self.reader.top(table, partition, n, prefix, auth, max_lag, window)
-        if head is None:
-            raise Unavailable(
-                f"no replica of {table}[{partition}] could rank its keys", partition=partition
+        def head(p: int, batch: int | None) -> Awaitable[ScanResult | None]:
+            return self.reader.top(
+                table, p, n, prefix, auth, max_lag, window, batch, at.after.get(p)
             )
-        return head
+
+        heads = await _per_partition(table, list(partitions), at, head, "rank its keys")
+        merged = merge_heads((h.items for h in heads), n, field)
+        return merged, [h.source for h in heads if h.source is not None]
 
     async def internal_top(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
         """Another node's ``Peers.top``: a local replica's head, or 421; ``caller`` as for
@@ -404,7 +418,14 @@ class Batches:
             raise BadRequest(f"n must be between 1 and {MAX_TOP}")
         table, partition = request.table, request.partition
         head = await self.reader.here.top(
-            table, partition, request.n, request.prefix, request.max_lag, request.window
+            table,
+            partition,
+            request.n,
+            request.prefix,
+            request.max_lag,
+            request.window,
+            request.batch,
+            request.min_offset,
         )
         if head is None:
             raise NotHere(
@@ -462,3 +483,56 @@ def _may_read(caller: VerifiedCaller | None, table: str) -> None:
     # ``table`` is a version's internal name (``NAME@v2``): scopes name the table itself
     if caller is not None and not caller.grants.may_read(public_name(table)):
         raise InsufficientScope(read_scope(public_name(table)))
+
+
+async def _per_partition(
+    table: str,
+    partitions: list[int],
+    at: ReadAt,
+    read: Callable[[int, int | None], Awaitable[ScanResult | None]],
+    what: str = "scan",
+) -> list[ScanResult]:
+    """Each of ``partitions`` read once (``read(p, batch)``), concurrently; with
+    ``at.consistent``, as of one batch (``api.consistency``). ``Unavailable`` when a
+    partition has no replica that answers."""
+    first = LATEST if at.consistent else None
+    pages = await asyncio.gather(*(read(p, first) for p in partitions))
+    nobody = [p for p, page in zip(partitions, pages, strict=True) if page is None]
+    if nobody:
+        if any(p in at.after for p in nobody):
+            raise consistency.behind(table, nobody, at)
+        raise Unavailable(f"no replica of {table}[{nobody[0]}] could {what}", partition=nobody[0])
+    answered = [_sourced(page, p) for p, page in zip(partitions, pages, strict=True) if page]
+    batch = consistency.chosen(page.source for page in answered if page.source is not None)
+    again = consistency.redo((page.source for page in answered if page.source), batch)
+    if batch is None or not again:
+        return answered
+    redone = await asyncio.gather(*(read(p, batch) for p in again))
+    refused = [p for p, page in zip(again, redone, strict=True) if page is None]
+    if refused:
+        raise consistency.unavailable(table, refused, batch)
+    by_partition = {p: _sourced(page, p) for p, page in zip(again, redone, strict=True) if page}
+    return [
+        by_partition.get(page.source.partition, page) if page.source else page for page in answered
+    ]
+
+
+def _sourced(page: ScanResult, partition: int) -> ScanResult:
+    """``page`` with its source said (an older node did not say)."""
+    if page.source is None:
+        return ScanResult(page.items, Source(partition), page.reverse, page.window)
+    return page
+
+
+Answer = tuple[bytes, dict[str, str]]
+
+
+def _answer(
+    runtime: TableRuntime, body: dict[str, Any], sources: list[Source], at: ReadAt
+) -> Answer:
+    """A JSON answer and its headers: the position it read, and the batch it reflects
+    (also in the body, ``batch``) when it was asked as of one."""
+    batch = consistency.chosen(sources) if at.consistent else None
+    if at.consistent:
+        body["batch"] = batch
+    return orjson.dumps(body), consistency.headers(runtime.spec.name, sources, batch)

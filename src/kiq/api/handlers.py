@@ -19,7 +19,8 @@ from starlette.types import Receive, Scope, Send
 from kiq.api import bodies, sse
 from kiq.api.asgi import query
 from kiq.api.auth import Access, caller, forwarded_caller
-from kiq.api.batches import Batches
+from kiq.api.batches import Answer, Batches
+from kiq.api.consistency import ReadAt, read_at
 from kiq.api.errors import BadRequest, InsufficientScope, NotHere, Unavailable
 from kiq.api.limits import caller_of
 from kiq.api.lookups import Lookups
@@ -31,6 +32,7 @@ from kiq.ops import admin, dashboard
 from kiq.ops.versions import VersionsApi
 from kiq.peers import Peers
 from kiq.peers.wire import MSGPACK, decode_changes, encode
+from kiq.positions import AFTER_HEADER
 from kiq.tables import TableRuntime
 
 _B = TypeVar("_B", bodies.Switch, bodies.Retire)
@@ -43,6 +45,18 @@ def _json(body: bytes, status: int = 200, runtime: TableRuntime | None = None) -
     if runtime is None:
         return Response(body, status, media_type=JSON)
     return Response(body, status, {VERSION: runtime.spec.version}, media_type=JSON)
+
+
+def _read(answer: Answer, runtime: TableRuntime) -> Response:
+    """A read across partitions: its JSON, the version, position and batch it read."""
+    body, headers = answer
+    return Response(body, 200, {VERSION: runtime.spec.version, **headers}, media_type=JSON)
+
+
+def _read_at(request: Request, runtime: TableRuntime) -> ReadAt:
+    """The bounds the request names (``api.consistency``): ``?consistent=``, a position."""
+    params = query(request.scope) if request.scope["query_string"] else {}
+    return read_at(runtime.spec.name, params, request.headers.get(AFTER_HEADER))
 
 
 def _auth(request: Request) -> str | None:
@@ -103,26 +117,30 @@ class Handlers:
     async def multiget(self, request: Request) -> Response:
         body = await read_body(request.receive, self._max_body)
         runtime = self._table(request)
-        answer = await self._batches.multiget(runtime.spec.name, body, _auth(request))
-        return _json(answer, runtime=runtime)
+        at = _read_at(request, runtime)
+        answer = await self._batches.multiget(runtime.spec.name, body, _auth(request), at)
+        return _read(answer, runtime)
 
     async def range(self, request: Request) -> Response:
         runtime = self._table(request)
         params = query(request.scope)
-        answer = await self._batches.range(runtime.spec.name, params, _auth(request))
-        return _json(answer, runtime=runtime)
+        at = _read_at(request, runtime)
+        answer = await self._batches.range(runtime.spec.name, params, _auth(request), at)
+        return _read(answer, runtime)
 
     async def windows(self, request: Request) -> Response:
         runtime, key = self._table(request), request.path_params["key"]
         params = query(request.scope)
-        answer = await self._batches.windows(runtime.spec.name, key, params, _auth(request))
-        return _json(answer, runtime=runtime)
+        at = _read_at(request, runtime)
+        answer = await self._batches.windows(runtime.spec.name, key, params, _auth(request), at)
+        return _read(answer, runtime)
 
     async def top(self, request: Request) -> Response:
         runtime = self._table(request)
         params = query(request.scope)
-        answer = await self._batches.top_json(runtime.spec.name, params, _auth(request))
-        return _json(answer, runtime=runtime)
+        at = _read_at(request, runtime)
+        answer = await self._batches.top_json(runtime.spec.name, params, _auth(request), at)
+        return _read(answer, runtime)
 
     # -- versions (ops/versions.py) -----------------------------------------------------------
 

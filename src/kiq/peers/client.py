@@ -20,6 +20,7 @@ it answers again.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
 from typing import Protocol
 
 from kiq.metrics import HedgeStats
@@ -129,10 +130,12 @@ class Peers:
         keys: list[bytes],
         caller: str | None,
         max_lag: int | None = None,
+        batch: int | None = None,
+        after: Mapping[int, int] | None = None,
     ) -> MultigetResult:
-        """The keys the target holds, from the partitions it can serve (within ``max_lag``);
-        ``PeerError`` else."""
-        request = encode(Multiget(table, keys, max_lag))
+        """The keys the target holds, from the partitions it can serve (within ``max_lag``,
+        as of ``batch``, at ``after``'s offsets); ``PeerError`` else."""
+        request = encode(Multiget(table, keys, max_lag, batch, dict(after or {})))
         body = await self._sender.call(target, "POST", INTERNAL_MULTIGET, request, caller)
         return decoded(target, decode_multiget_result, body)
 
@@ -147,6 +150,8 @@ class Peers:
         caller: str | None,
         reverse: bool = False,
         max_lag: int | None = None,
+        batch: int | None = None,
+        min_offset: int | None = None,
     ) -> ScanResult:
         """Up to ``limit`` (key, value) of the target's replica in [start, end), in key order
         (descending when ``reverse``), and which replica it was.
@@ -154,7 +159,9 @@ class Peers:
         ``PeerError`` with status 421 when the target holds no usable replica of it (within
         ``max_lag``), and when it scanned forwards a scan asked in reverse (an older node).
         """
-        request = encode(Scan(table, partition, start, end, limit, reverse, max_lag))
+        request = encode(
+            Scan(table, partition, start, end, limit, reverse, max_lag, batch, min_offset)
+        )
         body = await self._sender.call(target, "POST", INTERNAL_SCAN, request, caller)
         page = decoded(target, decode_scan_result, body)
         if page.reverse != reverse:
@@ -171,12 +178,14 @@ class Peers:
         caller: str | None,
         max_lag: int | None = None,
         window: bytes = b"",
+        batch: int | None = None,
+        min_offset: int | None = None,
     ) -> ScanResult:
         """The first ``n`` (key, value) of the target's replica in its rank order (only keys
         starting with ``prefix``, of windows starting at ``window`` when given), and which
         replica it was; ``PeerError`` (421) when the target holds no usable replica of it,
         ranked, within ``max_lag``, or ranked every window when asked for one."""
-        request = encode(Top(table, partition, n, prefix, max_lag, window))
+        request = encode(Top(table, partition, n, prefix, max_lag, window, batch, min_offset))
         body = await self._sender.call(target, "POST", INTERNAL_TOP, request, caller)
         head = decoded(target, decode_scan_result, body)
         if head.window != window:

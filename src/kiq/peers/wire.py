@@ -148,6 +148,11 @@ class Source(msgspec.Struct, array_like=True, frozen=True, gc=False):
     stale: bool = False
     applied_offset: int = -1
     served_by: bytes = b""  # the node's id; empty: an older node that did not say
+    batch: int = -1  # the batch marker it answered as of (``consistent=batch``); -1: none
+
+
+# ``batch`` of a read as of the newest batch marker each replica holds (``replicas.snapshots``)
+LATEST_BATCH = -1
 
 
 class Multiget(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -157,6 +162,8 @@ class Multiget(msgspec.Struct, array_like=True, frozen=True, gc=False):
     table: str
     keys: list[bytes]
     max_lag: int | None = None
+    batch: int | None = None  # as of this batch marker (-1: the newest each replica holds)
+    after: dict[int, int] = {}  # partition → the offset its replica must have applied
 
 
 class MultigetResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -182,6 +189,8 @@ class Scan(msgspec.Struct, array_like=True, frozen=True, gc=False):
     limit: int = 1000
     reverse: bool = False
     max_lag: int | None = None
+    batch: int | None = None  # as ``Multiget.batch``
+    min_offset: int | None = None  # the offset the replica must have applied
 
 
 class ScanResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -206,6 +215,8 @@ class Top(msgspec.Struct, array_like=True, frozen=True, gc=False):
     prefix: bytes = b""
     max_lag: int | None = None
     window: bytes = b""
+    batch: int | None = None  # as ``Multiget.batch``
+    min_offset: int | None = None  # the offset the replica must have applied
 
 
 class Changes(msgspec.Struct, array_like=True, frozen=True, gc=False):

@@ -31,6 +31,7 @@ import logging
 import queue
 import threading
 import time
+from functools import partial
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
@@ -38,6 +39,7 @@ from typing import cast
 from kiq.errors import BadRecord, StoreClosedError
 from kiq.kafka.dlq import DeadLetters
 from kiq.kafka.reader import Fetched, PartitionReader, Record
+from kiq.markers import MARKER_KEY, batch_of
 from kiq.metrics import NodeMetrics
 from kiq.replicas.aging import Aging, guard
 from kiq.replicas.headers import tombstone_guard
@@ -289,15 +291,46 @@ class Materializer:
     def _apply_records(
         self, runtime: TableRuntime, replica: Replica, messages: list[Record]
     ) -> None:
-        """Stores one partition's records of a fetch, and moves its replica past them."""
+        """Stores one partition's records of a fetch, and moves its replica past them;
+        a batch marker among them (``kiq.markers``) is applied where it stands."""
         last = messages[-1].offset()
         if last < replica.position:  # already applied (a re-assign can re-deliver)
             return
-        batch, guards = self._decode(runtime, messages, replica)
+        keys = [m.key() for m in messages]
+        if MARKER_KEY not in keys:
+            self._apply_run(runtime, replica, messages, keys, last)
+            return
+        start = 0
+        for i, key in enumerate(keys):
+            if key != MARKER_KEY:
+                continue
+            marker = messages[i]
+            if not self._apply_run(
+                runtime, replica, messages[start:i], keys[start:i], marker.offset()
+            ):
+                return
+            self._marked(runtime, replica, marker)
+            start = i + 1
+        if start < len(messages):
+            self._apply_run(runtime, replica, messages[start:], keys[start:], last)
+
+    def _apply_run(
+        self,
+        runtime: TableRuntime,
+        replica: Replica,
+        messages: list[Record],
+        keys: list[bytes | None],
+        last: int,
+    ) -> bool:
+        """Stores ``messages`` (none: only the position moves) and moves the replica past
+        ``last``; False when it cannot go on (the store refused them)."""
+        if last < replica.position:
+            return True
+        batch, guards = self._decode(runtime, messages, keys, replica) if messages else ([], {})
         if guards:
             batch = self._guarded(replica, batch, guards)
         if not self._store(replica, batch, last):
-            return
+            return False
         if replica.aging is not None:
             replica.aging.saw(batch)
         replica.position = last + 1
@@ -309,6 +342,23 @@ class Materializer:
         tap = self.taps.get(replica.table, replica.partition)
         if tap is not None:
             _tell(tap, last, batch, frozenset(guards) if guards else _NONE_EXPIRED)
+        return True
+
+    def _marked(self, runtime: TableRuntime, replica: Replica, marker: Record) -> None:
+        """Batch ``marker``'s id is now applied: held to read as of it, once the replica
+        serves (``replicas.snapshots``). A marker whose value is no batch id is a bad record."""
+        batch = batch_of(marker.value())
+        if batch is None:
+            self._dead_letter(
+                runtime,
+                replica.partition,
+                marker.offset(),
+                marker.key(),
+                marker.value(),
+                "a batch marker's value is not a batch id",
+            )
+        elif replica.state.serving:
+            replica.batches.mark(batch, marker.offset(), time.monotonic())
 
     def _restore_from_start(self, replica: Replica, end: int) -> None:
         """The log now ends at ``end``, below what ``replica`` applied: see the docstring.
@@ -341,6 +391,8 @@ class Materializer:
     def _store(self, replica: Replica, batch: list[Change], last: int) -> bool:
         """Applies ``batch`` up to ``last``; False when the store refused it (see the docstring)."""
         try:
+            if replica.batches.intervals:  # what a read as of a held batch still needs
+                replica.batches.before_write(partial(entry, replica), batch)
             replica.store.apply(batch, last)
         except StoreClosedError:
             return False  # revoked meanwhile: nothing more to do for it
@@ -438,7 +490,11 @@ class Materializer:
         return runtime, self._replicas.get((runtime.spec.name, partition))
 
     def _decode(
-        self, runtime: TableRuntime, messages: list[Record], replica: Replica
+        self,
+        runtime: TableRuntime,
+        messages: list[Record],
+        keys: list[bytes | None],
+        replica: Replica,
     ) -> tuple[list[Change], dict[int, int]]:
         """The changes to store, and the guards of the sweep's tombstones among them.
 
@@ -454,7 +510,7 @@ class Materializer:
             messages = [m for m in messages if m.offset() >= from_offset]
             if not messages:
                 return [], _NO_GUARDS
-        keys = [m.key() for m in messages]
+            keys = [m.key() for m in messages]
         values = [m.value() for m in messages]
         offsets = [m.offset() for m in messages]
         if None not in keys:

@@ -21,9 +21,12 @@ range of its partition, read with ``scan``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
+from kiq.replicas.aging import Aging
 from kiq.replicas.replica import ReadOnlyReplica
-from kiq.stores.base import prefix_end
+from kiq.replicas.snapshots import BatchView
+from kiq.stores.base import ReadOnlyStore, prefix_end
 
 # (key, value): what a reader is answered
 Row = tuple[bytes, bytes]
@@ -37,7 +40,28 @@ Changed = tuple[bytes, bytes | None, int]
 MAX_PREFIX_KEYS = 10_000
 
 
-def get(replica: ReadOnlyReplica, key: bytes) -> tuple[bytes, int] | None:
+class Readable(Protocol):
+    """What the reads of a key, a page or a top need: a replica, or one as of a batch."""
+
+    @property
+    def store(self) -> ReadOnlyStore: ...
+
+    @property
+    def aging(self) -> Aging | None: ...
+
+
+class AsOf:
+    """``replica`` as of one of its batch markers (``replicas.snapshots``): what aged
+    out is hidden as in the replica itself."""
+
+    __slots__ = ("aging", "store")
+
+    def __init__(self, replica: ReadOnlyReplica, view: BatchView) -> None:
+        self.store: ReadOnlyStore = view
+        self.aging = replica.aging
+
+
+def get(replica: Readable, key: bytes) -> tuple[bytes, int] | None:
     """(value, offset) of ``key`` in ``replica``; None when absent or aged out."""
     got = replica.store.get(key)
     if got is not None:
@@ -47,7 +71,7 @@ def get(replica: ReadOnlyReplica, key: bytes) -> tuple[bytes, int] | None:
     return got
 
 
-def get_many(replica: ReadOnlyReplica, keys: Sequence[bytes]) -> list[Row]:
+def get_many(replica: Readable, keys: Sequence[bytes]) -> list[Row]:
     """The (key, value) of each of ``keys`` ``replica`` holds, in their order."""
     read = replica.store.get
     aging = replica.aging
@@ -60,7 +84,7 @@ def get_many(replica: ReadOnlyReplica, keys: Sequence[bytes]) -> list[Row]:
 
 
 def scan(
-    replica: ReadOnlyReplica,
+    replica: Readable,
     start: bytes | None,
     end: bytes | None,
     limit: int,
@@ -85,7 +109,7 @@ def scan(
 
 
 def top(
-    replica: ReadOnlyReplica, n: int, prefix: bytes | None = None, window: bytes | None = None
+    replica: Readable, n: int, prefix: bytes | None = None, window: bytes | None = None
 ) -> list[Row]:
     """The first ``n`` (key, value) in the store's rank order (only keys starting with
     ``prefix``, only windows starting at ``window``, when given); ``[]`` from an unranked

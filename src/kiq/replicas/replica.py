@@ -6,6 +6,7 @@ import time
 from typing import Protocol
 
 from kiq.replicas.aging import Aging
+from kiq.replicas.snapshots import BatchHistory
 from kiq.replicas.state import ReplicaState, Role, check_transition
 from kiq.replicas.waits import OffsetWaits
 from kiq.stores import PartitionStore
@@ -42,11 +43,14 @@ class Replica(Positioned):
     ``waits``: lookups parked until an offset is applied (``replicas.waits``); whoever
     moves ``position`` forward tells it, and revoking the replica releases them.
     ``aging``: what has aged out of a table with a TTL or retention (``replicas.aging``),
-    None for a table that keeps every key.
+    None for a table that keeps every key. ``batches``: the batch markers it applied
+    while serving, to read as of each (``replicas.snapshots``); empty for a table whose
+    pipeline writes none.
     """
 
     __slots__ = (
         "aging",
+        "batches",
         "caught_up_at",
         "end_offset",
         "fault",
@@ -87,12 +91,14 @@ class Replica(Positioned):
         self.lingering_since: float | None = None
         self.fault: str | None = None
         self.waits = OffsetWaits()
+        self.batches = BatchHistory()
 
     def move_to(self, target: ReplicaState) -> None:
         check_transition(self.state, target)
         self.state = target
         if target is ReplicaState.REVOKED:
             self.waits.close()  # its lookups go to the next replica, not on waiting here
+            self.batches.clear()
 
     def set_role(self, role: Role) -> None:
         self.role = role
@@ -164,5 +170,8 @@ class ReadOnlyReplica(Protocol):
 
     @property
     def aging(self) -> Aging | None: ...
+
+    @property
+    def batches(self) -> BatchHistory: ...
 
     def describe(self) -> dict[str, object]: ...

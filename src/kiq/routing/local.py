@@ -35,6 +35,7 @@ from kiq.peers.wire import (
 )
 from kiq.replicas import ReplicaState, reads
 from kiq.replicas.replica import ReadOnlyReplica
+from kiq.replicas.snapshots import LATEST, BatchView
 from kiq.replicas.waits import Parking, wait_applied
 from kiq.routing.router import servable
 from kiq.settings import LimitsSettings
@@ -142,17 +143,26 @@ class LocalReplicas:
     # -- many keys, a page -------------------------------------------------------------
 
     async def get(
-        self, table: str, partition: int, keys: list[bytes], max_lag: int | None = None
+        self,
+        table: str,
+        partition: int,
+        keys: list[bytes],
+        max_lag: int | None = None,
+        batch: int | None = None,
+        min_offset: int | None = None,
     ) -> tuple[list[Item], Source] | None:
         """The ``keys`` the partition's replica holds, and how fresh it was; None when it
-        holds no usable one (within ``max_lag``). A store being reopened is waited for
-        (``REOPEN_WAIT_S``)."""
+        holds no usable one (within ``max_lag``, at ``min_offset``, holding ``batch``:
+        ``_as_of``). A store being reopened is waited for (``REOPEN_WAIT_S``)."""
         replica = self._usable(table, partition, max_lag)
         if replica is None:
             return None
 
-        async def read() -> tuple[list[Item], Source]:
-            return reads.get_many(replica, keys), self._source(replica)
+        async def read() -> tuple[list[Item], Source] | None:
+            at = _as_of(replica, batch, min_offset)
+            if at is None:
+                return None
+            return reads.get_many(at[0], keys), self._source(replica, at[1])
 
         return await self._through_reopen(replica, read)
 
@@ -165,6 +175,8 @@ class LocalReplicas:
         limit: int,
         reverse: bool = False,
         max_lag: int | None = None,
+        batch: int | None = None,
+        min_offset: int | None = None,
     ) -> ScanResult | None:
         """Up to ``limit`` (key, value) in [start, end) in key order (descending when
         ``reverse``), and how fresh the replica was; None as for ``get``."""
@@ -172,9 +184,12 @@ class LocalReplicas:
         if replica is None:
             return None
 
-        async def read() -> ScanResult:
-            items = reads.scan(replica, start, end, limit, reverse)
-            return ScanResult(items, self._source(replica), reverse)
+        async def read() -> ScanResult | None:
+            at = _as_of(replica, batch, min_offset)
+            if at is None:
+                return None
+            items = reads.scan(at[0], start, end, limit, reverse)
+            return ScanResult(items, self._source(replica, at[1]), reverse)
 
         return await self._through_reopen(replica, read)
 
@@ -186,6 +201,8 @@ class LocalReplicas:
         prefix: bytes = b"",
         max_lag: int | None = None,
         window: bytes = b"",
+        batch: int | None = None,
+        min_offset: int | None = None,
     ) -> ScanResult | None:
         """The first ``n`` (key, value) of the partition in its rank order (``rank_by``), only
         keys starting with ``prefix`` (and of windows starting at ``window``, when given), and
@@ -195,9 +212,12 @@ class LocalReplicas:
         if replica is None or replica.store.rank_by is None:
             return None
 
-        async def read() -> ScanResult:
-            items = reads.top(replica, n, prefix or None, window or None)
-            return ScanResult(items, self._source(replica), window=window)
+        async def read() -> ScanResult | None:
+            at = _as_of(replica, batch, min_offset)
+            if at is None:
+                return None
+            items = reads.top(at[0], n, prefix or None, window or None)
+            return ScanResult(items, self._source(replica, at[1]), window=window)
 
         return await self._through_reopen(replica, read)
 
@@ -227,11 +247,16 @@ class LocalReplicas:
             return None
         return await self._through_reopen(replica, read)
 
-    def _source(self, replica: ReadOnlyReplica) -> Source:
+    def _source(self, replica: ReadOnlyReplica, at: BatchView | None = None) -> Source:
+        """How fresh ``replica`` was (as of ``at``'s batch when read as of one)."""
         stale = replica.state is not _ACTIVE
-        return Source(
-            replica.partition, replica.lag, stale, replica.applied_offset, self._served_by
-        )
+        if at is None:
+            return Source(
+                replica.partition, replica.lag, stale, replica.applied_offset, self._served_by
+            )
+        applied = at.applied_offset()
+        lag = max(0, replica.end_offset - applied - 1) if replica.end_offset >= 0 else -1
+        return Source(replica.partition, lag, stale, applied, self._served_by, at.batch)
 
     # -- the waits -------------------------------------------------------------------
 
@@ -312,3 +337,24 @@ class LocalReplicas:
             reason=f"{replica.table}[{replica.partition}] has applied offset {applied}, "
             f"not yet {min_offset}",
         )
+
+
+def _as_of(
+    replica: ReadOnlyReplica, batch: int | None, min_offset: int | None
+) -> tuple[reads.Readable, BatchView | None] | None:
+    """What a read of ``replica`` reads: the replica itself, or as of ``batch`` (``LATEST``:
+    the newest it holds; a replica that never saw a marker answers as it is, a table whose
+    pipeline writes none); None when it cannot answer: short of ``min_offset``, or not
+    holding ``batch`` (the next replica may)."""
+    if min_offset is not None and replica.applied_offset < min_offset:
+        return None
+    if batch is None:
+        return replica, None
+    history = replica.batches
+    view = history.view(replica.store, batch)
+    if view is None:
+        plain = batch == LATEST and history.kept and not history.intervals
+        return (replica, None) if plain else None
+    if min_offset is not None and view.applied_offset() < min_offset:
+        return None
+    return reads.AsOf(replica, view), view

@@ -188,11 +188,15 @@ class ReplicaReader:
         keys: Mapping[int, list[bytes]],
         caller: str | None,
         max_lag: int | None = None,
+        batch: int | None = None,
+        after: Mapping[int, int] | None = None,
     ) -> tuple[dict[bytes, bytes], list[int], list[Source]]:
         """The values of ``keys`` (by partition) found, the partitions no replica could
-        answer for (within ``max_lag``), and the replica that answered for each other one.
-        Each round asks every target once for all its partitions; a partition it could not
-        answer for goes to its next replica in the next round."""
+        answer for (within ``max_lag``, as of ``batch``, at ``after``'s offset of the
+        partition), and the replica that answered for each other one. Each round asks
+        every target once for all its partitions; a partition it could not answer for
+        goes to its next replica in the next round."""
+        after = after or {}
         found: dict[bytes, bytes] = {}
         unanswered: list[int] = []
         sources: list[Source] = []
@@ -207,7 +211,7 @@ class ReplicaReader:
                     del pending[p]
             answers = await asyncio.gather(
                 *(
-                    self._get_from(t, table, parts, keys, caller, max_lag)
+                    self._get_from(t, table, parts, keys, caller, max_lag, batch, after)
                     for t, parts in rounds.items()
                 )
             )
@@ -233,18 +237,33 @@ class ReplicaReader:
         caller: str | None,
         reverse: bool = False,
         max_lag: int | None = None,
+        batch: int | None = None,
+        min_offset: int | None = None,
     ) -> ScanResult | None:
         """Up to ``limit`` (key, value) of the partition in [start, end) in key order
         (descending when ``reverse``), from the best replica that answers (within
-        ``max_lag``), and which one it was; None when none could."""
+        ``max_lag``, as of ``batch``, at ``min_offset``), and which one it was; None when
+        none could."""
         return await self._first_answer(
             "scan",
             table,
             partition,
             max_lag,
-            lambda: self.here.scan(table, partition, start, end, limit, reverse, max_lag),
+            lambda: self.here.scan(
+                table, partition, start, end, limit, reverse, max_lag, batch, min_offset
+            ),
             lambda url: self._peers.scan(
-                url, table, partition, start, end, limit, caller, reverse, max_lag
+                url,
+                table,
+                partition,
+                start,
+                end,
+                limit,
+                caller,
+                reverse,
+                max_lag,
+                batch,
+                min_offset,
             ),
         )
 
@@ -257,6 +276,8 @@ class ReplicaReader:
         caller: str | None,
         max_lag: int | None = None,
         window: bytes = b"",
+        batch: int | None = None,
+        min_offset: int | None = None,
     ) -> ScanResult | None:
         """The first ``n`` (key, value) of the partition in its rank order (only keys starting
         with ``prefix``, of windows starting at ``window`` when given), from the best replica
@@ -267,8 +288,10 @@ class ReplicaReader:
             table,
             partition,
             max_lag,
-            lambda: self.here.top(table, partition, n, prefix, max_lag, window),
-            lambda url: self._peers.top(url, table, partition, n, prefix, caller, max_lag, window),
+            lambda: self.here.top(table, partition, n, prefix, max_lag, window, batch, min_offset),
+            lambda url: self._peers.top(
+                url, table, partition, n, prefix, caller, max_lag, window, batch, min_offset
+            ),
         )
 
     async def changes(self, asked: Changes, caller: str | None) -> ChangesResult | None:
@@ -337,6 +360,8 @@ class ReplicaReader:
         keys: Mapping[int, list[bytes]],
         caller: str | None,
         max_lag: int | None,
+        batch: int | None,
+        after: Mapping[int, int],
     ) -> tuple[Mapping[bytes, bytes], set[int], dict[int, Source]]:
         """(key → value found, the partitions the target could not answer for, the replica
         that answered for each other one, when the target said)."""
@@ -345,7 +370,7 @@ class ReplicaReader:
             refused: set[int] = set()
             sources: dict[int, Source] = {}
             for p in partitions:
-                answer = await self.here.get(table, p, keys[p], max_lag)
+                answer = await self.here.get(table, p, keys[p], max_lag, batch, after.get(p))
                 if answer is None:
                     refused.add(p)
                 else:
@@ -354,7 +379,10 @@ class ReplicaReader:
             return got, refused, sources
         asked = [k for p in partitions for k in keys[p]]
         try:
-            result = await self._peers.multiget(target, table, asked, caller, max_lag)
+            bounds = {p: after[p] for p in partitions if p in after}
+            result = await self._peers.multiget(
+                target, table, asked, caller, max_lag, batch, bounds
+            )
         except PeerError as exc:
             log.debug("multiget failed table=%s error=%s", table, exc)
             return {}, set(partitions), {}

@@ -34,6 +34,7 @@ from kiq.metrics import NodeMetrics
 from kiq.replicas import ReplicaState
 from kiq.replicas.aging import Aging
 from kiq.replicas.replica import Positioned
+from kiq.replicas.snapshots import BatchHistory
 from kiq.replicas.taps import Taps
 from kiq.replicas.waits import OffsetWaits
 from kiq.settings import ServeSettings
@@ -66,6 +67,8 @@ class MirrorReplica(Positioned):
     )
 
     aging: Aging | None = None  # tables that age are not mirrored
+    # A mirror sees no batch markers: reads as of a batch go to a node's replica.
+    batches = BatchHistory(kept=False)
 
     def __init__(self, row: ReplicaRow, store: SecondaryStore) -> None:
         self.table = row.table

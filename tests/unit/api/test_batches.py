@@ -102,7 +102,7 @@ def test_multiget_reads_local_partitions_here_and_the_others_from_their_owner():
     asked = [*KEYS[:30], "absent-1", "absent-2"]
 
     async def scenario(batches: Batches, n1: SimpleNamespace, n2: SimpleNamespace) -> None:
-        body = await batches.multiget("t", orjson.dumps({"keys": asked}), None)
+        body, _ = await batches.multiget("t", orjson.dumps({"keys": asked}), None)
         got = orjson.loads(body)
         assert got["found"] == {k: {"key": k} for k in KEYS[:30]}
         assert sorted(got["missing"]) == ["absent-1", "absent-2"]
@@ -144,7 +144,7 @@ def test_a_range_pages_through_every_partition_in_key_order():
         cursor = None
         while True:
             params = {"limit": "7", **({"cursor": cursor} if cursor else {})}
-            page = orjson.loads(await batches.range("t", params, None))
+            page = orjson.loads((await batches.range("t", params, None))[0])
             seen.extend(page["items"])
             cursor = page["next_cursor"]
             if cursor is None:

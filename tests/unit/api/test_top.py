@@ -192,7 +192,7 @@ def test_the_route_is_in_the_openapi_document(pair):
 def test_the_top_record_travels_as_an_array():
     top = Top("word-counts", 3, 25, b"ab|", 40)
     body = encode(top)
-    assert msgspec.msgpack.decode(body) == ["word-counts", 3, 25, b"ab|", 40, b""]
+    assert msgspec.msgpack.decode(body) == ["word-counts", 3, 25, b"ab|", 40, b"", None, None]
     assert decode_top(body) == top
     assert decode_top(msgspec.msgpack.encode(["t", 1])) == Top("t", 1, 10, b"", None)
     # A record from an older node, without the trailing window: every window ranked.

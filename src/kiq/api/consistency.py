@@ -1,0 +1,108 @@
+"""What a read across partitions may answer from: a position it must not go back from
+(``X-Kiq-After``), and one whole micro-batch (``?consistent=batch``).
+
+A read asks every partition it touches for its newest batch (``LATEST``); the answer
+is a snapshot when they all answered as of the same one. Otherwise the oldest batch
+among them is the newest every partition has applied, and the partitions that answered
+as of a newer one are asked again as of that one (``redo``): at most two rounds. A
+table whose pipeline writes no markers answers as it is, with no batch.
+
+Every such answer carries the position it read (``X-Kiq-Position``: each partition's
+replica's applied offset, or its marker's when read as of a batch) and the batch it
+reflects (``X-Kiq-Batch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kiq import positions
+from kiq.api.errors import BadRequest, Unavailable
+from kiq.peers.wire import Source
+
+BATCH_HEADER = b"x-kiq-batch"
+POSITION_HEADER = positions.HEADER.encode()
+LEVELS = ("batch",)  # ?consistent=... (absent: each partition as its replica has it)
+RETRY_AFTER_S = 1  # a batch marker is written every micro-batch: one is due within ~1 s
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAt:
+    """How a read across partitions is bounded: ``consistent`` (one batch) and ``after``
+    (partition → the offset its replica must have applied, from the caller's token)."""
+
+    consistent: bool = False
+    after: Mapping[int, int] = field(default_factory=dict)
+
+
+PLAIN = ReadAt()
+
+
+def read_at(table: str, params: Mapping[str, str], after_header: str | None) -> ReadAt:
+    """The bounds a request names: ``?consistent=batch``, ``X-Kiq-After`` or ``?after=``."""
+    level = params.get("consistent")
+    if level is not None and level not in LEVELS:
+        raise BadRequest(
+            f"consistent must be one of {', '.join(LEVELS)}: {level[:40]!r}", consistent=level
+        )
+    token = after_header if after_header is not None else params.get("after")
+    after: dict[int, int] = {}
+    if token:
+        try:
+            after = positions.of_table(positions.decode(token), table)
+        except positions.BadPosition as exc:
+            raise BadRequest(str(exc)) from None
+    if level is None and not after:
+        return PLAIN
+    return ReadAt(level == "batch", after)
+
+
+def chosen(sources: Iterable[Source]) -> int | None:
+    """The batch a consistent read answers as of: the oldest any partition answered as of
+    (every partition has applied it); None when none answered as of one."""
+    batches = [s.batch for s in sources if s.batch >= 0]
+    return min(batches) if batches else None
+
+
+def redo(sources: Iterable[Source], batch: int | None) -> list[int]:
+    """The partitions to ask again as of ``batch``: those answered as of another."""
+    if batch is None:
+        return []
+    return [s.partition for s in sources if s.batch != batch]
+
+
+def unavailable(table: str, partitions: Iterable[int], batch: int) -> Unavailable:
+    """No replica of ``partitions`` holds ``batch`` (yet, or any more): ask again."""
+    missing = sorted(partitions)
+    error = Unavailable(
+        f"no replica of {table} partition(s) {', '.join(map(str, missing))} holds batch "
+        f"{batch}: ask again in {RETRY_AFTER_S}s",
+        batch=batch,
+        partitions=missing,
+    )
+    error.headers = ((b"retry-after", str(RETRY_AFTER_S).encode()),)
+    return error
+
+
+def behind(table: str, partitions: Iterable[int], at: ReadAt) -> Unavailable:
+    """No replica of ``partitions`` has applied what the caller's position names."""
+    missing = sorted(partitions)
+    wanted = {p: at.after[p] for p in missing if p in at.after}
+    error = Unavailable(
+        f"no replica of {table} partition(s) {', '.join(map(str, missing))} has applied the "
+        f"position asked yet: ask again in {RETRY_AFTER_S}s",
+        partitions=missing,
+        after=wanted,
+    )
+    error.headers = ((b"retry-after", str(RETRY_AFTER_S).encode()),)
+    return error
+
+
+def headers(table: str, sources: Iterable[Source], batch: int | None) -> dict[str, str]:
+    """The answer's ``X-Kiq-Position`` (and ``X-Kiq-Batch`` when read as of one)."""
+    seen = positions.at(table, ((s.partition, s.applied_offset) for s in sources))
+    out = {positions.HEADER: positions.encode(seen)} if seen else {}
+    if batch is not None:
+        out[BATCH_HEADER.decode()] = str(batch)
+    return out
