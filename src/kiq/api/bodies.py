@@ -46,6 +46,9 @@ class MultigetBody(Struct):
     found: Annotated[dict[str, Any], Meta(description="values by key")]
     missing: list[str]
     unavailable: Annotated[list[str], Meta(description="keys no replica could answer for")] = []
+    batch: Annotated[
+        int | None, Meta(description="?consistent=batch: the micro-batch it reflects (null: none)")
+    ] = None
 
 
 class Item(Struct):
@@ -56,11 +59,17 @@ class Item(Struct):
 class PageBody(Struct):
     items: list[Item]
     next_cursor: str | None
+    batch: Annotated[
+        int | None, Meta(description="?consistent=batch: the micro-batch it reflects (null: none)")
+    ] = None
 
 
 class TopBody(Struct):
     items: Annotated[list[Item], Meta(description="highest rank_by first, ties by key")]
     rank_by: Annotated[str, Meta(description="the numeric value field the table ranks by")]
+    batch: Annotated[
+        int | None, Meta(description="?consistent=batch: the micro-batch it reflects (null: none)")
+    ] = None
 
 
 class Window(Struct):
@@ -73,6 +82,9 @@ class WindowsBody(Struct):
     key: str
     windows: list[Window]
     next_cursor: str | None
+    batch: Annotated[
+        int | None, Meta(description="?consistent=batch: the micro-batch it reflects (null: none)")
+    ] = None
 
 
 class Table(Struct):

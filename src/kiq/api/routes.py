@@ -55,6 +55,21 @@ _LOOKUP_HEADERS = (
     Header("X-Kiq-Offset", "the value's offset in the table's topic", True),
     Header("X-Kiq-Stale", "true: from a standby"),
 )
+# A read across partitions: what bounds it (``api.consistency``) and what its answer says.
+_CONSISTENT = (
+    Param(
+        "consistent",
+        Literal["batch"],
+        "batch: every partition as of one micro-batch (a table written with "
+        "consistent=True); the answer names it",
+    ),
+    Param("after", str, "a position token (as the X-Kiq-After header): never older than it"),
+)
+_READ_HEADERS = (
+    Header("X-Kiq-Version", "the version of the table that answered", True),
+    Header("X-Kiq-Position", "what was read: send it back as X-Kiq-After", True),
+    Header("X-Kiq-Batch", "consistent=batch: the micro-batch the answer reflects"),
+)
 _BYTES = ((MSGPACK, bytes),)
 _PAGE = {"200": Answer("the file", (("text/html", str),))}  # the dashboard's
 
@@ -135,12 +150,14 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
         doc=Doc(
             "Many keys at once, one call per owning node",
             ("tables",),
-            (TABLE, VERSION),
+            (TABLE, VERSION, *_CONSISTENT),
             body=bodies.KeysBody,
             answers={
-                "200": Answer.json("found values by key, the missing keys", bodies.MultigetBody)
+                "200": Answer.json(
+                    "found values by key, the missing keys", bodies.MultigetBody, _READ_HEADERS
+                )
             },
-            errors=(400, 404, 413),
+            errors=(400, 404, 413, 503),
         ),
     ),
     RouteSpec(
@@ -169,8 +186,9 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
                     "items per page [100]",
                 ),
                 Param("cursor", str, "next_cursor of the previous page"),
+                *_CONSISTENT,
             ),
-            answers={"200": Answer.json("a page of items", bodies.PageBody)},
+            answers={"200": Answer.json("a page of items", bodies.PageBody, _READ_HEADERS)},
             errors=(400, 404, 503),
         ),
     ),
@@ -198,11 +216,13 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
                     "a windowed table's window start (ISO 8601, a date or epoch ms; naive "
                     "is UTC): only windows starting then, e.g. the top pages of one hour",
                 ),
+                *_CONSISTENT,
             ),
             answers={
                 "200": Answer.json(
                     "the keys by the table's rank_by field, highest first, ties by key",
                     bodies.TopBody,
+                    _READ_HEADERS,
                 )
             },
             errors=(400, 404, 503),
@@ -241,8 +261,9 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
                     "windows per page [100]",
                 ),
                 Param("cursor", str, "next_cursor of the previous page"),
+                *_CONSISTENT,
             ),
-            answers={"200": Answer.json("a page of windows", bodies.WindowsBody)},
+            answers={"200": Answer.json("a page of windows", bodies.WindowsBody, _READ_HEADERS)},
             errors=(400, 404, 503),
         ),
     ),

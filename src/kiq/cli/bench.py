@@ -165,6 +165,34 @@ def restore(
 
 
 @app.command()
+def consistency(
+    accounts: Annotated[int, typer.Option(help="accounts of the bank")] = 1_000,
+    transfers: Annotated[int, typer.Option(help="transfers per micro-batch")] = 200,
+    interval_s: Annotated[float, typer.Option(help="seconds between micro-batches")] = 1.0,
+    rounds: Annotated[int, typer.Option(help="rounds of plain and batch reads")] = 6,
+    requests: Annotated[int, typer.Option(help="reads per round, kind and mode")] = 150,
+    concurrency: Annotated[int, typer.Option(help="reads in flight at once")] = 4,
+    settle_s: Annotated[float, typer.Option(help="the writer's run before each RSS")] = 20.0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """The bank: ?consistent=batch reads beside plain ones (p50, sums that are wrong, RSS)."""
+    from kiq.bench.consistency import ConsistencyConfig, run_consistency
+
+    cfg = ConsistencyConfig(
+        accounts=accounts,
+        transfers=transfers,
+        interval_s=interval_s,
+        rounds=rounds,
+        requests=requests,
+        concurrency=concurrency,
+        settle_s=settle_s,
+    )
+    _measure(
+        "consistency", f"{accounts:,} accounts, 3 nodes", lambda: run_consistency(cfg), json_out
+    )
+
+
+@app.command()
 def tables(
     keys: Annotated[int, typer.Option(help="keys of the plain, ranked and aging tables")] = 100_000,
     entities: Annotated[int, typer.Option(help="entities of the windowed table")] = 1_000,

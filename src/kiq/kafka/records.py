@@ -85,6 +85,16 @@ class JsonProducer:
         if self.produced % _POLL_EVERY == 0:
             self._producer.poll(0)
 
+    def produce_raw(self, key: bytes, value: bytes | None, partition: int = -1) -> None:
+        """Queue one record as it is (a batch marker, a tombstone); as ``produce``."""
+        while True:
+            try:
+                self._producer.produce(self.topic, value, key, partition)
+                break
+            except BufferError:
+                self._producer.poll(0.01)
+        self.produced += 1
+
     def poll(self, timeout_s: float = 0.0) -> int:
         """Serve delivery reports, waiting up to ``timeout_s`` for one; returns how many."""
         return self._producer.poll(timeout_s)

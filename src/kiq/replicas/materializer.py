@@ -31,9 +31,9 @@ import logging
 import queue
 import threading
 import time
-from functools import partial
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import cast
 
 from kiq.errors import BadRecord, StoreClosedError
