@@ -125,6 +125,19 @@ class Batches:
         values, unanswered, sources = await self.reader.get_many(
             name, by_partition, auth, max_lag, batch, at.after
         )
+        if unanswered and at.after and at.wait_ms:
+
+            async def ask(behind: list[int]) -> list[int]:
+                asked = {p: by_partition[p] for p in behind}
+                more, still, answered = await self.reader.get_many(
+                    name, asked, auth, max_lag, batch, at.after
+                )
+                values.update(more)
+                sources.extend(answered)
+                return still
+
+            still = await consistency.waited(at, unanswered, ask)
+            unanswered = [p for p in unanswered if p in still or p not in at.after]
         chosen_batch = chosen(sources) if at.consistent else None
         again = redo(sources, chosen_batch)
         if chosen_batch is not None and again:
@@ -498,6 +511,17 @@ async def _per_partition(
     first = LATEST if at.consistent else None
     pages = await asyncio.gather(*(read(p, first) for p in partitions))
     nobody = [p for p, page in zip(partitions, pages, strict=True) if page is None]
+    if nobody and at.after and at.wait_ms:
+        caught_up: dict[int, ScanResult | None] = {}
+
+        async def ask(behind: list[int]) -> list[int]:
+            got = await asyncio.gather(*(read(p, first) for p in behind))
+            caught_up.update((p, page) for p, page in zip(behind, got, strict=True) if page)
+            return [p for p, page in zip(behind, got, strict=True) if page is None]
+
+        await consistency.waited(at, nobody, ask)
+        pages = [caught_up.get(p, page) for p, page in zip(partitions, pages, strict=True)]
+        nobody = [p for p, page in zip(partitions, pages, strict=True) if page is None]
     if nobody:
         if any(p in at.after for p in nobody):
             raise consistency.behind(table, nobody, at)

@@ -7,6 +7,10 @@ among them is the newest every partition has applied, and the partitions that an
 as of a newer one are asked again as of that one (``redo``): at most two rounds. A
 table whose pipeline writes no markers answers as it is, with no batch.
 
+A partition none of whose replicas has applied what the caller's position names is
+asked again for up to ``wait_ms`` (``waited``), else the answer is a 503 to retry (a
+multiget lists its keys as unavailable).
+
 Every such answer carries the position it read (``X-Kiq-Position``: each partition's
 replica's applied offset, or its marker's when read as of a batch) and the batch it
 reflects (``X-Kiq-Batch``).
@@ -14,7 +18,9 @@ reflects (``X-Kiq-Batch``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kiq import positions
@@ -25,6 +31,8 @@ BATCH_HEADER = b"x-kiq-batch"
 POSITION_HEADER = positions.HEADER.encode()
 LEVELS = ("batch",)  # ?consistent=... (absent: each partition as its replica has it)
 RETRY_AFTER_S = 1  # a batch marker is written every micro-batch: one is due within ~1 s
+MAX_WAIT_MS = 60_000  # as a lookup's ``wait_ms``
+FIRST_PAUSE_S, LAST_PAUSE_S = 0.02, 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +42,24 @@ class ReadAt:
 
     consistent: bool = False
     after: Mapping[int, int] = field(default_factory=dict)
+    wait_ms: int = 0  # how long a partition behind ``after`` is waited for
+
+
+async def waited(
+    at: ReadAt, behind: list[int], ask: Callable[[list[int]], Awaitable[list[int]]]
+) -> list[int]:
+    """The partitions of ``behind`` (none of whose replicas had applied ``at.after``)
+    asked again (``ask``: those still behind) until none is, for up to ``at.wait_ms``:
+    a replica catches up within a fetch or two, so the first tries are soon and later
+    ones back off. What is still behind then."""
+    behind = [p for p in behind if p in at.after]
+    deadline = time.monotonic() + at.wait_ms / 1000
+    pause = FIRST_PAUSE_S
+    while behind and (left := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, LAST_PAUSE_S)
+        behind = await ask(behind)
+    return behind
 
 
 PLAIN = ReadAt()
@@ -55,7 +81,13 @@ def read_at(table: str, params: Mapping[str, str], after_header: str | None) -> 
             raise BadRequest(str(exc)) from None
     if level is None and not after:
         return PLAIN
-    return ReadAt(level == "batch", after)
+    wait_ms = 0
+    raw = params.get("wait_ms")
+    if raw:
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 6 or int(raw) > MAX_WAIT_MS:
+            raise BadRequest(f"wait_ms must be between 0 and {MAX_WAIT_MS}", wait_ms=raw[:20])
+        wait_ms = int(raw)
+    return ReadAt(level == "batch", after, wait_ms)
 
 
 def chosen(sources: Iterable[Source]) -> int | None:

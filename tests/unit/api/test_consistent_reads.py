@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from types import SimpleNamespace
 
@@ -135,3 +136,28 @@ def test_what_a_request_names_is_checked() -> None:
     for params, header in [({"consistent": "snapshot"}, None), ({}, "t:x=1"), ({}, "t" * 9000)]:
         with pytest.raises(BadRequest):
             read_at("t", params, header)
+
+
+def test_a_position_behind_everywhere_is_waited_for_up_to_wait_ms() -> None:
+    async def scenario(batches: Batches, n1: SimpleNamespace, n2: SimpleNamespace) -> None:
+        ahead = n2.replicas[("t", 0)]
+        target = ahead.applied_offset + 3
+
+        async def catch_up() -> None:
+            await asyncio.sleep(0.15)
+            write(ahead, dict.fromkeys(mine(0)[:3], 4))
+
+        writer = asyncio.create_task(catch_up())
+        at = read_at("t", {"wait_ms": "2000"}, f"t:0={target}")
+        found, _, unavailable, _ = await batches.get_many(
+            batches.node.tables["t"], mine(0), None, at=at
+        )
+        await writer
+        assert not unavailable and {orjson.loads(found[k])["n"] for k in mine(0)[:3]} == {4}
+        started = time.monotonic()
+        late = read_at("t", {"wait_ms": "300"}, f"t:0={target + 100}")
+        with pytest.raises(Unavailable):
+            await batches.range("t", {}, None, late)
+        assert 0.25 < time.monotonic() - started < 2
+
+    two_nodes(scenario)
