@@ -64,6 +64,11 @@ _CONSISTENT = (
         "consistent=True); the answer names it",
     ),
     Param("after", str, "a position token (as the X-Kiq-After header): never older than it"),
+    Param(
+        "wait_ms",
+        Annotated[int, Meta(ge=0, le=MAX_WAIT_MS)],
+        "how long to wait for a replica at the position",
+    ),
 )
 _READ_HEADERS = (
     Header("X-Kiq-Version", "the version of the table that answered", True),
