@@ -359,6 +359,8 @@ class Materializer:
             )
         elif replica.state.serving:
             replica.batches.mark(batch, marker.offset(), time.monotonic())
+        else:
+            replica.batches.saw()
 
     def _restore_from_start(self, replica: Replica, end: int) -> None:
         """The log now ends at ``end``, below what ``replica`` applied: see the docstring.

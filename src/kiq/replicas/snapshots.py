@@ -53,7 +53,7 @@ class BatchHistory:
     read by request handlers, which take ``intervals`` once (it is replaced, never
     changed in place, but for the newest interval's ``priors``, which only grow)."""
 
-    __slots__ = ("intervals", "keep_s", "kept", "max_held")
+    __slots__ = ("intervals", "keep_s", "kept", "marked", "max_held")
 
     def __init__(self, keep_s: float = KEEP_S, max_held: int = MAX_HELD, kept: bool = True) -> None:
         self.intervals: tuple[_Interval, ...] = ()
@@ -62,6 +62,10 @@ class BatchHistory:
         # False: a replica that cannot keep batches (a read worker's mirror of its node's
         # store sees no markers): it answers no read as of one, the next replica does.
         self.kept = kept
+        # Whether the partition's log held a marker since the replica opened (a restore
+        # replays the newest: compaction keeps one per partition): until it holds one, a
+        # replica of a table that has them answers no read as of a batch.
+        self.marked = False
 
     @property
     def latest(self) -> int | None:
@@ -85,6 +89,7 @@ class BatchHistory:
 
     def mark(self, batch: int, offset: int, now: float) -> None:
         """The replica applied batch ``batch``'s marker at ``offset`` (and all before it)."""
+        self.marked = True
         held = self.intervals
         if held and batch < held[-1].batch:
             held = ()  # a new history: the pipeline's batches were counted again from 0
@@ -93,6 +98,10 @@ class BatchHistory:
             first += 1
         first = max(first, len(held) + 1 - self.max_held)
         self.intervals = (*held[first:], _Interval(batch, offset, now))
+
+    def saw(self) -> None:
+        """A marker went by while the replica was not serving yet: not held, but known."""
+        self.marked = True
 
     def clear(self) -> None:
         self.intervals = ()

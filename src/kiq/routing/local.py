@@ -353,7 +353,7 @@ def _as_of(
     history = replica.batches
     view = history.view(replica.store, batch)
     if view is None:
-        plain = batch == LATEST and history.kept and not history.intervals
+        plain = batch == LATEST and history.kept and not history.marked
         return (replica, None) if plain else None
     if min_offset is not None and view.applied_offset() < min_offset:
         return None

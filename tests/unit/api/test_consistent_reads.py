@@ -161,3 +161,18 @@ def test_a_position_behind_everywhere_is_waited_for_up_to_wait_ms() -> None:
         assert 0.25 < time.monotonic() - started < 2
 
     two_nodes(scenario)
+
+
+def test_a_replica_that_saw_markers_but_holds_none_yet_hands_the_read_on() -> None:
+    async def scenario(batches: Batches, n1: SimpleNamespace, n2: SimpleNamespace) -> None:
+        every_batch(n1, n2, [5])
+        restarted = n1.replicas[("t", 0)]
+        restarted.batches.clear()  # as after a restart: the log's marker seen, none held
+        restarted.batches.saw()
+        write(restarted, dict.fromkeys(mine(0), 77))  # the next batch, under way
+        body, _ = await batches.multiget("t", orjson.dumps({"keys": KEYS}), None, BATCH)
+        got = orjson.loads(body)
+        assert got["batch"] == 5
+        assert {k: v["n"] for k, v in got["found"].items()} == dict.fromkeys(KEYS, 5)
+
+    two_nodes(scenario)

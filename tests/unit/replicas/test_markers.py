@@ -68,6 +68,7 @@ def test_markers_read_while_restoring_are_not_held() -> None:
     assert replica.state is ReplicaState.RESTORING
     m._apply(Fetched({("topic-t", 0): [StandInRecord(b"a", b"1", 0), marker(1, 1)]}))
     assert replica.batches.held() == [] and replica.applied_offset == 1
+    assert replica.batches.marked  # known: this replica answers no batch read until it holds one
 
 
 def test_a_marker_whose_value_is_no_batch_id_is_a_dead_letter() -> None:
