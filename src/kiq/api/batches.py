@@ -147,6 +147,7 @@ class Batches:
             more, refused, resourced = await self.reader.get_many(
                 name, redone, auth, max_lag, chosen_batch, at.after
             )
+            refused = [*refused, *(s.partition for s in resourced if s.batch != chosen_batch)]
             if refused:
                 raise consistency.unavailable(name, refused, chosen_batch)
             values.update(more)
@@ -532,7 +533,12 @@ async def _per_partition(
     if batch is None or not again:
         return answered
     redone = await asyncio.gather(*(read(p, batch) for p in again))
-    refused = [p for p, page in zip(again, redone, strict=True) if page is None]
+    # An answer as of another batch (a node of an older kiq ignores ``batch``) is none.
+    refused = [
+        p
+        for p, page in zip(again, redone, strict=True)
+        if page is None or page.source is None or page.source.batch != batch
+    ]
     if refused:
         raise consistency.unavailable(table, refused, batch)
     by_partition = {p: _sourced(page, p) for p, page in zip(again, redone, strict=True) if page}
