@@ -9,8 +9,8 @@ The token is text a caller may hand-write or mangle, so ``decode`` takes it as
 untrusted: bounded in length and entries before anything is parsed, every name and
 number checked, and any fault one ``BadPosition`` (a 400), never a crash.
 
-Form: ``TABLE:P=O,P=O;TABLE:P=O`` (table names hold none of ``:;,=``), sorted, so one
-position has one token.
+Form: ``TABLE:P=O,P=O;TABLE:P=O`` (table names hold none of ``:;,=``; a table version's
+internal name, ``NAME@VERSION``, is one), sorted, so one position has one token.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ AFTER_HEADER = "x-kiq-after"  # on requests (or ``?after=``)
 MAX_TOKEN_CHARS = 8192  # a header's worth
 MAX_ENTRIES = 1024  # (table, partition) pairs in one token
 OFFSET_LIMIT = 2**63
-_TABLE = re.compile(r"[A-Za-z0-9._-]{1,100}")
+_TABLE = re.compile(r"[A-Za-z0-9._@-]{1,100}")
 _MAX_DIGITS = len(str(OFFSET_LIMIT - 1))
 
 

@@ -148,6 +148,14 @@ class LocalNode:
         replica = self.node.replica(table, partition)
         assert replica is not None, f"{self.node.node_id} holds no replica of {table}[{partition}]"
         replica.store.apply([(key.encode(), value, offset)], offset)
+        # As the materializer would: the replica has applied what its store holds, the
+        # log's end with it (a replica's position token is its applied offset).
+        if offset >= replica.position:
+            reader = self.materializer._reader  # type: ignore[attr-defined]
+            end = reader.assigned.get((runtime.spec.topic, partition), 0)
+            reader.assigned[(runtime.spec.topic, partition)] = max(end, offset + 1)
+            replica.position = offset + 1
+            replica.end_offset = max(replica.end_offset, offset + 1)
         return partition
 
 

@@ -6,7 +6,8 @@ A lookup without a value says why as an outcome (``routing.wire.Outcome``), whic
 ``lookup_error`` turns into one of these, and nothing else does.
 
 ``error_response`` answers for every route, the raw lookup path included: an
-``ApiError`` as itself, another retriable ``KiqError`` as a 503, anything else as a
+``ApiError`` as itself, a malformed position token (``kiq.positions.BadPosition``) as a
+400, another retriable ``KiqError`` as a 503, anything else as a
 logged 500 whose body says nothing about the code. An ``ApiError`` may add
 response headers (``headers``: the 401s' and 403s' ``WWW-Authenticate``).
 """
@@ -62,6 +63,7 @@ from kiq.http_errors import (
     UnknownTable as UnknownTable,
 )
 from kiq.peers.wire import LookupResult, Outcome
+from kiq.positions import BadPosition
 from kiq.security import read_scope
 from kiq.tables.versions import public_name
 
@@ -70,6 +72,10 @@ log = logging.getLogger(__name__)
 
 # Retry-After (s) of a lookup refused because too many wait for min_offset already.
 PARKED_RETRY_S = 1
+# Retry-After (s) of a lookup whose replicas had not applied the offset asked in time
+# (``min_offset``, or a position token's: ``kiq.positions``).
+BEHIND_RETRY_S = 1
+_BEHIND_RETRY = ((b"retry-after", str(BEHIND_RETRY_S).encode()),)
 
 
 def lookup_error(result: LookupResult, table: str, partition: int, key: bytes) -> ApiError:
@@ -81,12 +87,18 @@ def lookup_error(result: LookupResult, table: str, partition: int, key: bytes) -
     if outcome is Outcome.MOVED:
         return NotHere(f"no usable replica of {table}[{partition}] here")
     if outcome is Outcome.UNAVAILABLE:
-        return Unavailable(
+        # ``lag``: how far the replica was short of the offset asked (-1: a node that did
+        # not say); worth trying again shortly, once it caught up.
+        behind = {"lag": result.lag} if result.lag > 0 else {}
+        unavailable = Unavailable(
             result.reason,
             partition=partition,
             applied_offset=result.offset,
             reason="min_offset not reached within wait_ms",
+            **behind,
         )
+        unavailable.headers = _BEHIND_RETRY
+        return unavailable
     if outcome is Outcome.BUSY:
         return RateLimited(f"{result.reason}: try again in {PARKED_RETRY_S} s", PARKED_RETRY_S)
     if outcome is Outcome.FORBIDDEN:
@@ -108,6 +120,8 @@ def error_response(exc: Exception, scope: Mapping[str, Any]) -> tuple[int, bytes
     """The status and body that answer a request ``exc`` ended."""
     if isinstance(exc, ApiError):
         return exc.status, exc.body()
+    if isinstance(exc, BadPosition):  # a caller's token, wherever it was read
+        return BadRequest.status, BadRequest(str(exc), reason="bad_position").body()
     if isinstance(exc, KiqError) and exc.retriable:
         # Its message may name paths and hosts: say only what the caller can act on.
         log.info("retriable error method=%s path=%s error=%r", *_where(scope), exc)

@@ -12,6 +12,11 @@ what another table holds (the stock quote's day statistics); plain table lookups
 pass none. ``?redirect=true`` answers 307 to the best replica's node only once this
 node has proven it a member (``api.proven``); else the key is read as without it.
 
+Every answer (a value, a 404) carries ``X-Kiq-Position``: the key's partition and the
+offset the answering replica had applied (``kiq.positions``). A request may send one
+back (``X-Kiq-After``, ``?after=``): its offset for the key's partition is a
+``min_offset``, so no replica behind what the caller has seen answers.
+
 Another node's lookups arrive in batches (POST /v1/internal/lookups, ``internal``):
 each item is answered from this node's replicas only, an outcome per item, never
 forwarded again (as a GET carrying X-Kiq-Forwarded is). Any other error becomes the
@@ -37,6 +42,7 @@ from kiq.node import NodeView
 from kiq.ops.proven import may_redirect
 from kiq.peers import FORWARDED, LookupResult, Outcome, Peers
 from kiq.peers.wire import DecodeError, Lookup, decode_lookups, encode
+from kiq.positions import AFTER_HEADER, HEADER, Position, decode, merge
 from kiq.replicas import ReplicaState
 from kiq.replicas.reads import get as read_key
 from kiq.routing import ReplicaReader
@@ -50,6 +56,8 @@ OCTETS = (b"content-type", b"application/octet-stream")
 MAX_WAIT_MS = 60_000  # the longest a lookup may wait for ``min_offset``
 FOUND, MISSING = Outcome.FOUND, Outcome.MISSING
 _FORWARDED = FORWARDED.encode()
+_AFTER = AFTER_HEADER.encode()
+_POSITION = HEADER.encode()
 _NO_TABLE = LookupResult(Outcome.MOVED, reason="no such table here")
 _NO_SCOPE = LookupResult(Outcome.FORBIDDEN, reason="the caller's token does not read this table")
 
@@ -109,6 +117,9 @@ class Lookups:
             or not 0 < len(raw_key) <= MAX_KEY_BYTES
         ):
             return 0
+        for name, _ in scope["headers"]:
+            if name == _AFTER:
+                return 0  # a position token to honour: the general way
         try:
             partition = self._partition_of(runtime, raw_key.decode())
         except UnicodeDecodeError:
@@ -125,6 +136,7 @@ class Lookups:
         if found is None:
             return 0  # absent or aged out: a 404 builds an error body, the general way
         value, offset = found
+        applied = replica.applied_offset  # after the read: the answer holds nothing past it
         if enrich is not None:
             value = await enrich(value)
         lag = replica.end_offset - replica.position
@@ -139,6 +151,10 @@ class Lookups:
                     (b"x-kiq-lag", _digits(lag) if lag > 0 else b"0"),
                     (b"x-kiq-offset", str(offset).encode()),
                     version_header(runtime),
+                    (
+                        _POSITION,
+                        f"{runtime.spec.name}:{partition}={max(applied, offset)}".encode(),
+                    ),
                 ],
             }
         )
@@ -159,8 +175,11 @@ class Lookups:
             max_lag = int_param(params, "max_lag")
             min_offset = int_param(params, "min_offset")
             wait_ms = int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0
-            if min_offset is not None:
-                parker = caller_of(scope)  # whom a wait for it counts against
+        seen = after(scope, params).get((table, partition))
+        if seen is not None and (min_offset is None or seen > min_offset):
+            min_offset = seen  # the caller has seen this much: nothing older answers
+        if min_offset is not None:
+            parker = caller_of(scope)  # whom a wait for it counts against
         if params and header(scope, _FORWARDED) is None and bool_param(params, "redirect"):
             location = self.reader.elsewhere(table, partition, max_lag)
             if location is not None and await may_redirect(self._node, self._peers, location):
@@ -198,7 +217,7 @@ class Lookups:
         outcome = result.outcome
         if outcome is not FOUND and outcome is not MISSING:
             raise lookup_error(result, table, partition, key)
-        return await _answer(send, runtime, key, result, enrich)
+        return await _answer(send, runtime, key, result, enrich, min_offset)
 
     # -- POST /v1/internal/lookups: another node's batch --------------------------
 
@@ -287,14 +306,34 @@ async def _redirect(send: Send, scope: dict[str, Any], base_url: str) -> int:
     return 307
 
 
+def after(scope: dict[str, Any], params: dict[str, str] | None = None) -> Position:
+    """The position a request says its caller has seen (``X-Kiq-After``, ``?after=``: both
+    merged when both come); ``BadPosition`` (a 400) for a malformed token."""
+    given = header(scope, _AFTER)
+    token = params.get("after") if params else None
+    if token is None:
+        return decode(given) if given else {}
+    return decode(token) if given is None else merge(decode(given), decode(token))
+
+
+def position_header(table: str, partition: int, applied: int) -> tuple[bytes, bytes] | None:
+    """``X-Kiq-Position`` naming one partition read at ``applied`` (None when unknown)."""
+    if applied < 0:
+        return None
+    return _POSITION, f"{table}:{partition}={applied}".encode()
+
+
 async def _answer(
     send: Send,
     runtime: TableRuntime,
     key: bytes,
     result: LookupResult,
     enrich: Enrich | None,
+    asked: int | None = None,
 ) -> int:
-    """The response for a found or missing key, wherever it was looked up."""
+    """The response for a found or missing key, wherever it was looked up; its position
+    is what the replica had applied, never less than what was ``asked`` (``min_offset``,
+    a token's: a replica that answered had applied that) or the value's offset."""
     headers = [
         JSON,
         (b"x-kiq-partition", str(result.partition).encode()),
@@ -302,6 +341,10 @@ async def _answer(
         (b"x-kiq-lag", str(max(result.lag, 0)).encode()),
         version_header(runtime),
     ]
+    applied = max(result.applied, result.offset, -1 if asked is None else asked)
+    position = position_header(runtime.spec.name, result.partition, applied)
+    if position is not None:
+        headers.append(position)
     if result.stale:
         headers.append((b"x-kiq-stale", b"true"))
     if result.outcome is MISSING:

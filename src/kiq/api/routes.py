@@ -54,6 +54,12 @@ _LOOKUP_HEADERS = (
     Header("X-Kiq-Lag", "records the replica was behind its log end", True),
     Header("X-Kiq-Offset", "the value's offset in the table's topic", True),
     Header("X-Kiq-Stale", "true: from a standby"),
+    Header(
+        "X-Kiq-Position",
+        "a position token: the key's partition and the offset its replica had applied "
+        "(send it back as X-Kiq-After or ?after= to read nothing older)",
+        True,
+    ),
 )
 # A read across partitions: what bounds it (``api.consistency``) and what its answer says.
 _CONSISTENT = (
@@ -129,6 +135,12 @@ LOOKUP: RouteSpec[CoreEndpoint] = RouteSpec(
                 "how long to wait for min_offset",
             ),
             Param("redirect", bool, "307 to the owner instead of forwarding"),
+            Param(
+                "after",
+                str,
+                "a position token (an earlier answer's X-Kiq-Position; or the X-Kiq-After "
+                "header): only a replica at or past it answers, waiting up to wait_ms",
+            ),
         ),
         answers={
             "200": Answer(

@@ -61,13 +61,14 @@ from kiq.api.errors import (
     lookup_error,
 )
 from kiq.api.limits import caller_of
-from kiq.api.lookups import MAX_WAIT_MS, Enrich, Lookups
+from kiq.api.lookups import MAX_WAIT_MS, Enrich, Lookups, after
 from kiq.api.params import check_key, encode_cursor, int_param
 from kiq.api.precedence import shape
 from kiq.api.request_body import read_body
 from kiq.api.routes import RESERVED
 from kiq.api.spec import Answer, Doc, RouteSpec, Rule
 from kiq.api.watch import WatchApi
+from kiq.app.positions import RequestPosition
 from kiq.app.principal import Principal
 from kiq.app.results import Many, Page, Read, Served, Windows
 from kiq.app.streams import EventFrames, ServerEvent, Watch
@@ -158,18 +159,28 @@ def _builtins(value: Any) -> Any:
 
 
 class _Lookup(Reply):
-    __slots__ = ("_enrich", "_key", "_lookups", "_table")
+    __slots__ = ("_enrich", "_key", "_lookups", "_position", "_table")
 
-    def __init__(self, lookups: Lookups, table: str, key: bytes, enrich: Enrich | None) -> None:
+    def __init__(
+        self,
+        lookups: Lookups,
+        table: str,
+        key: bytes,
+        enrich: Enrich | None,
+        position: RequestPosition,
+    ) -> None:
         self._lookups = lookups
         self._table = table
         self._key = key
         self._enrich = enrich
+        self._position = position
 
     async def send(self, scope: Scope, receive: Receive, send: Send) -> None:
         require_read(scope, self._table)
+        # What the handler read or wrote before: the lookup is at or past it too.
+        asked = self._position.into(scope)
         await self._lookups.get(
-            cast(dict[str, Any], scope), send, self._table, self._key, self._enrich
+            cast(dict[str, Any], asked), send, self._table, self._key, self._enrich
         )
 
 
@@ -184,9 +195,12 @@ def _within(name: str, value: int | None, high: int = _MAX_COUNT) -> None:
 
 
 class Tables:
-    """Reads of the cluster's tables for one request, routed as the table API routes them."""
+    """Reads of the cluster's tables for one request, routed as the table API routes them.
 
-    __slots__ = ("_auth", "_auth_on", "_batches", "_caller", "_parker", "_watches")
+    ``position``: the request's (``RequestPosition``): a key is read only from a replica
+    at or past it, and every read's answer is merged into it."""
+
+    __slots__ = ("_auth", "_auth_on", "_batches", "_caller", "_parker", "_position", "_watches")
 
     def __init__(
         self,
@@ -196,9 +210,11 @@ class Tables:
         auth_on: bool = False,
         parker: str | None = None,
         watches: WatchApi | None = None,
+        position: RequestPosition | None = None,
     ) -> None:
         self._batches = batches
         self._watches = watches
+        self._position = position if position is not None else RequestPosition()
         self._auth = auth  # what peers are told of the caller (``VerifiedCaller.statement``)
         self._caller = caller  # None: no authentication on this node
         self._auth_on = auth_on  # the node checks tokens: no caller is no read (fail closed)
@@ -242,14 +258,18 @@ class Tables:
         _within("wait_ms", wait_ms, MAX_WAIT_MS)
         raw = check_key(key.encode())
         partition = self._batches.node.partition_of(runtime, key)
+        name = runtime.spec.name
+        min_offset = self._position.at_least(name, partition, min_offset)
         parker = self._parker if min_offset is not None else None
         result = await self._batches.reader.lookup(
-            runtime.spec.name, partition, raw, max_lag, min_offset, wait_ms, self._auth, parker
+            name, partition, raw, max_lag, min_offset, wait_ms, self._auth, parker
         )
+        if result.outcome is not Outcome.FOUND and result.outcome is not Outcome.MISSING:
+            raise lookup_error(result, table, partition, raw)
+        applied = max(result.applied, result.offset, -1 if min_offset is None else min_offset)
+        self._position.saw(name, partition, applied)
         if result.outcome is Outcome.MISSING:
             return None
-        if result.outcome is not Outcome.FOUND:
-            raise lookup_error(result, table, partition, raw)
         return Read(
             runtime,
             key,
@@ -300,6 +320,7 @@ class Tables:
             runtime, list(keys), self._auth, max_lag
         )
         served = tuple(Served.of(s) for s in sources)
+        self._position.read(runtime.spec.name, served)
         return Many(runtime, found, missing, unavailable, served)
 
     async def range(
@@ -338,11 +359,13 @@ class Tables:
             reverse=reverse,
             max_lag=max_lag,
         )
+        served = tuple(Served.of(s) for s in sources)
+        self._position.read(runtime.spec.name, served)
         return Page(
             runtime,
             [(k.decode(), v) for k, v in items],
             encode_cursor(last_key) if last_key is not None else None,
-            tuple(Served.of(s) for s in sources),
+            served,
         )
 
     async def top(
@@ -375,9 +398,9 @@ class Tables:
         items, sources = await self._batches.top(
             runtime, n, raw_prefix, self._auth, max_lag, window=start
         )
-        return Page(
-            runtime, [(k.decode(), v) for k, v in items], None, tuple(Served.of(s) for s in sources)
-        )
+        served = tuple(Served.of(s) for s in sources)
+        self._position.read(runtime.spec.name, served)
+        return Page(runtime, [(k.decode(), v) for k, v in items], None, served)
 
     async def windows(
         self,
@@ -403,11 +426,13 @@ class Tables:
         items, last_key, sources = await self._batches.scan_windows(
             runtime, key, start, end, cursor, limit, self._auth, reverse, max_lag
         )
+        served = tuple(Served.of(s) for s in sources)
+        self._position.read(runtime.spec.name, served)
         return Windows(
             runtime,
             [(k.decode(), v) for k, v in items],
             encode_cursor(last_key) if last_key is not None else None,
-            tuple(Served.of(s) for s in sources),
+            served,
             key=key,
             sep=window_sep(runtime),
         )
@@ -448,6 +473,7 @@ class Request:
     """One request to an application's route."""
 
     __slots__ = (
+        "_position",
         "_principal",
         "_receive",
         "_services",
@@ -457,7 +483,13 @@ class Request:
         "scope",
     )
 
-    def __init__(self, scope: Scope, receive: Receive, services: _Services) -> None:
+    def __init__(
+        self,
+        scope: Scope,
+        receive: Receive,
+        services: _Services,
+        position: RequestPosition | None = None,
+    ) -> None:
         self.scope = scope
         self._receive = receive
         self._services = services
@@ -465,6 +497,13 @@ class Request:
         self._principal: Principal | None = None
         self.path_params: dict[str, str] = scope.get("path_params", {})
         self.query: dict[str, str] = query(scope)
+        self._position = position if position is not None else RequestPosition()
+
+    @property
+    def position(self) -> str:
+        """What this request has read and written so far, as a position token (the
+        ``X-Kiq-Position`` its answer carries); seeded from its ``X-Kiq-After``."""
+        return self._position.token()
 
     @property
     def method(self) -> str:
@@ -518,6 +557,7 @@ class Request:
                 bool(scope.get(AUTH_ON)),
                 caller_of(scope),
                 self._services.watches,
+                self._position,
             )
         return self._tables
 
@@ -530,13 +570,14 @@ class Request:
         With ``enrich``, a found value of a JSON table is given to it parsed, and what it
         returns is the answer's body, as JSON (same status and headers).
         """
+        lookups, position = self._services.lookups, self._position
         if enrich is None:
-            return _Lookup(self._services.lookups, table, key.encode(), None)
+            return _Lookup(lookups, table, key.encode(), None, position)
 
         async def as_json(value: bytes) -> bytes:
             return orjson.dumps(await enrich(orjson.loads(value)))
 
-        return _Lookup(self._services.lookups, table, key.encode(), as_json)
+        return _Lookup(lookups, table, key.encode(), as_json, position)
 
     async def write(self, topic: str, key: bytes | str, value: bytes | str) -> tuple[int, int]:
         """Writes a record to ``topic``: (partition, offset) once Kafka has it.
@@ -547,7 +588,7 @@ class Request:
         require_write(self.scope)
         k = key.encode() if isinstance(key, str) else key
         v = value.encode() if isinstance(value, str) else value
-        return await self._services.writer.send(topic, k, v)
+        return self._wrote(topic, await self._services.writer.send(topic, k, v))
 
     async def delete(self, topic: str, key: bytes | str) -> tuple[int, int]:
         """Writes a tombstone (``key`` with a null value) to ``topic``, the record that
@@ -555,7 +596,16 @@ class Request:
         it. As ``write`` otherwise: ``kiq.WriteFailed``, and ``kiq:write``."""
         require_write(self.scope)
         k = key.encode() if isinstance(key, str) else key
-        return await self._services.writer.send(topic, k, None)
+        return self._wrote(topic, await self._services.writer.send(topic, k, None))
+
+    def _wrote(self, topic: str, produced: tuple[int, int]) -> tuple[int, int]:
+        """``produced`` (partition, offset) into the request's position, for each table
+        served from ``topic``: a later read sees the write (read your writes)."""
+        partition, offset = produced
+        for name, runtime in self._services.batches.node.tables.items():
+            if runtime.spec.topic == topic:
+                self._position.saw(name, partition, offset)
+        return produced
 
 
 Handler = Callable[[Request], Awaitable[Reply]]
@@ -656,10 +706,11 @@ class Endpoint:
         self._services = services
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        reply = await self._handler(Request(scope, receive, self._services))
+        position = RequestPosition(after(cast(dict[str, Any], scope), query(scope)))
+        reply = await self._handler(Request(scope, receive, self._services, position))
         if not isinstance(reply, Reply):
             raise TypeError(f"{self._handler!r} returned {type(reply).__name__}, not a Reply")
-        await reply.send(scope, receive, send)
+        await reply.send(scope, receive, position.stamping(send))
 
 
 Declare = Callable[[Routes], None]

@@ -31,12 +31,25 @@ class AsyncClient:
         metadata_max_age_s: float = 30.0,
         verify: Any = True,
         transport: httpx.AsyncBaseTransport | None = None,
+        track_position: bool = True,
     ) -> None:
-        self._core = ClientCore(urls, token, retry, metadata_max_age_s)
+        self._core = ClientCore(urls, token, retry, metadata_max_age_s, track_position)
         self._http = httpx.AsyncClient(
             **http_options(self._core, timeout_s, verify, transport, httpx.AsyncHTTPTransport)
         )
         self._refreshing = asyncio.Lock()
+
+    @property
+    def position(self) -> str:
+        """What this client has read so far, as a position token (``X-Kiq-Position``):
+        every read is answered at or past it, so reads never go back in time. Settable
+        (to carry a session over to another client or process; "" starts afresh); ""
+        and not settable with ``track_position=False``."""
+        return self._core.token
+
+    @position.setter
+    def position(self, token: str) -> None:
+        self._core.token = token
 
     async def get(
         self,

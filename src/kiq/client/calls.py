@@ -4,12 +4,14 @@ it is retried and what its answer becomes.
 ``read`` is the one retry loop: the plan's first replica, then the next, with backoff
 (``RetryPolicy``), the metadata refreshed whenever the router asks for it; an answer
 served by another node than the one asked marks the metadata stale (the node forwarded:
-the partition moved).
+the partition moved). With a ``SessionPosition`` (``position.py``), every attempt asks
+at or past it (``X-Kiq-After``) and every answer's position is merged into it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -17,6 +19,7 @@ import httpx
 import orjson
 
 from kiq.client.errors import ClientError, Unavailable, error_for
+from kiq.client.position import SessionPosition
 from kiq.client.results import Item, Lookup, Many, Page
 from kiq.client.retry import RetryPolicy
 from kiq.client.router import Router
@@ -25,6 +28,7 @@ from kiq.client.topology import Topology
 
 METADATA, TABLES = "/v1/metadata", "/v1/tables"
 SERVED_BY = "x-kiq-served-by"
+POSITION = "x-kiq-position"
 MULTIGET_CHUNK = 1000  # keys per multiget request (a node takes 10,000 by default)
 Plan = Callable[[], list[str]]
 
@@ -55,7 +59,11 @@ def refresh(router: Router, headers: Mapping[str, str] | None = None) -> Flow[No
 
 
 def read(
-    router: Router, policy: RetryPolicy, plan: Plan, request: Callable[[str], Send]
+    router: Router,
+    policy: RetryPolicy,
+    plan: Plan,
+    request: Callable[[str], Send],
+    position: SessionPosition | None = None,
 ) -> Flow[httpx.Response]:
     """The answer of the first replica in ``plan`` that gives one worth keeping: a success,
     an error no retry mends, or the last error once ``policy``'s attempts are spent.
@@ -70,8 +78,13 @@ def read(
         url = next((u for u in targets if u not in tried), targets[attempt % len(targets)])
         tried.append(url)
         last = attempt + 1 == policy.attempts
+        send = request(url)
+        if position is not None:
+            asking = position.asking(send.headers)
+            if asking is not send.headers:
+                send = replace(send, headers=asking)
         try:
-            response = yield from call(request(url))
+            response = yield from call(send)
         except httpx.TransportError as exc:
             router.mark_stale()
             if last:
@@ -79,6 +92,8 @@ def read(
             yield Sleep(policy.delay(attempt))
             continue
         status = response.status_code
+        if position is not None:
+            position.seen(headers_of(response))
         if status < 400 or last or not _retriable(response):
             served_by = headers_of(response).get(SERVED_BY)
             asked = router.node_at(url)
@@ -145,6 +160,7 @@ def lookup(
     min_offset: int | None = None,
     wait_ms: int | None = None,
     headers: Mapping[str, str] | None = None,
+    position: SessionPosition | None = None,
 ) -> Flow[Lookup]:
     path = f"/v1/tables/{segment(table)}/keys/{segment(key)}"
     params = _params(max_lag=max_lag, min_offset=min_offset, wait_ms=wait_ms)
@@ -160,6 +176,7 @@ def lookup(
                 policy,
                 plan,
                 lambda url: Send("GET", url + path, params, headers=headers, extra_timeout_s=extra),
+                position,
             )
         )
     )
@@ -173,6 +190,7 @@ def lookup(
         served_by=h.get(SERVED_BY, ""),
         lag=int(h.get("x-kiq-lag", 0)),
         stale=h.get("x-kiq-stale") == "true",
+        position=h.get(POSITION, ""),
     )
 
 
@@ -182,6 +200,7 @@ def multiget(
     table: str,
     keys: Iterable[str],
     headers: Mapping[str, str] | None = None,
+    position: SessionPosition | None = None,
 ) -> Flow[Many]:
     """Each owner asked for its own keys, all at once; keys whose owner and every other
     node failed are ``unavailable``."""
@@ -199,7 +218,8 @@ def multiget(
     ]
     path = f"/v1/tables/{segment(table)}/multiget"
     flows = tuple(
-        _multiget_chunk(router, policy, path, url, chunk, headers) for url, chunk in chunks
+        _multiget_chunk(router, policy, path, url, chunk, headers, position)
+        for url, chunk in chunks
     )
     answers: list[Any] = yield Fanout(flows)
     out = Many()
@@ -222,6 +242,7 @@ def _multiget_chunk(
     owner: str,
     keys: list[str],
     headers: Mapping[str, str] | None,
+    position: SessionPosition | None = None,
 ) -> Flow[dict[str, Any]]:
     body = orjson.dumps({"keys": keys})
     sent = {**(headers or {}), "content-type": "application/json"}
@@ -232,7 +253,11 @@ def _multiget_chunk(
         )
 
     response = yield from read(
-        router, policy, plan, lambda url: Send("POST", url + path, content=body, headers=sent)
+        router,
+        policy,
+        plan,
+        lambda url: Send("POST", url + path, content=body, headers=sent),
+        position,
     )
     answer: dict[str, Any] = orjson.loads(ok(response).content)
     return answer
@@ -245,10 +270,15 @@ def page(
     params: Mapping[str, str],
     plan: Plan,
     headers: Mapping[str, str] | None = None,
+    position: SessionPosition | None = None,
 ) -> Flow[dict[str, Any]]:
     """One page (a range, a key's windows, a top) as the node's JSON body."""
     response = yield from read(
-        router, policy, plan, lambda url: Send("GET", url + path, params, headers=headers)
+        router,
+        policy,
+        plan,
+        lambda url: Send("GET", url + path, params, headers=headers),
+        position,
     )
     body: dict[str, Any] = orjson.loads(ok(response).content)
     return body

@@ -11,6 +11,7 @@ import httpx
 from kiq.client import calls
 from kiq.client.calls import params, prefix_plan, segment
 from kiq.client.origins import Credentials
+from kiq.client.position import SessionPosition
 from kiq.client.results import Item, Lookup, Many, Page, Window
 from kiq.client.retry import RetryPolicy
 from kiq.client.router import Router
@@ -28,6 +29,7 @@ class ClientCore:
         token: str | None,
         retry: RetryPolicy | None,
         metadata_max_age_s: float,
+        track_position: bool = True,
     ) -> None:
         seeds = [u.strip() for u in urls.split(",")] if isinstance(urls, str) else list(urls)
         self.router = Router([u for u in seeds if u], max_age_s=metadata_max_age_s)
@@ -35,6 +37,18 @@ class ClientCore:
         # The token goes only where ``Credentials`` allows (``origins.py``), not on every request.
         self.headers: dict[str, str] = {}
         self.auth = Credentials(token, self.router.trusted) if token else None
+        # What this client has seen: every read at or past it (position.py); None: off.
+        self.position = SessionPosition() if track_position else None
+
+    @property
+    def token(self) -> str:
+        return self.position.token if self.position is not None else ""
+
+    @token.setter
+    def token(self, token: str) -> None:
+        if self.position is None:
+            raise ValueError("this client keeps no position (track_position=False)")
+        self.position.token = token
 
     def refresh(self) -> Flow[None]:
         return calls.refresh(self.router)
@@ -47,10 +61,12 @@ class ClientCore:
         min_offset: int | None,
         wait_ms: int | None,
     ) -> Flow[Lookup]:
-        return calls.lookup(self.router, self.retry, table, key, max_lag, min_offset, wait_ms)
+        return calls.lookup(
+            self.router, self.retry, table, key, max_lag, min_offset, wait_ms, None, self.position
+        )
 
     def multiget(self, table: str, keys: Iterable[str]) -> Flow[Many]:
-        return calls.multiget(self.router, self.retry, table, keys)
+        return calls.multiget(self.router, self.retry, table, keys, None, self.position)
 
     def range_page(
         self,
@@ -66,7 +82,9 @@ class ClientCore:
         query.update(params(**{"from": start, "to": end}))
         path = f"/v1/tables/{segment(table)}/range"
         plan = prefix_plan(self.router, table, prefix)
-        body = yield from calls.page(self.router, self.retry, path, query, plan)
+        body = yield from calls.page(
+            self.router, self.retry, path, query, plan, None, self.position
+        )
         return calls.range_page(body)
 
     def windows_page(
@@ -86,7 +104,9 @@ class ClientCore:
         def plan() -> list[str]:
             return self.router.key(table, key)[1]
 
-        body = yield from calls.page(self.router, self.retry, path, query, plan)
+        body = yield from calls.page(
+            self.router, self.retry, path, query, plan, None, self.position
+        )
         windows = [Window(w["start"], w["end"], w["value"]) for w in body.get("windows", [])]
         return Page(windows, body.get("next_cursor"))
 
@@ -94,7 +114,9 @@ class ClientCore:
         query = params(n=n, prefix=prefix, window=window)
         path = f"/v1/tables/{segment(table)}/top"
         plan = prefix_plan(self.router, table, prefix)
-        body = yield from calls.page(self.router, self.retry, path, query, plan)
+        body = yield from calls.page(
+            self.router, self.retry, path, query, plan, None, self.position
+        )
         return [Item(i["key"], i["value"]) for i in body.get("items", [])]
 
     def metadata(self) -> Flow[dict[str, Any]]:

@@ -13,7 +13,8 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Lookup:
     """A key's value and where it came from: ``offset`` in the table's topic, the
-    ``served_by`` node, its ``lag`` in records and whether it was a standby's (``stale``)."""
+    ``served_by`` node, its ``lag`` in records, whether it was a standby's (``stale``), and
+    the answer's ``position`` token (``X-Kiq-Position``: the offset its replica applied)."""
 
     table: str
     key: str
@@ -23,6 +24,7 @@ class Lookup:
     served_by: str
     lag: int = 0
     stale: bool = False
+    position: str = ""
 
 
 class Item(NamedTuple):

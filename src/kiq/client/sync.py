@@ -38,12 +38,25 @@ class Client:
         metadata_max_age_s: float = 30.0,
         verify: Any = True,
         transport: httpx.BaseTransport | None = None,
+        track_position: bool = True,
     ) -> None:
-        self._core = ClientCore(urls, token, retry, metadata_max_age_s)
+        self._core = ClientCore(urls, token, retry, metadata_max_age_s, track_position)
         self._http = httpx.Client(
             **http_options(self._core, timeout_s, verify, transport, httpx.HTTPTransport)
         )
         self._refreshing = threading.Lock()
+
+    @property
+    def position(self) -> str:
+        """What this client has read so far, as a position token (``X-Kiq-Position``):
+        every read is answered at or past it, so reads never go back in time. Settable
+        (to carry a session over to another client or process; "" starts afresh); ""
+        and not settable with ``track_position=False``."""
+        return self._core.token
+
+    @position.setter
+    def position(self, token: str) -> None:
+        self._core.token = token
 
     def get(
         self,

@@ -22,7 +22,8 @@ Lookup records are msgpack arrays, not maps (``array_like``), so a lookup costs 
 few bytes beyond its key and value:
 
     Lookup          [table, key(bin), max_lag|nil, min_offset|nil, wait_ms]
-    LookupResult    [outcome, partition, lag, stale, served_by(bin), offset, value(bin), reason]
+    LookupResult    [outcome, partition, lag, stale, served_by(bin), offset, value(bin), reason,
+                     applied]
     Multiget        [table, [key(bin)...], max_lag|nil]
     MultigetResult  [[item...], [refused partition...], [Source...]]
     Scan            [table, partition, start|nil, end|nil, limit, reverse, max_lag|nil]
@@ -126,7 +127,10 @@ class LookupResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """The answer for one key; ``served_by`` is bytes as it goes into a header as is.
 
     ``offset`` is the value's (FOUND), or the offset the replica has applied
-    (UNAVAILABLE: short of the ``min_offset`` asked).
+    (UNAVAILABLE: short of the ``min_offset`` asked; ``lag``: by how many records).
+    ``applied``: the offset the answering replica had applied once it read the key (FOUND,
+    MISSING), what the answer's position token says (``kiq.positions``); -1 from an older
+    node, which did not say.
     """
 
     outcome: Outcome
@@ -137,6 +141,7 @@ class LookupResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     offset: int = -1
     value: bytes = b""
     reason: str = ""  # why there is no value: any outcome but FOUND and MISSING
+    applied: int = -1
 
 
 class Source(msgspec.Struct, array_like=True, frozen=True, gc=False):

@@ -4,13 +4,15 @@ A request is admitted under ``limits.ProxyLimits`` (requests and watches at once
 body's size by method, body bytes held by all requests) before a byte of its body is
 read, then read whole, sent where ``targets.target`` says (the key's owner first, its
 standbys on failure: ``kiq.client``'s retry loop, for reads only), and its answer
-relayed as the node gave it: status, body, kiq's headers. A multiget is split by owner
-as the client splits it, so no node forwards a key. A watch is relayed as a stream
-until either side closes it; the caller reconnects with ``Last-Event-ID`` as it would
-to a node. The caller's ``Authorization`` goes along; the proxy's own token only reads
-the metadata (``GET /v1/metadata`` and ``GET /v1/tables``). Both go only to the nodes
-the proxy was given or that they vouch for (``trust.Vouched``), with the caller's
-address sealed when the proxy has the cluster secret.
+relayed as the node gave it: status, body, kiq's headers (``X-Kiq-After`` and ``?after=``
+go to the node, its ``X-Kiq-Position`` back, unchanged). A multiget is split by owner
+as the client splits it, so no node forwards a key; its parts' positions come back
+merged. A watch is relayed as a stream until either side closes it; the caller
+reconnects with ``Last-Event-ID`` as it would to a node. The caller's ``Authorization``
+goes along; the proxy's own token only reads the metadata (``GET /v1/metadata`` and
+``GET /v1/tables``). Both go only to the nodes the proxy was given or that they vouch
+for (``trust.Vouched``), with the caller's address sealed when the proxy has the
+cluster secret.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import orjson
 
 from kiq.client import calls
 from kiq.client.errors import ClientError
+from kiq.client.position import SessionPosition
 from kiq.client.retry import NO_RETRY, RetryPolicy
 from kiq.client.router import Router
 from kiq.client.steps import Send, run_async
@@ -38,6 +41,7 @@ from kiq.http_client import (
     async_transport,
     send_stream,
 )
+from kiq.positions import AFTER_HEADER, HEADER, BadPosition
 from kiq.proxy.destinations import Destination, destination
 from kiq.proxy.limits import Admission, Body, ProxyLimits, RequestRefused
 from kiq.proxy.trust import CALLER, Vouched
@@ -193,9 +197,16 @@ class ProxyApp:
     async def _multiget(
         self, table: str, keys: list[str], headers: dict[str, str], send: SendMessage
     ) -> None:
-        """Each owner asked for its own keys (``kiq.client``'s multiget), one answer."""
+        """Each owner asked for its own keys (``kiq.client``'s multiget), one answer; the
+        caller's ``X-Kiq-After`` goes to each, their ``X-Kiq-Position`` come back merged."""
         auth = {k: v for k, v in headers.items() if k.lower() == "authorization"}
-        flow = calls.multiget(self.router, self._retry, table, keys, auth)
+        after = next((v for k, v in headers.items() if k.lower() == AFTER_HEADER), "")
+        try:
+            position = SessionPosition(after)
+        except BadPosition as exc:
+            await _respond(send, 400, _error("bad_request", str(exc)))
+            return
+        flow = calls.multiget(self.router, self._retry, table, keys, auth, position)
         try:
             many = await run_async(flow, self._client(), self._refresh)
         except ClientError as exc:
@@ -205,7 +216,10 @@ class ProxyApp:
         out: dict[str, Any] = {"found": many.found, "missing": many.missing}
         if many.unavailable:
             out["unavailable"] = many.unavailable
-        await _respond(send, 200, orjson.dumps(out))
+        answered = [_JSON]
+        if position.token:
+            answered.append((HEADER.encode(), position.token.encode()))
+        await _respond(send, 200, orjson.dumps(out), answered)
 
     async def _stream(
         self,

@@ -294,14 +294,28 @@ class LocalReplicas:
         return False
 
     def _read(self, replica: ReadOnlyReplica, key: bytes) -> LookupResult:
-        """What ``replica`` holds for ``key``; ``StoreClosedError`` when it closed meanwhile."""
+        """What ``replica`` holds for ``key``; ``StoreClosedError`` when it closed meanwhile.
+
+        ``applied`` is read after the key: the answer holds nothing past it (a value the
+        materializer wrote before it moved its position is counted by the value's offset).
+        """
         got = reads.get(replica, key)
         stale = replica.state is not _ACTIVE
+        applied = replica.applied_offset
         if got is None:
-            return LookupResult(MISSING, replica.partition, replica.lag, stale, self._served_by)
+            return LookupResult(
+                MISSING, replica.partition, replica.lag, stale, self._served_by, applied=applied
+            )
         value, offset = got
         return LookupResult(
-            FOUND, replica.partition, replica.lag, stale, self._served_by, offset, value
+            FOUND,
+            replica.partition,
+            replica.lag,
+            stale,
+            self._served_by,
+            offset,
+            value,
+            applied=max(applied, offset),
         )
 
     async def _wait_for(
@@ -311,9 +325,10 @@ class LocalReplicas:
 
         The wait parks until the materializer applies that offset (``replicas.waits``),
         never polling. UNAVAILABLE when ``wait_ms`` passes first (``offset``: the one
-        applied), BUSY when the node already parks ``max_parked_waits`` lookups, or
-        ``parker`` ``max_parked_waits_per_caller``; ``StoreClosedError`` when the
-        replica is revoked meanwhile (the next replica is asked).
+        applied, ``lag``: how far short of ``min_offset``), BUSY when the node already
+        parks ``max_parked_waits`` lookups, or ``parker`` ``max_parked_waits_per_caller``;
+        ``StoreClosedError`` when the replica is revoked meanwhile (the next replica is
+        asked).
         """
         wait_s = wait_ms / 1000
         parked = wait_s > 0
@@ -333,6 +348,7 @@ class LocalReplicas:
         return LookupResult(
             Outcome.UNAVAILABLE,
             replica.partition,
+            lag=min_offset - applied,
             offset=applied,
             reason=f"{replica.table}[{replica.partition}] has applied offset {applied}, "
             f"not yet {min_offset}",

@@ -26,6 +26,7 @@ from kiq import (
 from kiq.app.targets import resolve
 from kiq.errors import ConfigError
 from kiq.partitioning import partition_for
+from kiq.positions import decode
 from kiq.replicas import ReplicaState
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
 
@@ -139,6 +140,10 @@ def test_a_lookup_route_answers_as_the_table_api_from_either_node(pair):
         for cid, value in CUSTOMERS.items():
             table = get(node, f"/v1/tables/customers/keys/{cid}")
             mine = get(node, f"/v1/customers/{cid}")
+            # the route's position: the lookup's, and the range its enrichment read
+            read = decode(mine.headers.pop("x-kiq-position"))
+            assert decode(table.headers.pop("x-kiq-position")).items() <= read.items()
+            assert {t for t, _ in read} == {"customers", "orders"}
             assert (mine.status, mine.headers) == (200, table.headers)
             assert mine.headers["x-kiq-served-by"] == owner(cid)
             assert mine.json() == {**value, "orders": 3}

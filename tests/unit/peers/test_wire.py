@@ -52,12 +52,20 @@ def test_results_round_trip_and_a_plain_lookup_costs_little_beyond_its_value():
 
 def test_an_outcome_travels_as_a_one_byte_int_and_an_unknown_one_is_refused():
     record = msgspec.msgpack.decode(encode(LookupResult(Outcome.UNAVAILABLE)))
-    assert record == [4, -1, 0, False, b"", -1, b"", ""]
+    assert record == [4, -1, 0, False, b"", -1, b"", "", -1]
     traveling = [o for o in Outcome if o > 0]
     assert all(len(msgspec.msgpack.encode(int(o))) == 1 for o in Outcome)
     assert [decode_results(encode([LookupResult(o)]))[0].outcome for o in traveling] == traveling
     with pytest.raises(msgspec.ValidationError):
         decode_results(msgspec.msgpack.encode([[200]]))  # an HTTP status is no outcome
+
+
+def test_a_result_of_an_older_node_decodes_without_its_applied_offset():
+    older = [1, 3, 0, False, b"n2", 7, b"{}", ""]  # before ``applied`` was added
+    (result,) = decode_results(msgspec.msgpack.encode([older]))
+    assert (result.outcome, result.offset, result.applied) == (Outcome.FOUND, 7, -1)
+    newer = LookupResult(Outcome.MISSING, 3, served_by=b"n1", applied=41)
+    assert decode_results(encode([newer])) == [newer]
 
 
 def test_a_short_record_takes_the_defaults_and_garbage_is_refused():

@@ -1,0 +1,124 @@
+"""An application route keeps one position per request: seeded from its X-Kiq-After, every
+read through ``Tables`` at or past it, what each read and write saw merged in, and the
+answer's X-Kiq-Position naming it all."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from kiq import Reply, Request, Routes, json_reply
+from kiq.partitioning import partition_for
+from kiq.positions import decode
+from kiq.replicas import ReplicaState
+from tests.unit.app.test_endpoints import AUTH, CUSTOMERS, ORDERS, PARTITIONS, TABLES, customer
+from tests.unit.stand_ins import Cluster, LocalNode, Response, call, serving, start_node, wait_until
+
+FIRST = "c0"
+FIRST_PARTITION = partition_for(FIRST, PARTITIONS)
+
+
+async def one(request: Request) -> Reply:
+    value = await request.tables.get_json("customers", request.path_params["id"])
+    return json_reply({"value": value, "position": request.position})
+
+
+async def many(request: Request) -> Reply:
+    found = await request.tables.get_many("customers", list(CUSTOMERS))
+    return json_reply(len(found.found))
+
+
+async def rename(request: Request) -> Reply:
+    """Writes a customer, then reads it back: the read must be at or past the write."""
+    cid = request.path_params["id"]
+    partition, offset = await request.write("customers", cid, b'{"name": "new"}')
+    value = await request.tables.get_json("customers", cid, wait_ms=int(request.query["wait"]))
+    return json_reply({"partition": partition, "offset": offset, "value": value})
+
+
+def routes(app: Routes) -> None:
+    app.get("/v1/one/{id}", one)
+    app.get("/v1/many", many)
+    app.get("/v1/customers/{id}", customer)
+    app.post("/v1/rename/{id}", rename)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[LocalNode]:
+    cluster = Cluster()
+    cluster.join("n1", "http://n1.test")
+    for topic in ("customers", "orders"):
+        cluster.assign("n1", [(topic, p) for p in range(PARTITIONS)])
+    made = start_node(tmp_path, cluster, TABLES, "n1", endpoints=[routes], standby_replicas=0)
+    wait_until(serving(made.node, ReplicaState.ACTIVE), what="active replicas")
+    for offset, (key, value) in enumerate([*CUSTOMERS.items(), *ORDERS.items()]):
+        made.put("orders" if "|" in key else "customers", key, orjson.dumps(value), 100 + offset)
+    yield made
+    made.node.stop()
+
+
+def ask(node: LocalNode, method: str, target: str, after: str | None = None) -> Response:
+    headers = [AUTH] + ([(b"x-kiq-after", after.encode())] if after is not None else [])
+    return asyncio.run(call(node.app, method, target, headers=headers))
+
+
+def applied(node: LocalNode, table: str, partition: int) -> int:
+    replica = node.node.replica(table, partition)
+    assert replica is not None
+    return replica.applied_offset
+
+
+def test_a_routes_answer_names_what_its_reads_saw(node):
+    answer = ask(node, "GET", f"/v1/one/{FIRST}")
+    assert answer.status == 200, answer.body
+    seen = {("customers", FIRST_PARTITION): applied(node, "customers", FIRST_PARTITION)}
+    assert decode(answer.headers["x-kiq-position"]) == seen
+    assert answer.json()["position"] == answer.headers["x-kiq-position"]
+    every = ask(node, "GET", "/v1/many")
+    held = {("customers", p): applied(node, "customers", p) for p in range(PARTITIONS)}
+    assert decode(every.headers["x-kiq-position"]) == {k: o for k, o in held.items() if o >= 0}
+    assert len(decode(every.headers["x-kiq-position"])) > 1
+
+
+def test_a_lookup_route_merges_its_own_answer_with_the_routes_reads(node):
+    answer = ask(node, "GET", f"/v1/customers/{FIRST}")  # a lookup, enriched by a range
+    assert answer.status == 200, answer.body
+    assert decode(answer.headers["x-kiq-position"]) == {
+        ("customers", FIRST_PARTITION): applied(node, "customers", FIRST_PARTITION),
+        ("orders", FIRST_PARTITION): applied(node, "orders", FIRST_PARTITION),
+    }
+    assert list(answer.headers).count("x-kiq-position") == 1
+
+
+def test_the_requests_x_kiq_after_bounds_its_reads_and_comes_back(node):
+    ahead = f"customers:{FIRST_PARTITION}={applied(node, 'customers', FIRST_PARTITION) + 5}"
+    refused = ask(node, "GET", f"/v1/one/{FIRST}", after=ahead)
+    assert refused.status == 503, refused.body
+    assert ask(node, "GET", f"/v1/customers/{FIRST}", after=ahead).status == 503
+    elsewhere = "other:0=99"  # no read of this request touches it: answered, and kept
+    answer = ask(node, "GET", f"/v1/one/{FIRST}", after=elsewhere)
+    assert answer.status == 200
+    assert ("other", 0) in decode(answer.headers["x-kiq-position"])
+    assert ask(node, "GET", f"/v1/one/{FIRST}", after="nonsense").status == 400
+    assert ask(node, "GET", f"/v1/one/{FIRST}?after=t:x").status == 400
+
+
+def test_a_write_is_in_the_position_and_the_read_after_it_waits_for_it(node):
+    # The stand-in writer puts every record at partition 0, offset 0, 1, ...
+    key = next(f"k{i}" for i in range(100) if partition_for(f"k{i}", PARTITIONS) == 0)
+    node.put("customers", key, b'{"name": "old"}', 50)  # the replica has applied 50
+    answer = ask(node, "POST", f"/v1/rename/{key}?wait=0")
+    assert answer.status == 200, answer.body
+    assert answer.json() == {"partition": 0, "offset": 0, "value": {"name": "old"}}
+    assert decode(answer.headers["x-kiq-position"]) == {("customers", 0): 50}
+    # A write the replica has not applied yet: the read after it is refused, not stale.
+    replica = node.node.replica("customers", 0)
+    assert replica is not None
+    replica.position = 1  # as if the replica had applied offset 0 only
+    late = ask(node, "POST", f"/v1/rename/{key}?wait=50")
+    assert late.status == 503, late.body
+    assert late.json()["error"] == "unavailable"
