@@ -63,7 +63,7 @@ def test_a_marker_is_held_where_it_stands_and_is_not_a_key() -> None:
 
 
 def test_markers_read_while_restoring_are_not_held() -> None:
-    m, store, _ = materializer()
+    m, _, _ = materializer()
     replica = m.replicas[("t", 0)]
     assert replica.state is ReplicaState.RESTORING
     m._apply(Fetched({("topic-t", 0): [StandInRecord(b"a", b"1", 0), marker(1, 1)]}))
