@@ -123,6 +123,9 @@ class Declaration(Struct):
         int | None, Meta(description="windows ended this long before the newest are dropped")
     ] = None
     rank_by: Annotated[str | None, Meta(description="the field GET .../top ranks by")] = None
+    consistent: Annotated[
+        bool, Meta(description="its pipeline marks each micro-batch in every partition")
+    ] = False
 
 
 class TablesBody(Struct):

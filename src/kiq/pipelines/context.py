@@ -30,7 +30,7 @@ from kiq.pipelines import records
 from kiq.pipelines.io import KafkaIO, PipelineIO
 from kiq.pipelines.kafka_io import StreamOptions
 from kiq.pipelines.plans import realtime_blockers, source_ids, stateful, streams_joined
-from kiq.pipelines.realtime import local_slots, runs_in_realtime
+from kiq.pipelines.realtime import local_slots, refuse_consistent, runs_in_realtime
 from kiq.pipelines.tables import (
     WINDOW_PARTS,
     TableOutput,
@@ -170,6 +170,7 @@ class Context:
         window: str | None = None,
         retention: Duration | None = None,
         rank_by: str | None = None,
+        consistent: bool = False,
     ) -> StreamingQuery:
         """Start the query that keeps table ``name`` (topic: ``topic``, else the table's in
         the config's ``[serve] tables``, else ``name``) equal to ``df``, keyed by ``key``.
@@ -181,6 +182,9 @@ class Context:
         ``retention`` drops windows that ended that long before the newest one.
         ``rank_by``: a numeric column the nodes keep each partition ordered by
         (``GET /v1/tables/{name}/top``).
+        ``consistent``: after each micro-batch, a marker of the batch goes to every
+        partition of the table's topic, so readers can answer as of one whole batch
+        (``kiq.pipelines.consistent``); never in Real-Time Mode.
 
         A version other than v1 (``kiq pipeline run --version``) writes the topic and the
         dead letters with the version appended (``TOPIC.v2``, ``TOPIC-dlq.v2``)."""
@@ -203,7 +207,9 @@ class Context:
             rank_by,
         )
         letters = self._written(dead_letters or f"{base}-dlq")
-        return self._write_tables(name, df, [table], letters, None, partitions, partition)
+        return self._write_tables(
+            name, df, [table], letters, None, partitions, partition, consistent
+        )
 
     def write_tables(
         self,
@@ -223,6 +229,7 @@ class Context:
         window: str | Mapping[str, str | None] | None = None,
         retention: Duration | Mapping[str, Duration | None] | None = None,
         rank_by: str | Mapping[str, str | None] | None = None,
+        consistent: bool = False,
     ) -> StreamingQuery:
         """One query, several tables: each row goes to the table its ``table`` column names
         (one aggregation can hold several kinds of groups). ``key``, ``sep``, ``value``,
@@ -230,7 +237,8 @@ class Context:
         mapping by table name (a table a mapping leaves out has none), as ``write_table``
         takes them; the names of ``key``'s or ``value``'s mapping are the tables, and a row
         naming another table is a dead letter. Only a row's own table's key parts count: a
-        window column null on the rows of another table makes none of them a dead letter."""
+        window column null on the rows of another table makes none of them a dead letter.
+        ``consistent`` is one for the query: every table it writes gets each batch's marker."""
         if isinstance(key, Mapping):
             names = list(key)
         elif isinstance(value, Mapping):
@@ -276,7 +284,9 @@ class Context:
                 )
             )
         letters = self._written(dead_letters or f"{query}-dlq")
-        return self._write_tables(query, df, outputs, letters, table, partitions, partition)
+        return self._write_tables(
+            query, df, outputs, letters, table, partitions, partition, consistent
+        )
 
     def write_topic(
         self,
@@ -311,6 +321,7 @@ class Context:
         table_column: str | None,
         partitions: int | None,
         partition: str | None,
+        consistent: bool = False,
     ) -> StreamingQuery:
         columns = df.columns
         for out in outputs:
@@ -318,6 +329,8 @@ class Context:
         for column in (table_column, partition):
             if column is not None and column not in columns:
                 raise ConfigError(f"query {name}: no column {column!r} in the DataFrame")
+        if consistent:
+            refuse_consistent(self.opts.trigger, name)  # before anything is declared
         name = self._claim(name)
         reads = self._inputs(df)
         count = partitions or _partitions(reads, self.partitions)
@@ -357,6 +370,7 @@ class Context:
                     window=o.window,
                     retention_ms=o.retention_ms,
                     rank_by=o.rank_by,
+                    consistent=consistent,
                     dead_letters=dead_letters,
                     key_types=key_types(df, o),
                     value_fields=shapes[o.name][0],
@@ -368,8 +382,10 @@ class Context:
         self._create({o.topic: count for o in outputs}, COMPACTED)
         self._letters_topic(letters)
         frame = table_records(df, outputs, letters, table_column, partition)
-        realtime = self._realtime(name, df, reads)
-        return self._start(self._carry(frame, df, reads, realtime), df, name, options, realtime)
+        realtime = self._realtime(name, df, reads, consistent)
+        markers = tuple(dict.fromkeys(o.topic for o in outputs)) if consistent else ()
+        frame = self._carry(frame, df, reads, realtime)
+        return self._start(frame, df, name, options, realtime, markers)
 
     @staticmethod
     def _output(
@@ -436,7 +452,9 @@ class Context:
         if self._io.partitions(topic) is None:
             self._io.create({topic: 1}, {})
 
-    def _realtime(self, name: str, df: DataFrame, reads: list[_Read]) -> bool:
+    def _realtime(
+        self, name: str, df: DataFrame, reads: list[_Read], consistent: bool = False
+    ) -> bool:
         """Whether the query runs in Real-Time Mode: the trigger asks for it (or ``auto``),
         Spark runs its operators so, and its tasks fit in the free slots
         (``kiq.pipelines.realtime``). A real-time query's dead letters run beside it in a
@@ -444,7 +462,8 @@ class Context:
 
         Under ``auto`` a query that runs in micro-batches holds slots as well: a real-time
         batch starts only when every one of its tasks finds a free slot, and fails the query
-        if micro-batch tasks hold them then (``CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT``)."""
+        if micro-batch tasks hold them then (``CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT``).
+        A ``consistent`` query runs in micro-batches (``realtime.CONSISTENT_REASON``)."""
         if self.opts.trigger == "microbatch":
             return False
         need = sum(r.partitions for r in reads)
@@ -456,7 +475,13 @@ class Context:
         total = self.spark.sparkContext.defaultParallelism if slots is None else slots
         free = total - self._slots_taken
         chosen = runs_in_realtime(
-            self.opts.trigger, name, realtime_blockers(df), need + letters, free, master
+            self.opts.trigger,
+            name,
+            realtime_blockers(df),
+            need + letters,
+            free,
+            master,
+            consistent=consistent,
         )
         if chosen:
             self._slots_taken += need + letters
@@ -516,6 +541,7 @@ class Context:
         name: str,
         options: Mapping[str, str],
         realtime: bool,
+        markers: Sequence[str] = (),
     ) -> StreamingQuery:
         query = self._io.start(
             frame,
@@ -523,6 +549,7 @@ class Context:
             realtime=realtime,
             mode="append" if streams_joined(df) else "update",
             options=options,
+            markers=markers,
         )
         self.queries.append(query)
         self.triggers[name] = "realtime" if realtime else "microbatch"

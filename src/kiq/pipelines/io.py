@@ -64,10 +64,12 @@ class PipelineIO(Protocol):
         mode: Mode = "update",
         options: Mapping[str, str] | None = None,
         interval: str | None = None,
+        markers: Sequence[str] = (),
     ) -> StreamingQuery:
         """Start the query ``name`` writing ``frame``'s records (topic, key, value,
         partition, headers) to their topics; a micro-batch query every ``interval`` (None:
-        the pipeline's)."""
+        the pipeline's). ``markers``: the table topics of a consistent query, each
+        partition of which gets a marker after each micro-batch (``kiq.markers``)."""
         ...
 
 
@@ -151,6 +153,7 @@ class KafkaIO:
         mode: Mode = "update",
         options: Mapping[str, str] | None = None,
         interval: str | None = None,
+        markers: Sequence[str] = (),
     ) -> StreamingQuery:
         return write_topic(
             frame,
@@ -161,4 +164,5 @@ class KafkaIO:
             mode=mode,
             options=options,
             interval=interval,
+            markers=markers,
         )

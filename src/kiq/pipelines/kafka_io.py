@@ -9,11 +9,12 @@ double-counting anything.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from kiq.kafka.security import PLAINTEXT, KafkaSecurity, spark_options
+from kiq.pipelines.consistent import MarkedBatches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -99,6 +100,25 @@ def read_topics(
     return frame.coalesce(opts.input_tasks) if opts.input_tasks and not realtime else frame
 
 
+def sink_options(
+    opts: StreamOptions, topic: str | None, options: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """What every write to Kafka is given, streaming or a consistent query's batch write:
+    where, with which security, ``acks=all``, the partitioner ``options``, and ``topic``
+    (None: each row's ``topic`` column)."""
+    written = {
+        "kafka.bootstrap.servers": opts.bootstrap,
+        **opts.kafka,
+        # every in-sync replica has a batch's records before the batch commits (the Java
+        # client's default too, said here so a replicated cluster never depends on it)
+        "kafka.acks": "all",
+        **dict(options or {}),
+    }
+    if topic is not None:
+        written["topic"] = topic
+    return written
+
+
 def write_topic(
     frame: DataFrame,
     opts: StreamOptions,
@@ -108,27 +128,28 @@ def write_topic(
     mode: Literal["update", "append"] = "update",
     options: Mapping[str, str] | None = None,
     interval: str | None = None,
+    markers: Sequence[str] = (),
 ) -> StreamingQuery:
     """Start one query writing ``frame`` (key, value[, partition][, headers]) to ``topic``,
     or, with ``topic`` None, each row to the topic of its ``topic`` column.
 
     ``realtime``: in Spark's Real-Time Mode (the caller checked that it can), else in
-    micro-batches every ``interval`` (``opts.interval`` when None).
+    micro-batches every ``interval`` (``opts.interval`` when None). ``markers``: the table
+    topics of a consistent query, which writes each micro-batch as a batch and then marks
+    every partition of them (``kiq.pipelines.consistent``); never in Real-Time Mode.
     """
+    sink = sink_options(opts, topic, options)
     writer = (
-        frame.writeStream.format("kafka")
-        .queryName(name)
-        .option("kafka.bootstrap.servers", opts.bootstrap)
-        .options(**opts.kafka)
+        frame.writeStream.queryName(name)
         .option("checkpointLocation", f"{opts.checkpoint_root}/{name}")
-        # every in-sync replica has a batch's records before the batch commits (the Java
-        # client's default too, said here so a replicated cluster never depends on it)
-        .option("kafka.acks", "all")
         .outputMode(mode)
-        .options(**dict(options or {}))
     )
-    if topic is not None:
-        writer = writer.option("topic", topic)
+    if markers:
+        if realtime:
+            raise ValueError(f"query {name}: a consistent query runs in micro-batches")
+        writer = writer.foreachBatch(MarkedBatches(sink, markers, opts.bootstrap, opts.security))
+    else:
+        writer = writer.format("kafka").options(**sink)
     if realtime:
         writer = writer.option("kafka.linger.ms", str(opts.realtime_linger_ms))
         # pyspark 4.3's overloads of trigger() still leave out realTime; the method takes it.

@@ -70,6 +70,25 @@ def realtime_local_master(partitions: int, shuffle_partitions: int) -> str:
     return f"local[{max(tasks, os.cpu_count() or 1)}]"
 
 
+# Why a consistent query (``ctx.write_table(consistent=True)``) never runs in Real-Time Mode.
+CONSISTENT_REASON = (
+    "it is consistent=True, which marks a snapshot at the end of each batch, and a Real-Time "
+    "Mode batch lasts minutes (--realtime-batch), so each snapshot would be minutes old"
+)
+CONSISTENT_FIX = (
+    "use the micro-batch trigger (--trigger microbatch or auto), or drop consistent=True"
+)
+
+
+def refuse_consistent(trigger: Trigger, query: str) -> None:
+    """A ``ConfigError`` when Real-Time Mode is asked for a consistent query, before the query
+    declares anything; under ``auto`` it runs in micro-batches (``runs_in_realtime``)."""
+    if trigger == "realtime":
+        raise ConfigError(
+            f"query {query} cannot run in Real-Time Mode: {CONSISTENT_REASON}; {CONSISTENT_FIX}"
+        )
+
+
 def runs_in_realtime(
     trigger: Trigger,
     query: str,
@@ -77,10 +96,17 @@ def runs_in_realtime(
     need: int,
     free: int,
     master: str,
+    *,
+    consistent: bool = False,
 ) -> bool:
     """Whether ``query`` runs in Real-Time Mode; an error if ``realtime`` was asked for and
-    it cannot, one log line if ``auto`` falls back to micro-batches."""
+    it cannot, one log line if ``auto`` falls back to micro-batches. A ``consistent`` query
+    never does (``CONSISTENT_REASON``)."""
     if trigger == "microbatch":
+        return False
+    if consistent:
+        refuse_consistent(trigger, query)
+        log.info("query %s runs in micro-batches, not Real-Time Mode: %s", query, CONSISTENT_REASON)
         return False
     reason = ""
     if blockers:

@@ -21,7 +21,8 @@ Incompatible, each named ``what: old → new``:
 
 Compatible: a new field that may be null (an old record lacks it, which reads as null), a
 field removed (old records keep it, and readers ignore it), the topic, the partition
-count (the topic's own is checked where it is created), ttl, retention, rank_by, the query,
+count (the topic's own is checked where it is created), ttl, retention, rank_by,
+consistent (a table without markers answers as one without them always did), the query,
 the checkpoint and the dead letters. What either declaration did not record (one written
 by an older kiq) is not compared. Neither is a window's length: the declaration holds the
 window's column, not its duration, so a change from 1-minute to 5-minute windows is not
@@ -112,7 +113,8 @@ def compatible_changes(old: Declared, new: Declared) -> list[str]:
         after = {f.name for f in new.value_fields}
         found += [f"value field {n}: (absent) → added" for n in sorted(after - before)]
         found += [f"value field {n}: removed" for n in sorted(before - after)]
-    for what in ("pipeline", "query", "partitions", "ttl_ms", "retention_ms", "rank_by", "window"):
+    changed = ("pipeline", "query", "partitions", "ttl_ms", "retention_ms", "rank_by", "window")
+    for what in (*changed, "consistent"):
         was, now = getattr(old, what), getattr(new, what)
         if was != now and not (what == "window" and (was is None or now is None)):
             found.append(f"{what}: {was} → {now}")

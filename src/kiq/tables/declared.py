@@ -76,6 +76,9 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
     window: str | None = None
     retention_ms: int | None = None
     rank_by: str | None = None
+    # ``ctx.write_table(consistent=True)``: after each micro-batch its query marks every
+    # partition of the topic (``kiq.markers``). False in records from before it was recorded.
+    consistent: bool = False
     # Which version of the table this is (``kiq pipeline run --version``; kiq.tables.versions).
     version: str = DEFAULT_VERSION
     # Where the pipeline version that writes it checkpoints (``kiq retire`` deletes it once
@@ -421,6 +424,7 @@ def declared_fields(declared: Declared) -> Mapping[str, object]:
         "window": declared.window,
         "retention_ms": declared.retention_ms,
         "rank_by": declared.rank_by,
+        "consistent": declared.consistent,
         "version": declared.version,
         "checkpoint": declared.checkpoint or None,
         "dead_letters": list(declared.dead_letters),
