@@ -1,67 +1,178 @@
-"""The bank pipeline (tests/integration/bank) on the test session: random transfers among
-1,000 accounts, summed per account by a consistent query in 1-second micro-batches. Read from
-the table's log alone, every partition at the same batch's marker, the balances sum to 0 at
-every batch, and the last batch holds exactly what every transfer sent adds up to. Partitions
-taken at different batches do not sum to 0: what the markers are for."""
+"""The bank test (Jepsen's, on kiq): reads as of one micro-batch never see half a batch.
+
+A consistent pipeline (``tests/integration/bank/pipeline.py``) keeps 1,000 accounts on 6
+partitions from random transfers; a transfer's debit and credit are one input record, so
+the balances sum to 0 at every batch boundary. Three nodes serve the table; one is
+restarted and another stopped (SIGSTOP) while a reader loops for two minutes over
+``multiget`` and ``range`` of every account with ``?consistent=batch``, entering through
+each live node in turn: every answer must sum to 0. The same loop without it is shown to
+see sums that are not 0, so the test can fail.
+"""
 
 from __future__ import annotations
 
-import itertools
-import json
+import os
+import signal
+import threading
 import time
+from pathlib import Path
 
+import httpx
+import orjson
 import pytest
 
-from tests.integration.bank.feed import balances, feed
-from tests.integration.bank.ledger import common_batches, read_log, state_at, table_at
-from tests.integration.bank.pipeline import INTERVAL, PARTITIONS, bank
+from kiq.kafka import create_topics
+from kiq.runtime.pipelines import LocalPipeline
+from tests.integration.bank.feed import ACCOUNTS, account, feed
+from tests.integration.bank.pipeline import INTERVAL, PARTITIONS
+from tests.integration.test_serving import Cluster
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROUNDS = 4
+PIPELINE = Path(__file__).parent / "bank" / "pipeline.py"
+IDS = [account(i) for i in range(ACCOUNTS)]
+BODY = orjson.dumps({"keys": IDS})
+LOOP_S = 120.0
+RESTART_AT_S, STOP_AT_S, STOPPED_S = 25.0, 65.0, 8.0
 
 
-def _total(table: dict[bytes, bytes]) -> int:
-    return sum(json.loads(v)["balance"] for v in table.values())
+class Tally:
+    """What the reader saw, by kind of read."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, int] = {}
+        self.wrong: dict[str, list[tuple[int | None, int]]] = {}
+        self.refused: dict[str, int] = {}
+        self.batches: set[int] = set()
+
+    def saw(self, kind: str, total: int, batch: int | None) -> None:
+        self.answers[kind] = self.answers.get(kind, 0) + 1
+        if total != 0:
+            self.wrong.setdefault(kind, []).append((batch, total))
+        if batch is not None:
+            self.batches.add(batch)
 
 
-def test_the_balances_sum_to_zero_at_every_batch(spark, bootstrap, make_topic, checkpoint):
-    from kiq.pipelines.context import Context
-    from kiq.pipelines.kafka_io import StreamOptions
+def balances_total(kind: str, answer: dict) -> int:
+    if kind.startswith("multiget"):
+        return sum(v["balance"] for v in answer["found"].values())
+    return sum(item["value"]["balance"] for item in answer["items"])
 
-    transfers = make_topic("transfers", partitions=PARTITIONS)
-    accounts = f"{transfers}-accounts"
-    opts = StreamOptions(
-        bootstrap=bootstrap, checkpoint_root=checkpoint, trigger="microbatch", interval=INTERVAL
-    )
-    ctx = Context(spark, opts, "bank")
-    bank(ctx, transfers, accounts)
-    (query,) = ctx.queries
+
+def read_once(client: httpx.Client, url: str, kind: str, tally: Tally) -> None:
+    consistent = kind.endswith("batch")
+    params = {"consistent": "batch"} if consistent else {}
     try:
-        started = time.monotonic()
-        sent = []
-        for r in range(ROUNDS):  # each round in one batch or more
-            sent += feed(bootstrap, transfers, count=500, rate=500, max_seconds=30, seed=r)
-            query.processAllAvailable()
-        took = time.monotonic() - started
+        if kind.startswith("multiget"):
+            resp = client.post(f"{url}/v1/tables/accounts/multiget", params=params, content=BODY)
+        else:
+            params["limit"] = str(ACCOUNTS)
+            resp = client.get(f"{url}/v1/tables/accounts/range", params=params)
+    except httpx.HTTPError:
+        tally.refused[kind] = tally.refused.get(kind, 0) + 1  # the node entered is stopped
+        return
+    if resp.status_code == 503:  # no batch every partition holds yet: ask again
+        assert resp.headers.get("retry-after"), resp.text
+        tally.refused[kind] = tally.refused.get(kind, 0) + 1
+        return
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()
+    if kind.startswith("range"):
+        assert answer["next_cursor"] is None or len(answer["items"]) == ACCOUNTS
+    batch = answer.get("batch")
+    if consistent:
+        assert batch is not None and resp.headers["x-kiq-batch"] == str(batch), answer
+        if kind.startswith("multiget"):
+            assert not answer.get("unavailable"), answer
+    tally.saw(kind, balances_total(kind, answer), batch)
+
+
+def test_reads_as_of_a_batch_never_see_half_a_transfer(bootstrap: str, tmp_path: Path) -> None:
+    create_topics(bootstrap, {"transfers": PARTITIONS})
+    pipeline = LocalPipeline(
+        (f"{PIPELINE}:build",),
+        bootstrap,
+        tmp_path / "checkpoints",
+        tmp_path / "pipeline.log",
+        trigger="microbatch",
+        partitions=PARTITIONS,
+        extra_args=["--interval", INTERVAL],
+    )
+    cluster = Cluster(bootstrap, tmp_path, ["accounts=accounts"])
+    fed: list[int] = []
+    feeding = threading.Thread(
+        target=lambda: fed.append(
+            len(feed(bootstrap, count=200 * 200, rate=200, max_seconds=LOOP_S + 90))
+        ),
+        daemon=True,
+    )
+    tally = Tally()
+    try:
+        pipeline.start()
+        feeding.start()
+        for i in (1, 2, 3):
+            cluster.add(f"n{i}")
+        cluster.wait_ready(timeout_s=180)
+        nodes = list(cluster.nodes.values())
+        with httpx.Client(timeout=5) as client:
+            _until_batches(client, nodes[0].url, pipeline)
+            began = time.monotonic()
+            restarted = stopped = False
+            stopped_node = None
+            i = 0
+            while (elapsed := time.monotonic() - began) < LOOP_S:
+                if not restarted and elapsed > RESTART_AT_S:
+                    nodes[1].stop()
+                    nodes[1].start()
+                    restarted = True
+                if not stopped and elapsed > STOP_AT_S:
+                    stopped_node = nodes[2]
+                    assert stopped_node.proc is not None
+                    os.kill(stopped_node.proc.pid, signal.SIGSTOP)
+                    stopped, stopped_at = True, time.monotonic()
+                if stopped_node is not None and time.monotonic() - stopped_at > STOPPED_S:
+                    assert stopped_node.proc is not None
+                    os.kill(stopped_node.proc.pid, signal.SIGCONT)
+                    stopped_node = None
+                live = [n for n in nodes if n.running and n is not stopped_node]
+                url = live[i % len(live)].url
+                for kind in ("multiget-batch", "range-batch", "multiget-plain"):
+                    read_once(client, url, kind, tally)
+                i += 1
+            if stopped_node is not None and stopped_node.proc is not None:
+                os.kill(stopped_node.proc.pid, signal.SIGCONT)
+        assert pipeline.running, pipeline.stopped()
     finally:
-        query.stop()
+        for node in cluster.nodes.values():
+            if node.proc is not None and node.running:
+                os.kill(node.proc.pid, signal.SIGCONT)
+        pipeline.stop()
+        cluster.shutdown()
+        feeding.join(5)
+    summary = (
+        f"answers={tally.answers} wrong={ {k: len(v) for k, v in tally.wrong.items()} } "
+        f"refused={tally.refused} batches={len(tally.batches)}"
+    )
+    print(summary)
+    assert tally.answers.get("multiget-batch", 0) >= 100, summary
+    assert tally.answers.get("range-batch", 0) >= 100, summary
+    assert not tally.wrong.get("multiget-batch") and not tally.wrong.get("range-batch"), (
+        f"reads as of a batch saw half a batch: {tally.wrong}"
+    )
+    assert len(tally.batches) >= 30, summary  # the answers moved on with the pipeline
+    # The same loop without ?consistent=batch sees half batches: the test can fail.
+    assert tally.wrong.get("multiget-plain"), f"plain reads never saw half a batch: {summary}"
 
-    logs = read_log(bootstrap, accounts)
-    assert len(logs) == PARTITIONS
-    batches = common_batches(logs)
-    assert len(batches) >= ROUNDS, f"{len(batches)} batches in {took:.0f}s"
-    for b in batches:
-        assert _total(table_at(logs, b)) == 0, f"batch {b}"
-    final = table_at(logs, batches[-1])
-    assert {k.decode(): json.loads(v)["balance"] for k, v in final.items()} == balances(sent)
 
-    # Partition 0 a batch behind the others: a read without markers can see that.
-    torn = []
-    for older, newer in itertools.pairwise(batches):
-        mixed = table_at(logs, newer)
-        behind = state_at(logs[0], older) or {}
-        for key in state_at(logs[0], newer) or {}:
-            mixed.pop(key)
-        torn.append(_total(mixed | behind))
-    assert any(t != 0 for t in torn), torn
+def _until_batches(client: httpx.Client, url: str, pipeline: LocalPipeline) -> None:
+    """Until the table answers as of a batch (the pipeline's first markers are in)."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        assert pipeline.running, pipeline.stopped()
+        resp = client.post(
+            f"{url}/v1/tables/accounts/multiget", params={"consistent": "batch"}, content=BODY
+        )
+        if resp.status_code == 200 and resp.json().get("batch") is not None:
+            return
+        time.sleep(1)
+    raise AssertionError("no answer as of a batch within 240 s: are markers written?")

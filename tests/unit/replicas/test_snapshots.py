@@ -78,15 +78,14 @@ def test_every_held_batch_reads_as_it_was_at_its_marker(seed: int) -> None:
             for limit in (1, 3, 7, 100):
                 assert view.scan(low, high, limit) == inside[:limit]
                 assert view.scan(low, high, limit, reverse=True) == inside[::-1][:limit]
-            ranked = sorted(
-                (score_of("n", v) + k, k, v, o) for k, v, o in want if score_of("n", v)
-            )
+            ranked = sorted((score_of("n", v) + k, k, v, o) for k, v, o in want if score_of("n", v))
             for n in (1, 5, 100):
                 assert view.top(n) == [(k, v, o) for _, k, v, o in ranked[:n]]
             prefix = b"k01"
-            assert view.top(3, prefix) == [
-                (k, v, o) for _, k, v, o in ranked if k.startswith(prefix)
-            ][:3]
+            assert (
+                view.top(3, prefix)
+                == [(k, v, o) for _, k, v, o in ranked if k.startswith(prefix)][:3]
+            )
             assert view.applied_offset() == marked[held]
 
 
