@@ -21,7 +21,7 @@ import httpx
 import orjson
 import pytest
 
-from kiq.kafka import create_topics
+from kiq.kafka import create_topics, topic_partitions
 from kiq.runtime.pipelines import LocalPipeline
 from tests.integration.bank.feed import ACCOUNTS, account, feed
 from tests.integration.bank.pipeline import INTERVAL, PARTITIONS
@@ -110,6 +110,7 @@ def test_reads_as_of_a_batch_never_see_half_a_transfer(bootstrap: str, tmp_path:
     try:
         pipeline.start()
         feeding.start()
+        _until_topic(bootstrap, pipeline)
         for i in (1, 2, 3):
             cluster.add(f"n{i}")
         cluster.wait_ready(timeout_s=180)
@@ -162,6 +163,15 @@ def test_reads_as_of_a_batch_never_see_half_a_transfer(bootstrap: str, tmp_path:
     assert len(tally.batches) >= 30, summary  # the answers moved on with the pipeline
     # The same loop without ?consistent=batch sees half batches: the test can fail.
     assert tally.wrong.get("multiget-plain"), f"plain reads never saw half a batch: {summary}"
+
+
+def _until_topic(bootstrap: str, pipeline: LocalPipeline) -> None:
+    """Until the pipeline made the table's topic (nodes serve only a topic that exists)."""
+    deadline = time.monotonic() + 180
+    while topic_partitions(bootstrap, "accounts") != PARTITIONS:
+        assert pipeline.running, pipeline.stopped()
+        assert time.monotonic() < deadline, "the pipeline did not create accounts"
+        time.sleep(0.5)
 
 
 def _until_batches(client: httpx.Client, url: str, pipeline: LocalPipeline) -> None:

@@ -52,6 +52,7 @@ from kiq.api.batches import (
     top_window,
     window_sep,
 )
+from kiq.api.consistency import PLAIN, ReadAt
 from kiq.api.errors import (
     BadRequest,
     InsufficientScope,
@@ -185,6 +186,8 @@ class _Lookup(Reply):
 
 
 Order = Literal["asc", "desc"]
+Consistent = Literal["batch"] | None  # what a read across partitions reflects
+
 _MAX_COUNT = 2**62  # the largest max_lag or min_offset, as the table API's parameters
 
 
@@ -308,16 +311,32 @@ class Tables:
         found = await self.read(table, key, max_lag=max_lag, min_offset=min_offset, wait_ms=wait_ms)
         return None if found is None else found.parsed()
 
+    def _at(self, runtime: TableRuntime, consistent: Consistent) -> ReadAt:
+        """What bounds a read across partitions: this request's position of the table, and
+        ``consistent``."""
+        if consistent not in (None, "batch"):
+            raise BadRequest(f'consistent must be "batch" or None, got {consistent!r}')
+        after = self._position.of_table(runtime.spec.name)
+        if consistent is None and not after:
+            return PLAIN
+        return ReadAt(consistent == "batch", after)
+
     async def get_many(
-        self, table: str, keys: Sequence[str], *, max_lag: int | None = None
+        self,
+        table: str,
+        keys: Sequence[str],
+        *,
+        max_lag: int | None = None,
+        consistent: Consistent = None,
     ) -> Many:
         """Many keys, one call per node owning some of them; only from replicas at most
         ``max_lag`` records behind when given (keys of a partition none such holds are
-        ``unavailable``)."""
+        ``unavailable``). ``consistent="batch"``: every partition as of one micro-batch
+        (``Many.batch``), docs/concepts/consistency.md."""
         runtime = self._runtime(table)
         _within("max_lag", max_lag)
         found, missing, unavailable, sources = await self._batches.get_many(
-            runtime, list(keys), self._auth, max_lag
+            runtime, list(keys), self._auth, max_lag, self._at(runtime, consistent)
         )
         served = tuple(Served.of(s) for s in sources)
         self._position.read(runtime.spec.name, served)
@@ -334,6 +353,7 @@ class Tables:
         limit: int = 100,
         order: Order = "asc",
         max_lag: int | None = None,
+        consistent: Consistent = None,
     ) -> Page:
         """Keys in byte order: those starting with ``prefix``, from ``start`` (inclusive) to
         ``end`` (exclusive), after ``cursor``; at most ``limit`` (1 to ``MAX_RANGE_LIMIT``).
@@ -341,7 +361,7 @@ class Tables:
         ``order="desc"``: the same keys, highest first, a cursor going on below its key.
         With a prefix that ends in the table's ``sep``, one partition is read. ``max_lag``:
         only replicas at most that many records behind (``Unavailable`` if a partition has
-        none).
+        none). ``consistent="batch"``: every partition as of one micro-batch (``Page.batch``).
         """
         if not 1 <= limit <= MAX_RANGE_LIMIT:
             raise BadRequest(f"limit must be between 1 and {MAX_RANGE_LIMIT}, got {limit}")
@@ -358,6 +378,7 @@ class Tables:
             auth=self._auth,
             reverse=reverse,
             max_lag=max_lag,
+            at=self._at(runtime, consistent),
         )
         served = tuple(Served.of(s) for s in sources)
         self._position.read(runtime.spec.name, served)
@@ -376,6 +397,7 @@ class Tables:
         window: str | None = None,
         *,
         max_lag: int | None = None,
+        consistent: Consistent = None,
     ) -> Page:
         """The table's ``n`` (1 to ``MAX_TOP``) highest-ranked keys, as
         ``GET /v1/tables/{table}/top`` answers: by its ``rank_by`` field (``ctx.write_table(...,
@@ -396,7 +418,7 @@ class Tables:
         rank_field(runtime)  # not ranked: that 400 first
         start = top_window(runtime, window)
         items, sources = await self._batches.top(
-            runtime, n, raw_prefix, self._auth, max_lag, window=start
+            runtime, n, raw_prefix, self._auth, max_lag, start, self._at(runtime, consistent)
         )
         served = tuple(Served.of(s) for s in sources)
         self._position.read(runtime.spec.name, served)
@@ -413,6 +435,7 @@ class Tables:
         limit: int = 100,
         order: Order = "asc",
         max_lag: int | None = None,
+        consistent: Consistent = None,
     ) -> Windows:
         """``key``'s windows in a windowed table (``ctx.write_table(..., window=)``): those
         starting in [``start``, ``end``) (ISO 8601, a date, or epoch ms as text; naive
@@ -424,7 +447,16 @@ class Tables:
         runtime = self._runtime(table)
         _within("max_lag", max_lag)
         items, last_key, sources = await self._batches.scan_windows(
-            runtime, key, start, end, cursor, limit, self._auth, reverse, max_lag
+            runtime,
+            key,
+            start,
+            end,
+            cursor,
+            limit,
+            self._auth,
+            reverse,
+            max_lag,
+            self._at(runtime, consistent),
         )
         served = tuple(Served.of(s) for s in sources)
         self._position.read(runtime.spec.name, served)

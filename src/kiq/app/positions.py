@@ -13,7 +13,7 @@ from typing import Any
 
 from kiq.api.asgi import Message, Scope, Send
 from kiq.app.results import Served
-from kiq.positions import AFTER_HEADER, HEADER, Position, decode, encode, merge
+from kiq.positions import AFTER_HEADER, HEADER, Position, decode, encode, merge, of_table
 
 _AFTER = AFTER_HEADER.encode()
 _POSITION = HEADER.encode()
@@ -36,6 +36,10 @@ class RequestPosition:
         if seen is None or (min_offset is not None and min_offset >= seen):
             return min_offset
         return seen
+
+    def of_table(self, table: str) -> dict[int, int]:
+        """What this request has seen of ``table``'s partitions (partition → offset)."""
+        return of_table(self._position, table)
 
     def saw(self, table: str, partition: int, offset: int) -> None:
         """A read answered at ``offset``, or a write produced it (-1: unknown, kept out)."""

@@ -43,6 +43,7 @@ class Served:
     lag: int  # records that replica was behind its partition's log end
     stale: bool  # not the active replica: a standby, or a copy left from before a rebalance
     applied_offset: int  # the last offset it had applied (-1: unknown)
+    batch: int = -1  # the micro-batch it answered as of (``consistent="batch"``); -1: none
 
     @classmethod
     def of(cls, source: Source) -> Served:
@@ -52,7 +53,14 @@ class Served:
             max(source.lag, 0),
             source.stale,
             source.applied_offset,
+            source.batch,
         )
+
+
+def _batch(served: tuple[Served, ...]) -> int | None:
+    """The micro-batch a read as of one reflects (every partition's); None: not one."""
+    batches = {s.batch for s in served}
+    return batches.pop() if len(batches) == 1 and -1 not in batches else None
 
 
 def _stale(served: tuple[Served, ...]) -> bool:
@@ -96,6 +104,11 @@ class Many:
     served: tuple[Served, ...] = ()  # per partition that answered
 
     @property
+    def batch(self) -> int | None:
+        """``consistent="batch"``: the micro-batch every partition was read as of."""
+        return _batch(self.served)
+
+    @property
     def stale(self) -> bool:
         """Whether any part came from a replica that is not the active one."""
         return _stale(self.served)
@@ -123,6 +136,11 @@ class Page:
     items: list[tuple[str, bytes]]
     next_cursor: str | None  # pass it back as ``cursor`` (same order) for the next page
     served: tuple[Served, ...] = ()  # per partition read
+
+    @property
+    def batch(self) -> int | None:
+        """``consistent="batch"``: the micro-batch every partition was read as of."""
+        return _batch(self.served)
 
     @property
     def stale(self) -> bool:

@@ -122,3 +122,55 @@ def test_a_write_is_in_the_position_and_the_read_after_it_waits_for_it(node):
     late = ask(node, "POST", f"/v1/rename/{key}?wait=50")
     assert late.status == 503, late.body
     assert late.json()["error"] == "unavailable"
+
+
+async def as_of_a_batch(request: Request) -> Reply:
+    found = await request.tables.get_many("customers", list(CUSTOMERS), consistent="batch")
+    names = {k: orjson.loads(v)["name"] for k, v in found.found.items()}
+    return json_reply({"batch": found.batch, "names": names, "unavailable": found.unavailable})
+
+
+def test_tables_reads_as_of_a_batch_and_within_the_requests_position(tmp_path: Path) -> None:
+    import time
+    from functools import partial
+
+    from kiq.replicas.reads import entry
+
+    cluster = Cluster()
+    cluster.join("n1", "http://n1.test")
+    for topic in ("customers", "orders"):
+        cluster.assign("n1", [(topic, p) for p in range(PARTITIONS)])
+
+    def batch_routes(app: Routes) -> None:
+        app.get("/v1/batch", as_of_a_batch)
+        app.get("/v1/many", many)
+
+    made = start_node(tmp_path, cluster, TABLES, "n1", endpoints=[batch_routes], standby_replicas=0)
+    try:
+        wait_until(serving(made.node, ReplicaState.ACTIVE), what="active replicas")
+        for offset, (key, value) in enumerate(CUSTOMERS.items()):
+            made.put("customers", key, orjson.dumps(value), 100 + offset)
+        for p in range(PARTITIONS):  # batch 3 marked everywhere, then a write after it
+            replica = made.node.replica("customers", p)
+            assert replica is not None
+            replica.batches.mark(3, replica.applied_offset, time.monotonic())
+            mine = [k for k in CUSTOMERS if partition_for(k, PARTITIONS) == p]
+            at = replica.applied_offset + 1
+            changes = [(k.encode(), b'{"name": "later"}', at) for k in mine]
+            replica.batches.before_write(partial(entry, replica), changes)
+            replica.store.apply(changes, at)
+            replica.position = at + 1
+        answer = ask(made, "GET", "/v1/batch")
+        assert answer.status == 200, answer.body
+        got = answer.json()
+        assert got["batch"] == 3 and not got["unavailable"]
+        assert got["names"] == {k: v["name"] for k, v in CUSTOMERS.items()}
+        # The request's position bounds a read across partitions too: one partition
+        # behind it is not answered from here.
+        ahead = f"customers:{FIRST_PARTITION}={applied(made, 'customers', FIRST_PARTITION) + 5}"
+        every = ask(made, "GET", "/v1/many").json()
+        bounded = ask(made, "GET", "/v1/many", after=ahead).json()
+        behind = [k for k in CUSTOMERS if partition_for(k, PARTITIONS) == FIRST_PARTITION]
+        assert every == len(CUSTOMERS) and bounded == len(CUSTOMERS) - len(behind)
+    finally:
+        made.node.stop()
