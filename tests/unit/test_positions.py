@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from kiq.errors import KiqError
@@ -10,11 +14,13 @@ from kiq.positions import (
     MAX_TOKEN_CHARS,
     OFFSET_LIMIT,
     BadPosition,
+    _decode,
     at,
     decode,
     encode,
     merge,
     of_table,
+    offset_of,
 )
 
 POSITION = {("orders", 0): 12, ("orders", 3): 7, ("quotes@v2", 1): 0, ("a-b_c.d", 11): 2**40}
@@ -120,3 +126,38 @@ def test_bad_position_is_a_kiq_error_and_a_value_error():
         decode("nonsense")
     with pytest.raises(ValueError):
         decode("nonsense")
+
+
+def _outcome(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except BadPosition:
+        return BadPosition
+
+
+def test_the_quick_readings_agree_with_the_part_by_part_one():
+    """``decode``'s and ``offset_of``'s one-match paths against the definition, on tokens
+    near the valid ones: every change of a character of a valid token, and long ones."""
+    rng = random.Random(40)
+    alphabet = "t0u9:;,=@.-_ x٣"
+    tokens = [
+        "t:0=5,1=6;u@v2:3=9",
+        "t:0=5,0=9;t:0=12",
+        f"t:1={OFFSET_LIMIT - 1}",
+        f"t:1={OFFSET_LIMIT}",
+        "t:" + ",".join(f"{p}=1" for p in range(MAX_ENTRIES + 1)),
+        "t:" + ",".join("0=1" for _ in range(MAX_ENTRIES + 1)),  # many entries, one key
+    ]
+    base = "t:0=5,1=6;u@v2:3=9"
+    for _ in range(3000):
+        chars = list(base)
+        for _ in range(rng.randint(1, 3)):
+            chars[rng.randrange(len(chars))] = rng.choice(alphabet)
+        tokens.append("".join(chars))
+    for token in tokens:
+        expected = _outcome(lambda t=token: _decode(t))
+        assert _outcome(lambda t=token: decode(t)) == expected, token
+        for table, partition in (("t", 0), ("t", 1), ("u@v2", 3), ("x", 0)):
+            got = _outcome(lambda t=token, a=table, p=partition: offset_of(t, a, p))
+            want = expected if expected is BadPosition else expected.get((table, partition))
+            assert got == want, (token, table, partition)

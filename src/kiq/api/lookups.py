@@ -42,7 +42,7 @@ from kiq.node import NodeView
 from kiq.ops.proven import may_redirect
 from kiq.peers import FORWARDED, LookupResult, Outcome, Peers
 from kiq.peers.wire import DecodeError, Lookup, decode_lookups, encode
-from kiq.positions import AFTER_HEADER, HEADER, Position, decode, merge
+from kiq.positions import AFTER_HEADER, HEADER, Position, decode, merge, offset_of
 from kiq.replicas import ReplicaState
 from kiq.replicas.reads import get as read_key
 from kiq.routing import ReplicaReader
@@ -79,6 +79,8 @@ class Lookups:
         self._replicas = node.replicas
         self._partition_of = node.partition_of
         self._served_by = node.node_id.encode()
+        # ``TABLE:PARTITION=`` by (table, partition) answered here: a position header's start
+        self._marks: dict[tuple[str, int], bytes] = {}
         m = node.metrics
         self._stats = m.route("get")
         self._internal_stats = m.route("internal_lookups")
@@ -103,7 +105,8 @@ class Lookups:
     async def _get_owned(
         self, scope: dict[str, Any], send: Send, table: str, raw_key: bytes, enrich: Enrich | None
     ) -> int:
-        """The common case in one frame: a plain key, no parameters, an active local replica.
+        """The common case in one frame: a plain key, no parameters, an active local replica
+        (at or past the request's position token, when it has one).
 
         Anything else (0) goes the general way, which also explains bad input.
         Same answer as ``_get`` + ``_answer``, without their calls and objects. A plain
@@ -117,18 +120,27 @@ class Lookups:
             or not 0 < len(raw_key) <= MAX_KEY_BYTES
         ):
             return 0
-        for name, _ in scope["headers"]:
+        after = None
+        for name, value in scope["headers"]:
             if name == _AFTER:
-                return 0  # a position token to honour: the general way
+                after = value  # a position token to honour
+                break
         try:
             partition = self._partition_of(runtime, raw_key.decode())
         except UnicodeDecodeError:
             return 0
-        replica = self._replicas.get((runtime.spec.name, partition))
+        where = (runtime.spec.name, partition)
+        replica = self._replicas.get(where)
         if replica is None or replica.state is not ReplicaState.ACTIVE:
+            if after is not None:
+                return 0  # the general way: the token is a min_offset wherever it goes
             # Most often another node's: read where it is (the key is checked as
             # ``key_from_path`` would: no escapes, its length, UTF-8).
             return await self._read(scope, send, runtime, raw_key, partition, enrich)
+        if after is not None:
+            seen = offset_of(after.decode("latin-1"), runtime.spec.name, partition)
+            if seen is not None and replica.applied_offset < seen:
+                return 0  # behind what the caller has seen: the general way waits for it
         try:
             found = read_key(replica, raw_key)
         except StoreClosedError:
@@ -136,10 +148,15 @@ class Lookups:
         if found is None:
             return 0  # absent or aged out: a 404 builds an error body, the general way
         value, offset = found
-        applied = replica.applied_offset  # after the read: the answer holds nothing past it
+        position = replica.position  # after the read: the answer holds nothing past it
         if enrich is not None:
             value = await enrich(value)
-        lag = replica.end_offset - replica.position
+        lag = replica.end_offset - position
+        # the value's offset too: the materializer writes a record before it moves on
+        applied = position - 1 if position > offset else offset
+        mark = self._marks.get(where)
+        if mark is None:
+            mark = self._marks[where] = f"{where[0]}:{partition}=".encode()
         await send(
             {
                 "type": "http.response.start",
@@ -151,10 +168,7 @@ class Lookups:
                     (b"x-kiq-lag", _digits(lag) if lag > 0 else b"0"),
                     (b"x-kiq-offset", str(offset).encode()),
                     version_header(runtime),
-                    (
-                        _POSITION,
-                        f"{runtime.spec.name}:{partition}={max(applied, offset)}".encode(),
-                    ),
+                    (_POSITION, mark + str(applied).encode()),
                 ],
             }
         )
@@ -175,7 +189,7 @@ class Lookups:
             max_lag = int_param(params, "max_lag")
             min_offset = int_param(params, "min_offset")
             wait_ms = int_param(params, "wait_ms", 0, MAX_WAIT_MS) or 0
-        seen = after(scope, params).get((table, partition))
+        seen = _seen(scope, params, table, partition)
         if seen is not None and (min_offset is None or seen > min_offset):
             min_offset = seen  # the caller has seen this much: nothing older answers
         if min_offset is not None:
@@ -314,6 +328,18 @@ def after(scope: dict[str, Any], params: dict[str, str] | None = None) -> Positi
     if token is None:
         return decode(given) if given else {}
     return decode(token) if given is None else merge(decode(given), decode(token))
+
+
+def _seen(scope: dict[str, Any], params: dict[str, str], table: str, partition: int) -> int | None:
+    """What the request's tokens (``after``'s) say of one partition, without decoding the
+    rest into a position; ``BadPosition`` as ``after``."""
+    seen = None
+    for token in (header(scope, _AFTER), params.get("after") if params else None):
+        if token is not None:
+            offset = offset_of(token, table, partition)
+            if offset is not None and (seen is None or offset > seen):
+                seen = offset
+    return seen
 
 
 def position_header(table: str, partition: int, applied: int) -> tuple[bytes, bytes] | None:

@@ -738,7 +738,8 @@ class Endpoint:
         self._services = services
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        position = RequestPosition(after(cast(dict[str, Any], scope), query(scope)))
+        # The header alone: a route's query is the application's own (``?after=`` too).
+        position = RequestPosition(after(cast(dict[str, Any], scope)))
         reply = await self._handler(Request(scope, receive, self._services, position))
         if not isinstance(reply, Reply):
             raise TypeError(f"{self._handler!r} returned {type(reply).__name__}, not a Reply")

@@ -1,6 +1,7 @@
 """One application request's position: what its handler has read and written.
 
-Seeded from the request's ``X-Kiq-After`` (``?after=``), it bounds every read the
+Seeded from the request's ``X-Kiq-After`` (not ``?after=``: a route's query is the
+application's own), it bounds every read the
 handler makes through ``Tables`` (no replica behind it answers), takes in what each
 read answered and what each write produced, and goes back to the caller as the
 answer's ``X-Kiq-Position``, merged with what a table lookup's own answer says.

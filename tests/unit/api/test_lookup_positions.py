@@ -100,3 +100,21 @@ def test_another_nodes_lookups_carry_the_applied_offset_back(node):
 def test_a_token_names_the_tables_internal_name(node):
     answer = get(node, "k")
     assert decode(answer.headers["x-kiq-position"]) == {("t", 0): replica_of(node).applied_offset}
+
+
+def test_a_token_the_replica_has_reached_is_answered_in_the_fast_path(node, monkeypatch):
+    lookups = node.app.lookups
+    general = lookups._get
+    taken: list[str] = []
+
+    async def counted(*args, **kwargs):
+        taken.append("general")
+        return await general(*args, **kwargs)
+
+    monkeypatch.setattr(lookups, "_get", counted)
+    for after in ("t:0=6", "t:1=99;u:0=1", "a:0=1;t:0=2,3=4"):
+        assert get(node, "k", after=after).headers["x-kiq-position"] == "t:0=6"
+    assert taken == []
+    assert get(node, "k", after="t:0=7").status == 503  # behind it: the general way, waits
+    assert get(node, "k", after="t:0=x").status == 400
+    assert taken == ["general"]  # a malformed token is refused where it is read
