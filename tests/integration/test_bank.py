@@ -21,6 +21,7 @@ import httpx
 import orjson
 import pytest
 
+from kiq.client import Client, Unavailable
 from kiq.kafka import create_topics, topic_partitions
 from kiq.runtime.pipelines import LocalPipeline
 from tests.integration.bank.feed import ACCOUNTS, account, feed
@@ -115,7 +116,8 @@ def test_reads_as_of_a_batch_never_see_half_a_transfer(bootstrap: str, tmp_path:
             cluster.add(f"n{i}")
         cluster.wait_ready(timeout_s=180)
         nodes = list(cluster.nodes.values())
-        with httpx.Client(timeout=5) as client:
+        reader = Client([n.url for n in nodes], timeout_s=5)
+        with httpx.Client(timeout=5) as client, reader:
             _until_batches(client, nodes[0].url, pipeline)
             began = time.monotonic()
             restarted = stopped = False
@@ -139,6 +141,15 @@ def test_reads_as_of_a_batch_never_see_half_a_transfer(bootstrap: str, tmp_path:
                 url = live[i % len(live)].url
                 for kind in ("multiget-batch", "range-batch", "multiget-plain"):
                     read_once(client, url, kind, tally)
+                if i % 10 == 0:  # kiq.client, every key in one request as of one batch
+                    try:
+                        many = reader.multiget("accounts", IDS, consistent="batch")
+                    except Unavailable:
+                        tally.refused["client-batch"] = tally.refused.get("client-batch", 0) + 1
+                    else:
+                        total = sum(v["balance"] for v in many.found.values())
+                        assert many.batch is not None and not many.unavailable
+                        tally.saw("client-batch", total, many.batch)
                 i += 1
             if stopped_node is not None and stopped_node.proc is not None:
                 os.kill(stopped_node.proc.pid, signal.SIGCONT)
@@ -157,7 +168,9 @@ def test_reads_as_of_a_batch_never_see_half_a_transfer(bootstrap: str, tmp_path:
     print(summary)
     assert tally.answers.get("multiget-batch", 0) >= 100, summary
     assert tally.answers.get("range-batch", 0) >= 100, summary
-    assert not tally.wrong.get("multiget-batch") and not tally.wrong.get("range-batch"), (
+    assert tally.answers.get("client-batch", 0) >= 10, summary
+    batch_kinds = ("multiget-batch", "range-batch", "client-batch")
+    assert not any(tally.wrong.get(k) for k in batch_kinds), (
         f"reads as of a batch saw half a batch: {tally.wrong}"
     )
     assert len(tally.batches) >= 30, summary  # the answers moved on with the pipeline

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from kiq.client.calls import Consistent
 from kiq.client.core import DEFAULT_TIMEOUT_S, ClientCore, Order, http_options
 from kiq.client.results import Change, Item, Lookup, Many, Page, Window
 from kiq.client.retry import RetryPolicy
@@ -72,9 +73,12 @@ class AsyncClient:
     ) -> Lookup:
         return await self._run(self._core.lookup(table, key, max_lag, min_offset, wait_ms))
 
-    async def multiget(self, table: str, keys: Iterable[str]) -> Many:
-        """Many keys: every node holding some asked at once, for its own."""
-        return await self._run(self._core.multiget(table, keys))
+    async def multiget(
+        self, table: str, keys: Iterable[str], consistent: Consistent = None
+    ) -> Many:
+        """Many keys: every node holding some asked at once, for its own;
+        ``consistent="batch"``: all in one request, as of one micro-batch (``Many.batch``)."""
+        return await self._run(self._core.multiget(table, keys, consistent))
 
     async def range(
         self,
@@ -85,10 +89,11 @@ class AsyncClient:
         order: Order = "asc",
         limit: int | None = None,
         cursor: str | None = None,
+        consistent: Consistent = None,
     ) -> AsyncIterator[Page[Item]]:
         while True:
             page = await self._run(
-                self._core.range_page(table, prefix, start, end, order, limit, cursor)
+                self._core.range_page(table, prefix, start, end, order, limit, cursor, consistent)
             )
             yield page
             if page.next_cursor is None:
@@ -103,11 +108,12 @@ class AsyncClient:
         end: str | None = None,
         order: Order = "asc",
         limit: int | None = None,
+        consistent: Consistent = None,
     ) -> AsyncIterator[Page[Window]]:
         cursor: str | None = None
         while True:
             page = await self._run(
-                self._core.windows_page(table, key, start, end, order, limit, cursor)
+                self._core.windows_page(table, key, start, end, order, limit, cursor, consistent)
             )
             yield page
             if page.next_cursor is None:
@@ -115,9 +121,14 @@ class AsyncClient:
             cursor = page.next_cursor
 
     async def top(
-        self, table: str, n: int = 10, prefix: str | None = None, window: str | None = None
+        self,
+        table: str,
+        n: int = 10,
+        prefix: str | None = None,
+        window: str | None = None,
+        consistent: Consistent = None,
     ) -> list[Item]:
-        return await self._run(self._core.top(table, n, prefix, window))
+        return await self._run(self._core.top(table, n, prefix, window, consistent))
 
     async def metadata(self) -> dict[str, Any]:
         return await self._run(self._core.metadata())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
@@ -30,6 +30,7 @@ METADATA, TABLES = "/v1/metadata", "/v1/tables"
 SERVED_BY = "x-kiq-served-by"
 POSITION = "x-kiq-position"
 MULTIGET_CHUNK = 1000  # keys per multiget request (a node takes 10,000 by default)
+Consistent = Literal["batch"] | None  # what a read across partitions reflects
 Plan = Callable[[], list[str]]
 
 
@@ -201,12 +202,23 @@ def multiget(
     keys: Iterable[str],
     headers: Mapping[str, str] | None = None,
     position: SessionPosition | None = None,
+    consistent: Consistent = None,
 ) -> Flow[Many]:
     """Each owner asked for its own keys, all at once; keys whose owner and every other
-    node failed are ``unavailable``."""
+    node failed are ``unavailable``. ``consistent="batch"``: every key in one request, to
+    any node, which answers every partition as of one micro-batch."""
     wanted = list(dict.fromkeys(keys))
     if router.due():
         yield REFRESH
+    if consistent is not None:
+        path = f"/v1/tables/{segment(table)}/multiget?consistent={consistent}"
+        answer = yield from _multiget_chunk(router, policy, path, "", wanted, headers, position)
+        return Many(
+            answer.get("found", {}),
+            answer.get("missing", []),
+            answer.get("unavailable", []),
+            answer.get("batch"),
+        )
     groups: dict[str, list[str]] = {}
     for key in wanted:
         first = router.key(table, key)[1][:1]
@@ -286,7 +298,7 @@ def page(
 
 def range_page(body: Mapping[str, Any]) -> Page[Item]:
     items = [Item(i["key"], i["value"]) for i in body.get("items", [])]
-    return Page(items, body.get("next_cursor"))
+    return Page(items, body.get("next_cursor"), body.get("batch"))
 
 
 def prefix_plan(router: Router, table: str, prefix: str | None) -> Plan:

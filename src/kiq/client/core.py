@@ -65,8 +65,10 @@ class ClientCore:
             self.router, self.retry, table, key, max_lag, min_offset, wait_ms, None, self.position
         )
 
-    def multiget(self, table: str, keys: Iterable[str]) -> Flow[Many]:
-        return calls.multiget(self.router, self.retry, table, keys, None, self.position)
+    def multiget(
+        self, table: str, keys: Iterable[str], consistent: calls.Consistent = None
+    ) -> Flow[Many]:
+        return calls.multiget(self.router, self.retry, table, keys, None, self.position, consistent)
 
     def range_page(
         self,
@@ -77,8 +79,11 @@ class ClientCore:
         order: Order,
         limit: int | None,
         cursor: str | None,
+        consistent: calls.Consistent = None,
     ) -> Flow[Page[Item]]:
-        query = params(prefix=prefix, order=order, limit=limit, cursor=cursor)
+        query = params(
+            prefix=prefix, order=order, limit=limit, cursor=cursor, consistent=consistent
+        )
         query.update(params(**{"from": start, "to": end}))
         path = f"/v1/tables/{segment(table)}/range"
         plan = prefix_plan(self.router, table, prefix)
@@ -96,8 +101,9 @@ class ClientCore:
         order: Order,
         limit: int | None,
         cursor: str | None,
+        consistent: calls.Consistent = None,
     ) -> Flow[Page[Window]]:
-        query = params(order=order, limit=limit, cursor=cursor)
+        query = params(order=order, limit=limit, cursor=cursor, consistent=consistent)
         query.update(params(**{"from": start, "to": end}))
         path = f"/v1/tables/{segment(table)}/keys/{segment(key)}/windows"
 
@@ -108,10 +114,17 @@ class ClientCore:
             self.router, self.retry, path, query, plan, None, self.position
         )
         windows = [Window(w["start"], w["end"], w["value"]) for w in body.get("windows", [])]
-        return Page(windows, body.get("next_cursor"))
+        return Page(windows, body.get("next_cursor"), body.get("batch"))
 
-    def top(self, table: str, n: int, prefix: str | None, window: str | None) -> Flow[list[Item]]:
-        query = params(n=n, prefix=prefix, window=window)
+    def top(
+        self,
+        table: str,
+        n: int,
+        prefix: str | None,
+        window: str | None,
+        consistent: calls.Consistent = None,
+    ) -> Flow[list[Item]]:
+        query = params(n=n, prefix=prefix, window=window, consistent=consistent)
         path = f"/v1/tables/{segment(table)}/top"
         plan = prefix_plan(self.router, table, prefix)
         body = yield from calls.page(

@@ -49,6 +49,7 @@ class Page(Generic[T]):
 
     items: list[T]
     next_cursor: str | None
+    batch: int | None = None  # consistent="batch": the micro-batch it reflects
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Many:
     found: dict[str, Any] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
+    batch: int | None = None  # consistent="batch": the micro-batch it reflects
 
 
 @dataclass(frozen=True)

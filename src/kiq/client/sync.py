@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from kiq.client.calls import Consistent
 from kiq.client.core import DEFAULT_TIMEOUT_S, ClientCore, Order, http_options
 from kiq.client.results import Change, Item, Lookup, Many, Page, Window
 from kiq.client.retry import RetryPolicy
@@ -85,9 +86,10 @@ class Client:
         """As ``get``, with where the value was read: offset, partition, node, lag."""
         return self._run(self._core.lookup(table, key, max_lag, min_offset, wait_ms))
 
-    def multiget(self, table: str, keys: Iterable[str]) -> Many:
-        """Many keys: each node asked once, for the keys it holds."""
-        return self._run(self._core.multiget(table, keys))
+    def multiget(self, table: str, keys: Iterable[str], consistent: Consistent = None) -> Many:
+        """Many keys: each node asked once, for the keys it holds; ``consistent="batch"``:
+        all in one request, as of one micro-batch (``Many.batch``)."""
+        return self._run(self._core.multiget(table, keys, consistent))
 
     def range(
         self,
@@ -98,11 +100,14 @@ class Client:
         order: Order = "asc",
         limit: int | None = None,
         cursor: str | None = None,
+        consistent: Consistent = None,
     ) -> Iterator[Page[Item]]:
         """Pages of keys in byte order: starting with ``prefix``, in [``start``, ``end``),
         ``limit`` per page; the next page is asked for once this one is consumed."""
         while True:
-            page = self._run(self._core.range_page(table, prefix, start, end, order, limit, cursor))
+            page = self._run(
+                self._core.range_page(table, prefix, start, end, order, limit, cursor, consistent)
+            )
             yield page
             if page.next_cursor is None:
                 return
@@ -116,21 +121,29 @@ class Client:
         end: str | None = None,
         order: Order = "asc",
         limit: int | None = None,
+        consistent: Consistent = None,
     ) -> Iterator[Page[Window]]:
         """Pages of a windowed table's windows of ``key``, starting in [``start``, ``end``)."""
         cursor: str | None = None
         while True:
-            page = self._run(self._core.windows_page(table, key, start, end, order, limit, cursor))
+            page = self._run(
+                self._core.windows_page(table, key, start, end, order, limit, cursor, consistent)
+            )
             yield page
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
 
     def top(
-        self, table: str, n: int = 10, prefix: str | None = None, window: str | None = None
+        self,
+        table: str,
+        n: int = 10,
+        prefix: str | None = None,
+        window: str | None = None,
+        consistent: Consistent = None,
     ) -> list[Item]:
         """A ranked table's ``n`` highest keys (of one window of a windowed table)."""
-        return self._run(self._core.top(table, n, prefix, window))
+        return self._run(self._core.top(table, n, prefix, window, consistent))
 
     def metadata(self) -> dict[str, Any]:
         """A node's ``GET /v1/metadata``: members, every partition's replicas and URLs."""
