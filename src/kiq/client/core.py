@@ -41,11 +41,11 @@ class ClientCore:
         self.position = SessionPosition() if track_position else None
 
     @property
-    def token(self) -> str:
+    def position_token(self) -> str:
         return self.position.token if self.position is not None else ""
 
-    @token.setter
-    def token(self, token: str) -> None:
+    @position_token.setter
+    def position_token(self, token: str) -> None:
         if self.position is None:
             raise ValueError("this client keeps no position (track_position=False)")
         self.position.token = token

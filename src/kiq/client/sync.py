@@ -53,11 +53,11 @@ class Client:
         every read is answered at or past it, so reads never go back in time. Settable
         (to carry a session over to another client or process; "" starts afresh); ""
         and not settable with ``track_position=False``."""
-        return self._core.token
+        return self._core.position_token
 
     @position.setter
     def position(self, token: str) -> None:
-        self._core.token = token
+        self._core.position_token = token
 
     def get(
         self,
