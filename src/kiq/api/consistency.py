@@ -22,6 +22,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from kiq import positions
 from kiq.api.errors import BadRequest, Unavailable
@@ -107,26 +108,27 @@ def redo(sources: Iterable[Source], batch: int | None) -> list[int]:
 def unavailable(table: str, partitions: Iterable[int], batch: int) -> Unavailable:
     """No replica of ``partitions`` holds ``batch`` (yet, or any more): ask again."""
     missing = sorted(partitions)
-    error = Unavailable(
-        f"no replica of {table} partition(s) {', '.join(map(str, missing))} holds batch "
-        f"{batch}: ask again in {RETRY_AFTER_S}s",
+    return _retry(
+        f"no replica of {table} partition(s) {', '.join(map(str, missing))} holds batch {batch}",
         batch=batch,
         partitions=missing,
     )
-    error.headers = ((b"retry-after", str(RETRY_AFTER_S).encode()),)
-    return error
 
 
 def behind(table: str, partitions: Iterable[int], at: ReadAt) -> Unavailable:
     """No replica of ``partitions`` has applied what the caller's position names."""
     missing = sorted(partitions)
-    wanted = {p: at.after[p] for p in missing if p in at.after}
-    error = Unavailable(
+    return _retry(
         f"no replica of {table} partition(s) {', '.join(map(str, missing))} has applied the "
-        f"position asked yet: ask again in {RETRY_AFTER_S}s",
+        "position asked yet",
         partitions=missing,
-        after=wanted,
+        after={p: at.after[p] for p in missing if p in at.after},
     )
+
+
+def _retry(why: str, **details: Any) -> Unavailable:
+    """A 503 that says when to ask again (``Retry-After``)."""
+    error = Unavailable(f"{why}: ask again in {RETRY_AFTER_S}s", **details)
     error.headers = ((b"retry-after", str(RETRY_AFTER_S).encode()),)
     return error
 

@@ -73,17 +73,7 @@ class JsonProducer:
     def produce(self, record: Mapping[str, Any], partition: int = -1) -> None:
         """Queue one record (to ``partition``, else the partitioner's choice); waits for room
         when the client's queue is full."""
-        key = record[self.key_field].encode()
-        value = orjson.dumps(record)
-        while True:
-            try:
-                self._producer.produce(self.topic, value, key, partition)
-                break
-            except BufferError:
-                self._producer.poll(0.01)
-        self.produced += 1
-        if self.produced % _POLL_EVERY == 0:
-            self._producer.poll(0)
+        self.produce_raw(record[self.key_field].encode(), orjson.dumps(record), partition)
 
     def produce_raw(self, key: bytes, value: bytes | None, partition: int = -1) -> None:
         """Queue one record as it is (a batch marker, a tombstone); as ``produce``."""
@@ -94,6 +84,8 @@ class JsonProducer:
             except BufferError:
                 self._producer.poll(0.01)
         self.produced += 1
+        if self.produced % _POLL_EVERY == 0:
+            self._producer.poll(0)
 
     def poll(self, timeout_s: float = 0.0) -> int:
         """Serve delivery reports, waiting up to ``timeout_s`` for one; returns how many."""
