@@ -53,6 +53,8 @@ def answers_here(scope: Scope) -> bool:
         return True
     if not path.startswith(_TABLES):
         return False
+    if b"consistent=" in scope.get("query_string", b""):
+        return False  # as of a batch: only the node keeps its replicas' batch markers
     method = scope["method"]
     if method == "GET" and "/keys/" in path and not path.endswith("/watch"):
         return not any(name == _FORWARDED for name, _ in scope["headers"])

@@ -52,3 +52,10 @@ def test_what_needs_the_node_goes_to_it(method, path):
 def test_a_lookup_another_node_forwarded_goes_to_the_node():
     forwarded = scope("GET", "/v1/tables/quotes/keys/AAPL", (b"x-kiq-forwarded", b"n2"))
     assert not answers_here(forwarded)
+
+
+@pytest.mark.parametrize("path", ["multiget", "range", "top", "keys/AAPL/windows"])
+def test_a_read_as_of_a_batch_goes_to_the_node(path):
+    asked = scope("GET", f"/v1/tables/quotes/{path}")
+    assert answers_here(asked)
+    assert not answers_here({**asked, "query_string": b"limit=5&consistent=batch"})
