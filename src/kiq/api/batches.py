@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from kiq.api import consistency
-from kiq.api.consistency import PLAIN, ReadAt, chosen, redo
+from kiq.api.consistency import PLAIN, ReadAt, redo
 from kiq.api.errors import (
     BadRequest,
     InsufficientScope,
@@ -60,6 +60,9 @@ from kiq.tables.windows import split_window_key, window_time
 
 MAX_RANGE_LIMIT = 1000
 MAX_TOP = 1000  # the most keys one top read answers
+# How long a read as of a batch the caller chose waits for a partition to apply it: the
+# tables of one query get their markers together, one is due within a fetch or two.
+PIN_WAIT_S = 1.0
 
 
 def value_json(runtime: TableRuntime, value: bytes) -> Any:
@@ -138,20 +141,30 @@ class Batches:
 
             still = await consistency.waited(at, unanswered, ask)
             unanswered = [p for p in unanswered if p in still or p not in at.after]
-        chosen_batch = chosen(sources) if at.consistent else None
+        chosen_batch = consistency.pinned(at, sources) if at.consistent else None
         again = redo(sources, chosen_batch)
         if chosen_batch is not None and again:
-            redone = {p: by_partition[p] for p in again}
-            for raw in (raw for p in again for raw in redone[p]):
+            as_of = chosen_batch
+            for raw in (raw for p in again for raw in by_partition[p]):
                 values.pop(raw, None)
-            more, refused, resourced = await self.reader.get_many(
-                name, redone, auth, max_lag, chosen_batch, at.after
+            sources = [s for s in sources if s.partition not in again]
+
+            async def ask_as_of(some: list[int]) -> list[int]:
+                asked = {p: by_partition[p] for p in some}
+                more, refused, answered = await self.reader.get_many(
+                    name, asked, auth, max_lag, as_of, at.after
+                )
+                kept = [s for s in answered if s.batch == as_of]
+                for p in {s.partition for s in kept}:
+                    values.update((k, v) for k in asked[p] if (v := more.get(k)) is not None)
+                sources.extend(kept)
+                return [*refused, *(s.partition for s in answered if s.batch != as_of)]
+
+            refused = await consistency.asked_again(
+                await ask_as_of(again), ask_as_of, PIN_WAIT_S if at.batch is not None else 0.0
             )
-            refused = [*refused, *(s.partition for s in resourced if s.batch != chosen_batch)]
             if refused:
                 raise consistency.unavailable(name, refused, chosen_batch)
-            values.update(more)
-            sources = [s for s in sources if s.partition not in redone] + resourced
         found: dict[str, bytes] = {}
         missing: list[str] = []
         nobody = set(unanswered)
@@ -528,23 +541,29 @@ async def _per_partition(
             raise consistency.behind(table, nobody, at)
         raise Unavailable(f"no replica of {table}[{nobody[0]}] could {what}", partition=nobody[0])
     answered = [_sourced(page, p) for p, page in zip(partitions, pages, strict=True) if page]
-    batch = consistency.chosen(page.source for page in answered if page.source is not None)
+    batch = consistency.pinned(at, (page.source for page in answered if page.source))
     again = consistency.redo((page.source for page in answered if page.source), batch)
     if batch is None or not again:
         return answered
-    redone = await asyncio.gather(*(read(p, batch) for p in again))
-    # An answer as of another batch (a node of an older kiq ignores ``batch``) is none.
-    refused = [
-        p
-        for p, page in zip(again, redone, strict=True)
-        if page is None or page.source is None or page.source.batch != batch
-    ]
+    as_of = batch
+    now: dict[int, ScanResult] = {}
+
+    async def ask_as_of(some: list[int]) -> list[int]:
+        redone = await asyncio.gather(*(read(p, as_of) for p in some))
+        # An answer as of another batch (a node of an older kiq ignores ``batch``) is none.
+        now.update(
+            (p, page)
+            for p, page in zip(some, redone, strict=True)
+            if page is not None and page.source is not None and page.source.batch == as_of
+        )
+        return [p for p in some if p not in now]
+
+    refused = await consistency.asked_again(
+        await ask_as_of(again), ask_as_of, PIN_WAIT_S if at.batch is not None else 0.0
+    )
     if refused:
-        raise consistency.unavailable(table, refused, batch)
-    by_partition = {p: _sourced(page, p) for p, page in zip(again, redone, strict=True) if page}
-    return [
-        by_partition.get(page.source.partition, page) if page.source else page for page in answered
-    ]
+        raise consistency.unavailable(table, refused, as_of)
+    return [now.get(page.source.partition, page) if page.source else page for page in answered]
 
 
 def _sourced(page: ScanResult, partition: int) -> ScanResult:

@@ -44,17 +44,27 @@ class ReadAt:
     consistent: bool = False
     after: Mapping[int, int] = field(default_factory=dict)
     wait_ms: int = 0  # how long a partition behind ``after`` is waited for
+    # The batch to answer as of, when the caller chose it: ``Tables`` reads a second table
+    # of the same query as of the batch its first read reflected (``pinned``).
+    batch: int | None = None
 
 
 async def waited(
     at: ReadAt, behind: list[int], ask: Callable[[list[int]], Awaitable[list[int]]]
 ) -> list[int]:
     """The partitions of ``behind`` (none of whose replicas had applied ``at.after``)
-    asked again (``ask``: those still behind) until none is, for up to ``at.wait_ms``:
-    a replica catches up within a fetch or two, so the first tries are soon and later
-    ones back off. What is still behind then."""
-    behind = [p for p in behind if p in at.after]
-    deadline = time.monotonic() + at.wait_ms / 1000
+    asked again (``ask``: those still behind) until none is, for up to ``at.wait_ms``.
+    What is still behind then."""
+    return await asked_again([p for p in behind if p in at.after], ask, at.wait_ms / 1000)
+
+
+async def asked_again(
+    behind: list[int], ask: Callable[[list[int]], Awaitable[list[int]]], wait_s: float
+) -> list[int]:
+    """``behind`` asked again (``ask``: those still behind) until none is, for up to
+    ``wait_s``: a replica catches up within a fetch or two, so the first tries are soon
+    and later ones back off. What is still behind then."""
+    deadline = time.monotonic() + wait_s
     pause = FIRST_PAUSE_S
     while behind and (left := deadline - time.monotonic()) > 0:
         await asyncio.sleep(min(pause, left))
@@ -89,6 +99,11 @@ def read_at(table: str, params: Mapping[str, str], after_header: str | None) -> 
             raise BadRequest(f"wait_ms must be between 0 and {MAX_WAIT_MS}", wait_ms=raw[:20])
         wait_ms = int(raw)
     return ReadAt(level == "batch", after, wait_ms)
+
+
+def pinned(at: ReadAt, sources: Iterable[Source]) -> int | None:
+    """The batch a consistent read answers as of: the caller's, else ``chosen``."""
+    return at.batch if at.batch is not None else chosen(sources)
 
 
 def chosen(sources: Iterable[Source]) -> int | None:

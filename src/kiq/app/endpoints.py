@@ -75,7 +75,7 @@ from kiq.app.results import Many, Page, Read, Served, Windows
 from kiq.app.streams import EventFrames, ServerEvent, Watch
 from kiq.app.targets import resolve
 from kiq.errors import ConfigError
-from kiq.peers import Outcome
+from kiq.peers import Outcome, Source
 from kiq.security import VerifiedCaller, read_scope
 from kiq.tables import TableRuntime
 
@@ -188,6 +188,16 @@ class _Lookup(Reply):
 Order = Literal["asc", "desc"]
 Consistent = Literal["batch"] | None  # what a read across partitions reflects
 
+
+def _writer(runtime: TableRuntime) -> tuple[str, str] | None:
+    """The query that writes ``runtime``'s table with batch markers (pipeline, query), as
+    its catalog declaration says; None for a table declared otherwise, or not at all."""
+    declared = runtime.spec.declared
+    if not declared or not declared.get("consistent") or not declared.get("query"):
+        return None
+    return str(declared.get("pipeline", "")), str(declared["query"])
+
+
 _MAX_COUNT = 2**62  # the largest max_lag or min_offset, as the table API's parameters
 
 
@@ -203,7 +213,16 @@ class Tables:
     ``position``: the request's (``RequestPosition``): a key is read only from a replica
     at or past it, and every read's answer is merged into it."""
 
-    __slots__ = ("_auth", "_auth_on", "_batches", "_caller", "_parker", "_position", "_watches")
+    __slots__ = (
+        "_auth",
+        "_auth_on",
+        "_batches",
+        "_caller",
+        "_parker",
+        "_pins",
+        "_position",
+        "_watches",
+    )
 
     def __init__(
         self,
@@ -222,6 +241,9 @@ class Tables:
         self._caller = caller  # None: no authentication on this node
         self._auth_on = auth_on  # the node checks tokens: no caller is no read (fail closed)
         self._parker = parker  # whom a wait for ``min_offset`` counts against
+        # The batch each consistent query's tables are read as of in this request, once
+        # one of them was: two tables one query writes are read as of the same batch.
+        self._pins: dict[tuple[str, str], int] = {}
 
     def serves(self, table: str) -> bool:
         """Whether this cluster serves ``table``."""
@@ -319,7 +341,23 @@ class Tables:
         after = self._position.of_table(runtime.spec.name)
         if consistent is None and not after:
             return PLAIN
-        return ReadAt(consistent == "batch", after)
+        writer = _writer(runtime) if consistent == "batch" else None
+        pinned = self._pins.get(writer) if writer is not None else None
+        return ReadAt(consistent == "batch", after, batch=pinned)
+
+    def _saw(
+        self, runtime: TableRuntime, consistent: Consistent, sources: list[Source]
+    ) -> tuple[Served, ...]:
+        """What a read across partitions answered: merged into the request's position,
+        and the batch it reflected kept for the other tables its query writes."""
+        served = tuple(Served.of(s) for s in sources)
+        self._position.read(runtime.spec.name, served)
+        if consistent == "batch":
+            writer = _writer(runtime)
+            batches = {s.batch for s in served}
+            if writer is not None and len(batches) == 1 and -1 not in batches:
+                self._pins.setdefault(writer, batches.pop())
+        return served
 
     async def get_many(
         self,
@@ -338,8 +376,7 @@ class Tables:
         found, missing, unavailable, sources = await self._batches.get_many(
             runtime, list(keys), self._auth, max_lag, self._at(runtime, consistent)
         )
-        served = tuple(Served.of(s) for s in sources)
-        self._position.read(runtime.spec.name, served)
+        served = self._saw(runtime, consistent, sources)
         return Many(runtime, found, missing, unavailable, served)
 
     async def range(
@@ -380,8 +417,7 @@ class Tables:
             max_lag=max_lag,
             at=self._at(runtime, consistent),
         )
-        served = tuple(Served.of(s) for s in sources)
-        self._position.read(runtime.spec.name, served)
+        served = self._saw(runtime, consistent, sources)
         return Page(
             runtime,
             [(k.decode(), v) for k, v in items],
@@ -420,8 +456,7 @@ class Tables:
         items, sources = await self._batches.top(
             runtime, n, raw_prefix, self._auth, max_lag, start, self._at(runtime, consistent)
         )
-        served = tuple(Served.of(s) for s in sources)
-        self._position.read(runtime.spec.name, served)
+        served = self._saw(runtime, consistent, sources)
         return Page(runtime, [(k.decode(), v) for k, v in items], None, served)
 
     async def windows(
@@ -458,8 +493,7 @@ class Tables:
             max_lag,
             self._at(runtime, consistent),
         )
-        served = tuple(Served.of(s) for s in sources)
-        self._position.read(runtime.spec.name, served)
+        served = self._saw(runtime, consistent, sources)
         return Windows(
             runtime,
             [(k.decode(), v) for k, v in items],

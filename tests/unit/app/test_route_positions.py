@@ -175,3 +175,74 @@ def test_tables_reads_as_of_a_batch_and_within_the_requests_position(tmp_path: P
         assert every == len(CUSTOMERS) and bounded == len(CUSTOMERS) - len(behind)
     finally:
         made.node.stop()
+
+
+async def two_tables(request: Request) -> Reply:
+    """Reads two tables one query writes, each as of a batch: the same one."""
+    customers = await request.tables.get_many("customers", list(CUSTOMERS), consistent="batch")
+    orders = await request.tables.range("orders", limit=1000, consistent="batch")
+    return json_reply({"customers": customers.batch, "orders": orders.batch})
+
+
+def test_two_tables_of_one_query_are_read_as_of_the_same_batch(tmp_path: Path) -> None:
+    import dataclasses
+    import time
+
+    cluster = Cluster()
+    cluster.join("n1", "http://n1.test")
+    for topic in ("customers", "orders"):
+        cluster.assign("n1", [(topic, p) for p in range(PARTITIONS)])
+    made = start_node(
+        tmp_path,
+        cluster,
+        TABLES,
+        "n1",
+        endpoints=[lambda app: app.get("/v1/both", two_tables)],
+        standby_replicas=0,
+    )
+    try:
+        wait_until(serving(made.node, ReplicaState.ACTIVE), what="active replicas")
+        one_query = {"consistent": True, "pipeline": "shop", "query": "q"}
+        for name in ("customers", "orders"):
+            runtime = made.node.tables[name]
+            declared = dataclasses.replace(runtime.spec, declared=one_query)
+            made.node.tables[name] = made.node.current[name] = dataclasses.replace(
+                runtime, spec=declared
+            )
+        now = time.monotonic()
+        for name in ("customers", "orders"):
+            for p in range(PARTITIONS):
+                replica = made.node.replica(name, p)
+                assert replica is not None
+                replica.batches.mark(7, replica.applied_offset, now)
+                if name == "orders":  # orders applied batch 8 already; customers not yet
+                    replica.batches.mark(8, replica.applied_offset, now)
+        answer = ask(made, "GET", "/v1/both")
+        assert answer.status == 200, answer.body
+        assert answer.json() == {"customers": 7, "orders": 7}
+        # Declared by two queries, each table is read as of its own newest batch.
+        for name, query in (("customers", "q1"), ("orders", "q2")):
+            runtime = made.node.tables[name]
+            other = dataclasses.replace(runtime.spec, declared={**one_query, "query": query})
+            made.node.tables[name] = made.node.current[name] = dataclasses.replace(
+                runtime, spec=other
+            )
+        assert ask(made, "GET", "/v1/both").json() == {"customers": 7, "orders": 8}
+        # One query again, customers a batch ahead that orders never gets: asked again for
+        # a second, then a 503 to retry, never orders as of another batch.
+        for name in ("customers", "orders"):
+            runtime = made.node.tables[name]
+            same = dataclasses.replace(runtime.spec, declared=one_query)
+            made.node.tables[name] = made.node.current[name] = dataclasses.replace(
+                runtime, spec=same
+            )
+        for p in range(PARTITIONS):
+            replica = made.node.replica("customers", p)
+            assert replica is not None
+            replica.batches.mark(9, replica.applied_offset, time.monotonic())
+        started = time.monotonic()
+        refused = ask(made, "GET", "/v1/both")
+        assert refused.status == 503 and refused.headers["retry-after"] == "1", refused.body
+        assert 0.9 < time.monotonic() - started < 5
+    finally:
+        made.node.stop()
