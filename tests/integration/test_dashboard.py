@@ -145,8 +145,12 @@ async def _check_page(url: str, meta: dict, queries: list[dict], tmp: Path) -> N
             30,
             "stock prices on the board",
         )
-        mode = await page.evaluate("document.getElementById('board-mode').textContent")
-        assert mode.startswith(("live", "polling")), mode
+        # The stream opens after the first prices are shown: until then the mode says so.
+        await page.wait_for(
+            "/^(live|polling)/.test(document.getElementById('board-mode').textContent)",
+            15,
+            "the board's mode: live or polling",
+        )
         problem = await page.evaluate("document.getElementById('problem').hidden")
         assert problem, await page.evaluate("document.getElementById('problem').textContent")
         await page.screenshot(tmp / "dashboard.png")

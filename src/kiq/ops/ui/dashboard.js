@@ -233,6 +233,7 @@ async function startBoard() {
   await quotesOnce(query); // the stream says what changes from now on
   if (!state.token && window.EventSource) {
     let heard = false;
+    setMode("connecting to the stream…");
     const source = new EventSource(`/v1/stocks/stream?symbols=${query}`);
     source.addEventListener("quote", (event) => {
       heard = true;
