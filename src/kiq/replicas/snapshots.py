@@ -134,6 +134,23 @@ class BatchView:
     def rank_by(self) -> str | None:
         return self._store.rank_by
 
+    @property
+    def index(self) -> tuple[str, ...]:
+        return self._store.index
+
+    def index_scan(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        limit: int = 1000,
+        reverse: bool = False,
+    ) -> list[tuple[bytes, bytes, bytes, int]]:
+        return []  # not yet read as of a batch
+
+    def index_count(self, field: str, start: bytes | None = None, end: bytes | None = None) -> int:
+        return 0
+
     def applied_offset(self) -> int:
         return self._chain[0].offset
 

@@ -68,6 +68,28 @@ class ReadOnlyStore(Protocol):
         """The field the store ranks its keys by; None: it keeps no rank order."""
         ...
 
+    @property
+    def index(self) -> tuple[str, ...]:
+        """The value fields the store keeps an index of (``stores/index.py``); () for none."""
+        ...
+
+    def index_scan(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        limit: int = 1000,
+        reverse: bool = False,
+    ) -> list[tuple[bytes, bytes, bytes, int]]:
+        """(entry, key, value, offset) of the index entries of ``field`` in [start, end) in
+        entry byte order (descending when ``reverse``), at most ``limit``; an entry is
+        ``encode_value(value's field) + key``. ``[]`` when ``field`` is not indexed."""
+        ...
+
+    def index_count(self, field: str, start: bytes | None = None, end: bytes | None = None) -> int:
+        """How many entries of ``field``'s index are in [start, end); 0 when not indexed."""
+        ...
+
     def applied_offset(self) -> int:
         """The last Kafka offset applied, or -1 when nothing has been."""
         ...
@@ -117,6 +139,29 @@ class PartitionStore(abc.ABC):
     def rank_by(self) -> str | None:
         """The numeric JSON field the store keeps its keys ordered by; None: unranked."""
         return None
+
+    @property
+    def index(self) -> tuple[str, ...]:
+        """The value fields the store keeps an index of (``stores/index.py``); () for none.
+        Each is kept in the same atomic write as the values, like the rank order."""
+        return ()
+
+    def index_scan(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        limit: int = 1000,
+        reverse: bool = False,
+    ) -> list[tuple[bytes, bytes, bytes, int]]:
+        """(entry, key, value, offset) of ``field``'s index entries in [start, end) in entry
+        byte order (descending when ``reverse``), at most ``limit``; ``[]`` when ``field``
+        is not indexed. One moment's answer: no write's half is seen."""
+        return []
+
+    def index_count(self, field: str, start: bytes | None = None, end: bytes | None = None) -> int:
+        """How many entries of ``field``'s index are in [start, end); 0 when not indexed."""
+        return 0
 
     @abc.abstractmethod
     def count(self) -> int:
