@@ -3,8 +3,10 @@
 POST /v1/bookings                       {"customer", "trip", "booked_at"} → 202, where it went
 GET  /v1/customers/{customer}/bookings  ?from=T1&to=T2 (ISO 8601 UTC, any precision; T2
                                         excluded) → {"customer", "bookings": [...], "next_cursor"}
+GET  /v1/trips/{trip}/bookings          ?cursor= → {"trip", "bookings": [...], "next_cursor"}
 
-A customer's bookings are one range of ``bookings-by-time``, in the customer's partition.
+A customer's bookings are one range of ``bookings-by-time``, in the customer's partition;
+a trip's are its index on ``trip``, across every partition, by customer then time.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ SEP = "|"
 def routes(app: Routes) -> None:
     app.post("/v1/bookings", post_booking)
     app.get("/v1/customers/{customer}/bookings", bookings)
+    app.get("/v1/trips/{trip}/bookings", trip_bookings)
 
 
 async def post_booking(request: Request) -> Reply:
@@ -49,3 +52,15 @@ async def bookings(request: Request) -> Reply:
     return json_reply(
         {"customer": customer, "bookings": page.fragments(), "next_cursor": page.next_cursor}
     )
+
+
+async def trip_bookings(request: Request) -> Reply:
+    trip = request.path_params["trip"]
+    page = await request.tables.by(
+        BY_TIME,
+        "trip",
+        trip,
+        cursor=request.query.get("cursor"),
+        limit=request.int_param("limit", 1, 1000) or 100,
+    )
+    return json_reply({"trip": trip, "bookings": page.fragments(), "next_cursor": page.next_cursor})

@@ -12,7 +12,9 @@ Two tables:
   key of a customer sits in the customer's partition: a customer's bookings between two
   times are one range scan (``GET /v1/tables/bookings-by-time/range?from=C|T1&to=C|T2``).
   As in the seed, a customer books at most once per millisecond (a second booking in
-  the same millisecond replaces the first).
+  the same millisecond replaces the first). It is indexed by ``trip``: a trip's bookings,
+  across every customer and partition, are one index query
+  (``GET /v1/tables/bookings-by-time/by/trip/BER-MUC``).
 """
 
 from __future__ import annotations
@@ -39,4 +41,4 @@ def build(ctx: Context) -> None:
         key="customer",
     )
 
-    ctx.write_table("bookings-by-time", bookings, key=("customer", "booked_at"))
+    ctx.write_table("bookings-by-time", bookings, key=("customer", "booked_at"), index=["trip"])

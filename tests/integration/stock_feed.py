@@ -128,6 +128,20 @@ def served_top(url: str) -> tuple[str, list[dict]]:
     return resp.json()["date"], resp.json()["stocks"]
 
 
+def served_screen(url: str, exchange: str, min_volume: float) -> list[dict]:
+    """Today's symbols quoted on ``exchange`` with at least ``min_volume`` traded, through
+    the stock API's screen, three a page."""
+    stocks: list[dict] = []
+    params = {"exchange": exchange, "min_volume": str(min_volume), "limit": "3"}
+    while True:
+        resp = httpx.get(f"{url}/v1/stocks", params=params, timeout=30)
+        assert resp.status_code == 200, resp.text
+        stocks.extend(resp.json()["stocks"])
+        if resp.json()["next_cursor"] is None:
+            return stocks
+        params["cursor"] = resp.json()["next_cursor"]
+
+
 def served_state(url: str, symbols: list[str]) -> tuple[dict, dict]:
     """Quotes as a batch and one by one (every node owns some symbols and forwards the rest),
     and bars: a symbol whose single quote differs from its batch quote shows as missing."""
@@ -175,6 +189,14 @@ def wait_for_reference(cluster: Cluster, log: TickLog, timeout_s: float = 420) -
             expected_top = ref.top_by_volume(log.valid, date, TOP_N)
             if len(expected_top) < TOP_N or not ref.same(expected_top, top):
                 last_diff = f"{node.node_id} top of {date}: {expected_top} != {top}"
+                all_equal = False
+                break
+            # The screen (the day statistics' index on volume), from half the top's last.
+            exchange, floor = StockTopics().exchanges[0], expected_top[-1]["volume"] / 2
+            expected_screen = ref.screen(log.valid, date, exchange, floor)
+            screened = served_screen(node.url, exchange, floor)
+            if len(expected_screen) < TOP_N or not ref.same(expected_screen, screened):
+                last_diff = f"{node.node_id} screen: {expected_screen} != {screened}"
                 all_equal = False
                 break
         if all_equal:

@@ -206,7 +206,7 @@ def test_freshness_measures_probes_in_real_time_mode():
     assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
 
 
-def test_tables_measures_rank_ttl_top_and_windows():
+def test_tables_measures_rank_index_ttl_top_windows_and_equalities():
     from kiq.bench.tables import TablesConfig, run_tables
 
     cfg = TablesConfig(keys=3_000, entities=30, windows=20, requests=60, concurrency=4, ttl_s=2)
@@ -222,7 +222,11 @@ def test_tables_measures_rank_ttl_top_and_windows():
             "top10_p50_ms",
             "windows_p50_ms",
             "top10_p50_vs_lookup",
+            "restore_indexed_vs_plain",
+            "by_equal_p99_ms",
+            "by_equal_p99_vs_lookup",
         ],
     )
     assert result["expiry_keys"] == cfg.keys
     assert result["lookup_errors"] == result["top10_errors"] == result["windows_errors"] == 0
+    assert result["by_equal_errors"] == 0

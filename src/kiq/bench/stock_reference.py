@@ -123,6 +123,23 @@ def top_by_volume(ticks: list[Tick], date: str, n: int) -> list[dict[str, Any]]:
     return sorted(days, key=lambda s: (-s["volume"], f"{s['symbol']}|"))[:n]
 
 
+def screen(
+    ticks: list[Tick], date: str, exchange: str | None, min_volume: float
+) -> list[dict[str, Any]]:
+    """The day statistics of ``date`` with a volume of at least ``min_volume``, of symbols
+    quoted on ``exchange`` (any when None), most volume first, ties by key descending (the
+    index's order read from its end), as ``/v1/stocks?exchange=&min_volume=`` answers."""
+    quoted = quotes(ticks)
+    days = [
+        stats
+        for (symbol, d), stats in day_stats(ticks).items()
+        if d == date
+        and stats["volume"] >= min_volume
+        and (exchange is None or exchange in quoted.get(symbol, {}).get("exchanges", {}))
+    ]
+    return sorted(days, key=lambda s: (s["volume"], f"{s['symbol']}|"), reverse=True)
+
+
 def same(expected: Any, actual: Any, rel: float = 1e-9) -> bool:
     """Equal, with floats compared to a relative tolerance (sums in another order)."""
     if isinstance(expected, float) or isinstance(actual, float):

@@ -2,6 +2,8 @@
 
 GET /v1/stocks/{symbol}            the quote: per-exchange quotes, best bid/ask, last, day
 GET /v1/stocks?symbols=A,B,...     many quotes at once (up to 500)
+GET /v1/stocks?exchange=X&min_volume=N  today's symbols with at least N traded, most first,
+                                   quoted on X (the day statistics' index on ``volume``)
 GET /v1/stocks/{symbol}/bars       one-minute bars in time order (?from=&to=, ISO 8601)
 GET /v1/stocks/top?by=volume&n=10  the most traded symbols today (UTC)
 GET /v1/stocks/{symbol}/stream     the quote, then each change of it (Server-Sent Events)
@@ -13,7 +15,8 @@ statistics ranked by ``volume``). A quote is a table lookup, with the same routi
 fallbacks and headers; the quote's ``day`` is added then, from ``stock-day-stats``: the
 statistics of the UTC date of its last trade. Bars are one symbol's windows
 (``Tables.windows``); the top is the ranked day statistics within today's window
-(``Tables.top(..., window=)``). The pipeline
+(``Tables.top(..., window=)``); the screen reads the day statistics' index on ``volume``
+(``Tables.by``), highest first, and keeps today's. The pipeline
 could write them into the quote only by reading its own day statistics back, which
 doubled the partitions each batch reads and the time a tick takes to be seen; here
 they are one more lookup, in the quote's own partition.
@@ -22,6 +25,7 @@ they are one more lookup, in the quote's own partition.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -49,8 +53,10 @@ BARS = "stock-bars-1m"
 MAX_SYMBOLS = 500
 MAX_STREAM_SYMBOLS = 100
 MAX_TOP = 1000
+SCREEN_READS = 8  # index pages one screen request reads at most
 TOP_BY = ("volume",)  # what the day statistics are ranked by (the pipeline's rank_by)
 _SYMBOL = re.compile(r"[A-Z0-9.-]{1,12}")
+_EXCHANGE = re.compile(r"[A-Za-z0-9_-]{1,20}")
 
 
 def routes(app: Routes) -> None:
@@ -123,26 +129,53 @@ NO_SYMBOL_DOC = {
 QUOTES_DOC = {
     "summary": f"Many quotes at once (up to {MAX_SYMBOLS})",
     "tags": ["stocks"],
+    "description": "With exchange and/or min_volume instead of symbols: today's (UTC) symbols "
+    "with at least min_volume traded, most first, quoted on exchange when given "
+    '({"date", "exchange", "min_volume", "stocks": [day statistics], "next_cursor"}), '
+    "read through the day statistics' index on volume.",
     "parameters": [
         {
             "name": "symbols",
             "in": "query",
-            "required": True,
             "description": "AAPL,MSFT,...",
             "schema": _TEXT,
-        }
+        },
+        *(
+            {"name": name, "in": "query", "description": text, "schema": schema}
+            for name, text, schema in [
+                ("exchange", "the screen: only symbols quoted on this exchange", _TEXT),
+                ("min_volume", "the screen: today's volume at least this", _NUMBER),
+                ("limit", f"the screen: stocks per page [100], at most {MAX_SYMBOLS}", _NUMBER),
+                ("cursor", "the screen: next_cursor of the previous page", _TEXT),
+            ]
+        ),
     ],
     "responses": {
         "200": _ok(
-            "the quotes found, and the symbols not",
+            "the quotes found, and the symbols not; or the screen's page",
             {
-                "type": "object",
-                "required": ["quotes", "missing"],
-                "properties": {
-                    "quotes": {"type": "object", "additionalProperties": _QUOTE},
-                    "missing": {"type": "array", "items": _TEXT},
-                    "unavailable": {"type": "array", "items": _TEXT},
-                },
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "required": ["quotes", "missing"],
+                        "properties": {
+                            "quotes": {"type": "object", "additionalProperties": _QUOTE},
+                            "missing": {"type": "array", "items": _TEXT},
+                            "unavailable": {"type": "array", "items": _TEXT},
+                        },
+                    },
+                    {
+                        "type": "object",
+                        "required": ["date", "stocks", "next_cursor"],
+                        "properties": {
+                            "date": _TEXT,
+                            "exchange": {"type": ["string", "null"]},
+                            "min_volume": _NUMBER,
+                            "stocks": {"type": "array", "items": {"type": "object"}},
+                            "next_cursor": {"type": ["string", "null"]},
+                        },
+                    },
+                ]
             },
         )
     }
@@ -312,9 +345,12 @@ async def quote(request: Request) -> Reply:
 async def quotes(request: Request) -> Reply:
     tables = request.tables
     _served(tables, QUOTES)
-    raw = [s for s in request.query.get("symbols", "").split(",") if s.strip()]
+    params = request.query
+    if "symbols" not in params and ("exchange" in params or "min_volume" in params):
+        return await screen(request)
+    raw = [s for s in params.get("symbols", "").split(",") if s.strip()]
     if not raw:
-        raise BadRequest("give symbols=AAPL,MSFT,...")
+        raise BadRequest("give symbols=AAPL,MSFT,... (or exchange=X&min_volume=N)")
     if len(raw) > MAX_SYMBOLS:
         raise BadRequest(f"at most {MAX_SYMBOLS} symbols", count=len(raw))
     symbols = list(dict.fromkeys(symbol_of(s) for s in raw))
@@ -325,6 +361,53 @@ async def quotes(request: Request) -> Reply:
     if many.unavailable:
         out["unavailable"] = many.unavailable
     return json_reply(out)
+
+
+async def screen(request: Request) -> Reply:
+    """Today's (UTC) symbols with a volume of at least ``min_volume``, most traded first,
+    and only those quoted on ``exchange`` when given: the day statistics' index on
+    ``volume`` read from the top down, today's kept, a page of ``limit`` at a time
+    (``next_cursor`` goes on). At most ``SCREEN_READS`` index pages are read per request,
+    so a page may come back short with a cursor to go on from."""
+    tables = request.tables
+    _served(tables, DAY_STATS)
+    params = request.query
+    exchange = params.get("exchange") or None
+    if exchange is not None and not _EXCHANGE.fullmatch(exchange):
+        raise BadRequest("exchange is an exchange's name, such as NYSE", exchange=exchange[:40])
+    try:
+        min_volume = float(params.get("min_volume") or 0)
+    except ValueError:
+        min_volume = math.nan
+    if not math.isfinite(min_volume):
+        raise BadRequest("min_volume must be a number", min_volume=params["min_volume"][:40])
+    limit = request.int_param("limit", 1, MAX_SYMBOLS) or 100
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    cursor = params.get("cursor")
+    found: list[dict[str, Any]] = []
+    for _ in range(SCREEN_READS):
+        wanted = limit - len(found)  # never more than the page holds: the cursor goes on
+        page = await tables.by(
+            DAY_STATS, "volume", low=min_volume, order="desc", limit=wanted, cursor=cursor
+        )
+        days = [d for d in page.parsed() if isinstance(d, dict) and d.get("date") == today]
+        if days and exchange is not None:
+            many = await tables.get_many(QUOTES, [d["symbol"] for d in days])
+            quoted = many.parsed()
+            days = [d for d in days if exchange in quoted.get(d["symbol"], {}).get("exchanges", {})]
+        found.extend(days)
+        cursor = page.next_cursor
+        if cursor is None or len(found) >= limit:
+            break
+    return json_reply(
+        {
+            "date": today,
+            "exchange": exchange,
+            "min_volume": min_volume,
+            "stocks": found,
+            "next_cursor": cursor,
+        }
+    )
 
 
 async def add_days(quotes: Iterable[dict[str, Any]], tables: Tables) -> None:

@@ -111,6 +111,7 @@ def build(ctx: Context, topics: StockTopics = StockTopics()) -> None:
         window={days: "window", bars: "window"},
         retention={days: DAY_RETENTION, bars: BAR_RETENTION},
         rank_by={days: "volume"},
+        index={days: ["volume"]},  # GET /v1/stocks?min_volume=N: a range of it
         partition="partition",
         query=TABLES_QUERY,
     )
