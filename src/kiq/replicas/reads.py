@@ -32,6 +32,8 @@ from kiq.stores.base import ReadOnlyStore, prefix_end
 Row = tuple[bytes, bytes]
 # (key, value, offset of the record that wrote it): a store's entry
 Entry = tuple[bytes, bytes, int]
+# (index entry, key, value): a row found by a secondary index (``stores/index.py``)
+Found = tuple[bytes, bytes, bytes]
 # (key, value or None when absent, offset): one key's change for a watch
 Changed = tuple[bytes, bytes | None, int]
 
@@ -124,6 +126,35 @@ def top(
         if len(page) < asked or len(rows) >= n:
             return rows[:n]
         asked *= 2
+
+
+def by_index(
+    replica: Readable,
+    field: str,
+    start: bytes | None,
+    end: bytes | None,
+    limit: int,
+    reverse: bool = False,
+) -> list[Found]:
+    """Up to ``limit`` (entry, key, value) of ``field``'s index entries in [start, end), in
+    entry order (descending when ``reverse``); ``[]`` when the store has no such index.
+    Asked again past the last entry read while aged keys take places, so a page shorter
+    than ``limit`` still means the range ended."""
+    store, aging = replica.store, replica.aging
+    if limit <= 0:
+        return []
+    if aging is None:
+        return [(e, k, v) for e, k, v, _ in store.index_scan(field, start, end, limit, reverse)]
+    rows: list[Found] = []
+    while True:
+        page = store.index_scan(field, start, end, limit, reverse)
+        rows.extend((e, k, v) for e, k, v, offset in page if not aging.expired(k, offset))
+        if len(page) < limit or len(rows) >= limit:
+            return rows[:limit]
+        if reverse:
+            end = page[-1][0]
+        else:
+            start = page[-1][0] + b"\x00"
 
 
 def under(replica: ReadOnlyReplica, prefix: bytes) -> tuple[list[Entry], bool]:

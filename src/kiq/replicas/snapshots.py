@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kiq.stores.base import Change, ReadOnlyStore
+from kiq.stores.index import extractor_of
 from kiq.stores.rank import score_of, starts_window
 
 KEEP_S = 10.0
@@ -146,10 +147,57 @@ class BatchView:
         limit: int = 1000,
         reverse: bool = False,
     ) -> list[tuple[bytes, bytes, bytes, int]]:
-        return []  # not yet read as of a batch
+        """As ``top``: the store's entries less the keys written since the marker, plus
+        those keys' entries as of it (their values then, encoded again), in order."""
+        if limit <= 0 or field not in self._store.index:
+            return []
+        extra = len(self._changed(None, None))
+        while True:
+            asked = limit + extra
+            rows = self._store.index_scan(field, start, end, asked, reverse)
+            changed = self._changed(None, None)  # after the store's read
+            if len(changed) <= extra or len(rows) < asked:
+                break
+            extra = len(changed)  # written meanwhile: read enough to step over them
+        merged = [row for row in rows if row[1] not in changed]
+        for key, entry, value, offset in self._entries_then(field, changed, start, end):
+            merged.append((entry, key, value, offset))
+        # At least ``limit`` of the store's entries are not changed keys' (or it has no
+        # more): whatever it holds past the last one read is past this page too.
+        merged.sort(key=lambda row: row[0], reverse=reverse)
+        return merged[:limit]
 
     def index_count(self, field: str, start: bytes | None = None, end: bytes | None = None) -> int:
-        return 0
+        """The store's count, less the changed keys' entries now in [start, end), plus
+        their entries as of the marker there. Exact unless a key is written again while
+        counting (then off by that key)."""
+        if field not in self._store.index:
+            return 0
+        counted = self._store.index_count(field, start, end)
+        changed = self._changed(None, None)  # after the store's count
+        extract = extractor_of((field,))
+        for key in changed:
+            now = self._store.get(key)  # unaged, as the count: the view's readers age
+            entry = None if now is None else extract(now[0])[0]
+            if entry is not None and _within(entry + key, start, end):
+                counted -= 1
+        return counted + sum(1 for _ in self._entries_then(field, changed, start, end))
+
+    @staticmethod
+    def _entries_then(
+        field: str, changed: dict[bytes, Entry], start: bytes | None, end: bytes | None
+    ) -> list[tuple[bytes, bytes, bytes, int]]:
+        """(key, index entry, value, offset) of each changed key that had an entry of
+        ``field`` in [start, end) as of the marker."""
+        extract = extractor_of((field,))
+        out: list[tuple[bytes, bytes, bytes, int]] = []
+        for key, then in changed.items():
+            if then is None:
+                continue
+            encoded = extract(then[0])[0]
+            if encoded is not None and _within(encoded + key, start, end):
+                out.append((key, encoded + key, then[0], then[1]))
+        return out
 
     def applied_offset(self) -> int:
         return self._chain[0].offset
@@ -232,3 +280,7 @@ class BatchView:
                 ranked.append((score + key, key, entry[0], entry[1]))
         ranked.sort()  # rank order, as ``scan``'s page: enough of the store's were read
         return [(key, value, offset) for _, key, value, offset in ranked[:n]]
+
+
+def _within(entry: bytes, start: bytes | None, end: bytes | None) -> bool:
+    return (start is None or entry >= start) and (end is None or entry < end)

@@ -56,21 +56,23 @@ def open_partition_store(
     partition: int,
     budget: MemoryBudget,
     rank_by: str | None = None,
+    index: tuple[str, ...] = (),
 ) -> PartitionStore:
     """Open (creating if needed) the store of one table partition.
 
     RocksDB data goes to ``data_dir/tables/<table>/<partition>``, its memory counted
     in ``budget``, the node's. ``rank_by``: the table's rank field (``TableSpec.rank_by``),
-    whose order the store keeps for ``top``.
+    whose order the store keeps for ``top``. ``index``: the table's indexed value fields
+    (``TableSpec.index``' names), whose entries it keeps for ``index_scan``.
     """
     if kind == "rocksdb":
         path = table_dir(data_dir, table)
         private_dir(data_dir)
         private_dir(path.parent, own=True)
         private_dir(path, own=True)
-        return RocksDBPartitionStore(path / str(partition), budget, rank_by)
+        return RocksDBPartitionStore(path / str(partition), budget, rank_by, index)
     if kind == "memory":
-        return MemoryPartitionStore(rank_by)
+        return MemoryPartitionStore(rank_by, index)
     raise ConfigError(f"unknown store kind {kind!r}: use one of {', '.join(_KINDS)}")
 
 

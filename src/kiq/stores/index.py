@@ -16,6 +16,7 @@ Numbers sort before texts.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Sequence
@@ -29,6 +30,8 @@ from kiq.stores.base import prefix_end
 MAX_TEXT = 512
 
 IndexKind = Literal["text", "number"]
+# Characters a text may have to be indexed without measuring its UTF-8 (4 bytes at most each).
+_SHORT_TEXT = MAX_TEXT // 4
 
 _NUMBER = b"\x02"
 _TEXT = b"\x03"
@@ -122,12 +125,25 @@ class Extractor:
             doc = self._decoder.decode(value)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return [None] * len(self.fields)
-        return [_encoded(v) for v in msgspec.structs.astuple(doc)]
+        # A short text (the common case) inline: a call per field costs as much as the decode.
+        return [
+            _TEXT + v.encode().replace(b"\x00", _ESCAPE) + _END_TEXT
+            if type(v) is str and len(v) <= _SHORT_TEXT
+            else _encoded(v)
+            for v in msgspec.structs.astuple(doc)
+        ]
+
+
+@functools.lru_cache(maxsize=256)
+def extractor_of(fields: tuple[str, ...]) -> Extractor:
+    """One ``Extractor`` per tuple of fields, for readers that re-encode values as they go
+    (building one defines a msgspec struct: tens of µs)."""
+    return Extractor(fields)
 
 
 def _encoded(found: Any) -> bytes | None:
     if isinstance(found, str):
-        short = len(found) <= MAX_TEXT // 4 or len(found.encode()) <= MAX_TEXT
+        short = len(found) <= _SHORT_TEXT or len(found.encode()) <= MAX_TEXT
         return encode_text(found) if short else None
     if isinstance(found, bool) or not isinstance(found, int | float):
         return None

@@ -11,6 +11,14 @@ its encoded score) and ``kiq-rank`` (score + key → empty), whose byte order is
 order ``top`` reads. The meta family records which field the index ranks by; a store
 opened with another field (or a store that was unranked) rebuilds its index from the
 data before it opens, and one opened unranked drops the index. ``get`` never touches it.
+
+A store with secondary indexes (``index``: value fields, ``stores/index.py``) has two more
+families for all its indexed fields together, written in that same WriteBatch too:
+``kiq-index`` (field number + ``encode_value(value's field)`` + key → empty; the field
+number is the field's position in the declared tuple, one byte) and ``kiq-index-of``
+(key → its current entries, one per field, msgpack), so a write knows which entries to
+remove with one multi-get per batch and no parsing of the old value. The meta family
+records the declared fields; a store opened with others rebuilds its index (or drops it).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from rocksdict import (
     BlockBasedOptions,
     DbClosedError,
@@ -36,8 +45,9 @@ from rocksdict import (
 )
 
 from kiq.errors import StoreClosedError
-from kiq.stores.base import Change, PartitionStore
+from kiq.stores.base import Change, PartitionStore, prefix_end
 from kiq.stores.budget import MemoryBudget
+from kiq.stores.index import Extractor, key_of
 from kiq.stores.rank import SCORE_SIZE, score_of, starts_window
 
 log = logging.getLogger(__name__)
@@ -50,6 +60,15 @@ _SCORE_CF = "kiq-rank-score"
 _RANK_CF = "kiq-rank"
 _RANK_FAMILIES = (_SCORE_CF, _RANK_CF)
 _RANK_BY_KEY = b"rank-by"
+# A store's secondary indexes (see the module's docstring), and their fields (in meta).
+_INDEX_CF = "kiq-index"
+_INDEX_OF_CF = "kiq-index-of"
+_INDEX_FAMILIES = (_INDEX_CF, _INDEX_OF_CF)
+_INDEX_KEY = b"index"
+# A key's entries in ``kiq-index-of``: one per indexed field, None where it has none.
+_ENTRIES_ENCODER = msgspec.msgpack.Encoder()
+_ENTRIES_DECODER = msgspec.msgpack.Decoder(list[bytes | None])
+_FIELDS_DECODER = msgspec.json.Decoder(list[str])
 # Keys per WriteBatch when an index is rebuilt at open.
 _REINDEX_BATCH = 10_000
 # Reads of the rank order without the writer's lock before one under it (see ``top``).
@@ -118,19 +137,35 @@ class RocksDBPartitionStore(PartitionStore):
     Its block cache and memtables count in ``budget``, shared with the node's other stores.
     """
 
-    def __init__(self, path: Path, budget: MemoryBudget, rank_by: str | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        budget: MemoryBudget,
+        rank_by: str | None = None,
+        index: Sequence[str] = (),
+    ) -> None:
         self._path = path
         self._budget = budget
         self._lock = threading.Lock()  # serializes the writer's calls with close()
         self._closed = False
         self._rank_by = rank_by
-        # Odd while a write of a ranked store is under way: ``top`` reads without the lock
-        # and keeps what it read only if no write began or ended meanwhile (a seqlock).
+        self._index = tuple(index)
+        # Each indexed field's number: its entries in ``kiq-index`` start with it.
+        self._positions = {field: i for i, field in enumerate(self._index)}
+        self._extract = Extractor(self._index) if self._index else None
+        # Odd while a write of a ranked or indexed store is under way: ``top`` and
+        # ``index_scan`` read without the lock and keep what they read only if no write
+        # began or ended meanwhile (a seqlock).
         self._rank_seq = 0
         families = {_META_CF: _options(budget, _MIB)}
-        indexed = rank_by is not None or _has_rank_families(path)
+        present = _families_of(path)
+        indexed = rank_by is not None or _RANK_CF in present
         if indexed:
             families.update({name: _options(budget, 4 * _MIB) for name in _RANK_FAMILIES})
+        with_index = bool(self._index) or _INDEX_CF in present
+        self._index_families_open = False  # True only in a secondary: its primary's
+        if with_index:
+            families.update({name: _options(budget, 4 * _MIB) for name in _INDEX_FAMILIES})
         self._db = Rdict(str(path), _options(budget), column_families=families)
         write_opts = WriteOptions()
         write_opts.sync = False  # WAL on, no fsync per batch: Kafka can replay the tail
@@ -138,16 +173,42 @@ class RocksDBPartitionStore(PartitionStore):
         meta = self._db.get_column_family(_META_CF)
         raw = meta.get(_APPLIED_KEY)
         ranked_by = meta.get(_RANK_BY_KEY)
+        fields = meta.get(_INDEX_KEY)
         del meta  # a family handle keeps the DB open; close() must be the last owner
         self._applied = -1 if raw is None else _OFFSET.unpack(raw)[0]
-        if indexed and (ranked_by is None or ranked_by.decode() != rank_by):
-            try:
+        try:
+            if indexed and (ranked_by is None or ranked_by.decode() != rank_by):
                 self._reindex()
-            except BaseException:
-                self._db.close()
-                raise
+            if with_index and (fields is None or _decode_fields(fields) != self._index):
+                self._rebuild_index()
+        except BaseException:
+            self._db.close()
+            raise
+        self._open_families()
         self._hot: dict[bytes, tuple[bytes, int]] = {}
         self._generation = 0  # bumped by every write, under the lock
+
+    def _open_families(self) -> None:
+        """Keeps a handle of each column family for the store's life: dropping a family's
+        Rdict costs milliseconds (about 2 ms once the family holds writes), which every
+        write or ``top`` paid when it opened one of its own."""
+        db = self._db
+        names = [_META_CF, *(_RANK_FAMILIES if self._rank_by else ())]
+        names.extend(_INDEX_FAMILIES if self._index or self._index_families_open else ())
+        self._families: dict[str, Rdict] = {name: db.get_column_family(name) for name in names}
+        self._handles: dict[str, Any] = {name: db.get_column_family_handle(name) for name in names}
+
+    def _family(self, name: str) -> Rdict:
+        """A column family's Rdict; ``StoreClosedError`` once the store is closed."""
+        family = self._families.get(name)
+        if family is None:
+            raise self._closed_error()
+        return family
+
+    def _release_families(self) -> None:
+        """Drops the handles (under the lock, at close): they keep the DB open."""
+        self._families = {}
+        self._handles = {}
 
     def get(self, key: bytes) -> tuple[bytes, int] | None:
         """From the read cache, else from RocksDB (then cached if no write raced it).
@@ -197,12 +258,15 @@ class RocksDBPartitionStore(PartitionStore):
                 wb.put(key, pack(offset) + value)
         with self._lock:
             self._check_open()
-            wb.put(_APPLIED_KEY, pack(applied_offset), self._db.get_column_family_handle(_META_CF))
-            if self._rank_by is None:
+            wb.put(_APPLIED_KEY, pack(applied_offset), self._handles[_META_CF])
+            if self._rank_by is None and self._extract is None:
                 self._db.write(wb)
             else:
                 if batch:
-                    self._rerank(wb, batch, self._rank_by)
+                    if self._rank_by is not None:
+                        self._rerank(wb, batch, self._rank_by)
+                    if self._extract is not None:
+                        self._reindex_batch(wb, batch, self._extract)
                 with self._rank_write():
                     self._db.write(wb)
             self._applied = applied_offset
@@ -218,13 +282,11 @@ class RocksDBPartitionStore(PartitionStore):
 
     def _rerank(self, wb: WriteBatch, batch: Sequence[Change], field: str) -> None:
         """Adds to ``wb`` what moves each key of ``batch`` in the rank order (under the lock)."""
-        scores = self._db.get_column_family(_SCORE_CF)
         keys: list[Any] = list(dict.fromkeys(key for key, _, _ in batch))
-        found: list[bytes | None] = scores.get(keys) or []  # one multi-get
+        found: list[bytes | None] = self._families[_SCORE_CF].get(keys) or []  # one multi-get
         now: dict[bytes, bytes | None] = dict(zip(keys, found, strict=True))
-        del scores  # a family handle keeps the DB open
-        score_cf = self._db.get_column_family_handle(_SCORE_CF)
-        rank_cf = self._db.get_column_family_handle(_RANK_CF)
+        score_cf = self._handles[_SCORE_CF]
+        rank_cf = self._handles[_RANK_CF]
         for key, value, _ in batch:
             old = now[key]
             new = None if value is None else score_of(field, value)
@@ -238,6 +300,43 @@ class RocksDBPartitionStore(PartitionStore):
                 wb.put(new + key, b"", rank_cf)
                 wb.put(key, new, score_cf)
             now[key] = new
+
+    def _reindex_batch(self, wb: WriteBatch, batch: Sequence[Change], extract: Extractor) -> None:
+        """Adds to ``wb`` what moves each key of ``batch`` in the indexes (under the lock):
+        its old entries from ``kiq-index-of`` (one multi-get), its new ones from its value;
+        a key whose entries are unchanged costs no write."""
+        keys: list[Any] = list(dict.fromkeys(key for key, _, _ in batch))
+        found: list[bytes | None] = self._families[_INDEX_OF_CF].get(keys) or []  # one multi-get
+        now: dict[bytes, bytes | None] = dict(zip(keys, found, strict=True))
+        index_cf = self._handles[_INDEX_CF]
+        of_cf = self._handles[_INDEX_OF_CF]
+        numbers = _FIELD_NUMBERS[: len(self._index)]
+        nothing: list[bytes | None] = [None] * len(numbers)
+        encode = _ENTRIES_ENCODER.encode
+        put, delete = wb.put, wb.delete
+        for key, value, _ in batch:
+            entries = nothing if value is None else extract(value)
+            raw = None if entries == nothing else encode(entries)
+            old_raw = now[key]
+            if raw == old_raw:
+                continue
+            if old_raw is None:  # a key new to the indexes (all of a restore's): only puts
+                for number, after in zip(numbers, entries, strict=True):
+                    if after is not None:
+                        put(number + after + key, b"", index_cf)
+            else:
+                old = _ENTRIES_DECODER.decode(old_raw)
+                for number, before, after in zip(numbers, old, entries, strict=True):
+                    if before != after:
+                        if before is not None:
+                            delete(number + before + key, index_cf)
+                        if after is not None:
+                            put(number + after + key, b"", index_cf)
+            if raw is None:
+                delete(key, of_cf)
+            else:
+                put(key, raw, of_cf)
+            now[key] = raw
 
     @contextmanager
     def _rank_write(self) -> Iterator[None]:
@@ -285,10 +384,56 @@ class RocksDBPartitionStore(PartitionStore):
         wb.put(_RANK_BY_KEY, field.encode(), meta_cf)
         db.write(wb)
 
+    def _rebuild_index(self) -> None:
+        """Makes the secondary indexes agree with the data: emptied, then rebuilt for
+        ``index`` (dropped when empty); the fields recorded last, so a crash midway
+        rebuilds again."""
+        db = self._db
+        meta_cf = db.get_column_family_handle(_META_CF)
+        wb = WriteBatch(raw_mode=True)
+        wb.delete(_INDEX_KEY, meta_cf)
+        for name in _INDEX_FAMILIES:
+            last = self._last_key(name)
+            if last is not None:
+                wb.delete_range(b"", last + b"\0", db.get_column_family_handle(name))
+        db.write(wb)
+        extract = self._extract
+        if extract is None:
+            for name in _INDEX_FAMILIES:
+                db.drop_column_family(name)
+            return
+        log.info("secondary index rebuilt path=%s index=%s", self._path, ",".join(self._index))
+        index_cf = db.get_column_family_handle(_INDEX_CF)
+        of_cf = db.get_column_family_handle(_INDEX_OF_CF)
+        encode = _ENTRIES_ENCODER.encode
+        wb = WriteBatch(raw_mode=True)
+        it = db.iter()
+        it.seek_to_first()
+        while it.valid():
+            key = it.key()
+            entries = extract(it.value()[_OFFSET_SIZE:])
+            kept = False
+            for i, entry in enumerate(entries):
+                if entry is not None:
+                    wb.put(_FIELD_NUMBERS[i] + entry + key, b"", index_cf)
+                    kept = True
+            if kept:
+                wb.put(key, encode(entries), of_cf)
+                if len(wb) >= 2 * _REINDEX_BATCH:
+                    db.write(wb)
+                    wb = WriteBatch(raw_mode=True)
+            it.next()
+        del it
+        wb.put(_INDEX_KEY, msgspec.json.encode(list(self._index)), meta_cf)
+        db.write(wb)
+
     def _last_key(self, family: str | None = None) -> bytes | None:
         """The highest key of ``family`` (the data's when None), or None when it is empty."""
-        cf = self._db if family is None else self._db.get_column_family(family)
-        it = cf.iter()
+        if family is None:
+            it = self._db.iter()
+        else:  # at open, before the kept handles, or from them
+            kept = getattr(self, "_families", {}).get(family)
+            it = (kept if kept is not None else self._db.get_column_family(family)).iter()
         it.seek_to_last()
         return it.key() if it.valid() else None
 
@@ -380,9 +525,7 @@ class RocksDBPartitionStore(PartitionStore):
     ) -> list[tuple[bytes, bytes, int]]:
         out: list[tuple[bytes, bytes, int]] = []
         try:
-            rank = self._db.get_column_family(_RANK_CF)
-            it = rank.iter()
-            del rank  # a family handle keeps the DB open
+            it = self._family(_RANK_CF).iter()
             it.seek_to_first()
             get = self._db.get
             while it.valid() and len(out) < n:
@@ -399,6 +542,113 @@ class RocksDBPartitionStore(PartitionStore):
                 raise self._closed_error() from None
             raise
         return out
+
+    @property
+    def index(self) -> tuple[str, ...]:
+        return self._index
+
+    def _index_bounds(
+        self, field: str, start: bytes | None, end: bytes | None
+    ) -> tuple[bytes, bytes] | None:
+        """``field``'s [start, end) in ``kiq-index`` (its number put before both); None
+        when it is not indexed."""
+        position = self._positions.get(field)
+        if position is None:
+            return None
+        number = _FIELD_NUMBERS[position]
+        past = prefix_end(number)
+        assert past is not None  # a field number is below 0xff
+        return number + (start or b""), past if end is None else number + end
+
+    def index_scan(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        limit: int = 1000,
+        reverse: bool = False,
+    ) -> list[tuple[bytes, bytes, bytes, int]]:
+        """Read as ``top`` is: without the writer's lock when no write ran meanwhile."""
+        if limit <= 0:
+            return []
+        for _ in range(_TOP_TRIES):
+            seq = self._rank_seq
+            if seq % 2 == 0:
+                bounds = self._index_bounds(field, start, end)
+                out = [] if bounds is None else self._index_scan(*bounds, limit, reverse)
+                if self._rank_seq == seq:
+                    return out
+        with self._lock:
+            self._check_open()
+            bounds = self._index_bounds(field, start, end)
+            return [] if bounds is None else self._index_scan(*bounds, limit, reverse)
+
+    def _index_scan(
+        self, low: bytes, high: bytes, limit: int, reverse: bool
+    ) -> list[tuple[bytes, bytes, bytes, int]]:
+        entries: list[bytes] = []
+        try:
+            family = self._family(_INDEX_CF)
+            if reverse:
+                it = family.iter()
+                it.seek_for_prev(high)  # the last entry <= high: step over high itself
+                if it.valid() and it.key() >= high:
+                    it.prev()
+                while it.valid() and len(entries) < limit:
+                    entry = it.key()
+                    if entry < low:  # rocksdict's iterators do not stop at a lower bound
+                        break
+                    entries.append(entry[1:])
+                    it.prev()
+            else:
+                read_opts = ReadOptions()
+                read_opts.set_iterate_upper_bound(high)
+                it = family.iter(read_opts)
+                it.seek(low)
+                while it.valid() and len(entries) < limit:
+                    entries.append(it.key()[1:])
+                    it.next()
+            del it
+            keys: list[Any] = [key_of(entry) for entry in entries]
+            found: list[bytes | None] = (self._db.get(keys) if keys else None) or []
+        except _CLOSED:
+            if self._closed:
+                raise self._closed_error() from None
+            raise
+        out: list[tuple[bytes, bytes, bytes, int]] = []
+        for entry, key, raw in zip(entries, keys, found, strict=True):
+            if raw is not None:  # None only in a read a write raced: not kept
+                out.append((entry, key, raw[_OFFSET_SIZE:], _OFFSET.unpack_from(raw)[0]))
+        return out
+
+    def index_count(self, field: str, start: bytes | None = None, end: bytes | None = None) -> int:
+        for _ in range(_TOP_TRIES):
+            seq = self._rank_seq
+            if seq % 2 == 0:
+                bounds = self._index_bounds(field, start, end)
+                counted = 0 if bounds is None else self._index_count(*bounds)
+                if self._rank_seq == seq:
+                    return counted
+        with self._lock:
+            self._check_open()
+            bounds = self._index_bounds(field, start, end)
+            return 0 if bounds is None else self._index_count(*bounds)
+
+    def _index_count(self, low: bytes, high: bytes) -> int:
+        counted = 0
+        try:
+            read_opts = ReadOptions()
+            read_opts.set_iterate_upper_bound(high)
+            it = self._family(_INDEX_CF).iter(read_opts)
+            it.seek(low)
+            while it.valid():
+                counted += 1
+                it.next()
+        except _CLOSED:
+            if self._closed:
+                raise self._closed_error() from None
+            raise
+        return counted
 
     def count(self) -> int:
         return self._int_property("rocksdb.estimate-num-keys")
@@ -417,15 +667,15 @@ class RocksDBPartitionStore(PartitionStore):
                 # Every key sorts before last + b"\0": one range tombstone covers
                 # them all, and goes out atomically with the offset's delete.
                 wb.delete_range(b"", last + b"\0")
-            wb.delete(_APPLIED_KEY, self._db.get_column_family_handle(_META_CF))
-            if self._rank_by is None:
+            wb.delete(_APPLIED_KEY, self._handles[_META_CF])
+            kept = (*(_RANK_FAMILIES if self._rank_by else ()), *_indexes_of(self._index))
+            if not kept:
                 self._db.write(wb)
             else:
-                for name in _RANK_FAMILIES:  # the rank order goes in the same write
+                for name in kept:  # the rank order and the indexes go in the same write
                     last = self._last_key(name)
                     if last is not None:
-                        family = self._db.get_column_family_handle(name)
-                        wb.delete_range(b"", last + b"\0", family)
+                        wb.delete_range(b"", last + b"\0", self._handles[name])
                 with self._rank_write():
                     self._db.write(wb)
             self._applied = -1
@@ -449,12 +699,11 @@ class RocksDBPartitionStore(PartitionStore):
                 # Memtables written out now are not replayed from the WAL at the next
                 # open: ~60 ms less per store with 80k keys, paid at shutdown instead.
                 self._db.flush()
-                for name in (_META_CF, *(_RANK_FAMILIES if self._rank_by else ())):
-                    family = self._db.get_column_family(name)
+                for family in self._families.values():
                     family.flush()
-                    del family  # a family handle keeps the DB open
             except Exception as exc:  # the WAL still has every write: only slower to reopen
                 log.warning("store flush at close failed path=%s error=%s", self._path, exc)
+            self._release_families()
             try:
                 self._db.close()
             except Exception as exc:  # after a failed write (a full disk) RocksDB refuses
@@ -487,8 +736,26 @@ class RocksDBPartitionStore(PartitionStore):
         return f"RocksDBPartitionStore({str(self._path)!r})"
 
 
-def _has_rank_families(path: Path) -> bool:
-    """Whether the store at ``path`` has a rank index: RocksDB opens only with every family."""
+def _families_of(path: Path) -> set[str]:
+    """The column families of the store at ``path`` (none when there is none yet):
+    RocksDB opens a store only with every family it has."""
     if not (path / "CURRENT").exists():
-        return False
-    return _RANK_CF in Rdict.list_cf(str(path), Options(raw_mode=True))
+        return set()
+    return set(Rdict.list_cf(str(path), Options(raw_mode=True)))
+
+
+def _indexes_of(index: tuple[str, ...]) -> tuple[str, ...]:
+    """The families of a store's secondary indexes: none without indexed fields."""
+    return _INDEX_FAMILIES if index else ()
+
+
+def _decode_fields(raw: bytes) -> tuple[str, ...] | None:
+    """The indexed fields a store's meta family records; None when unreadable."""
+    try:
+        return tuple(_FIELDS_DECODER.decode(raw))
+    except msgspec.DecodeError:
+        return None
+
+
+# Each indexed field's number, by its position (at most a few fields: one byte each).
+_FIELD_NUMBERS = [bytes([i]) for i in range(255)]

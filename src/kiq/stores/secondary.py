@@ -10,6 +10,9 @@ tell it what changed); a lookup costs RocksDB's get, about 1 µs.
 The primary deletes files as it compacts; a secondary keeps every file it uses open
 (``max_open_files`` -1) so a read never finds one gone. Its own info log and the memtable
 it replays from the WAL are under ``own_dir``, apart from the primary's directory.
+
+Its secondary indexes are the primary's: the fields its meta family records, read again
+at each catch-up (none while the primary rebuilds them), of those it was asked for.
 """
 
 from __future__ import annotations
@@ -25,12 +28,17 @@ from kiq.stores.base import Change
 from kiq.stores.budget import MemoryBudget
 from kiq.stores.rocksdb import (
     _APPLIED_KEY,
+    _INDEX_CF,
+    _INDEX_FAMILIES,
+    _INDEX_KEY,
     _META_CF,
     _OFFSET,
     _OFFSET_SIZE,
+    _RANK_CF,
     _RANK_FAMILIES,
     RocksDBPartitionStore,
-    _has_rank_families,
+    _decode_fields,
+    _families_of,
     _options,
 )
 
@@ -42,7 +50,12 @@ class SecondaryStore(RocksDBPartitionStore):
     ``catch_up``; ``apply`` and ``wipe`` are the primary's alone."""
 
     def __init__(
-        self, path: Path, own_dir: Path, budget: MemoryBudget, rank_by: str | None = None
+        self,
+        path: Path,
+        own_dir: Path,
+        budget: MemoryBudget,
+        rank_by: str | None = None,
+        index: Sequence[str] = (),
     ) -> None:
         self._path = path
         self._lock = threading.Lock()  # ``catch_up`` against ``close``
@@ -52,17 +65,35 @@ class SecondaryStore(RocksDBPartitionStore):
         self._generation = 0
         own_dir.mkdir(parents=True, exist_ok=True)
         families = {_META_CF: _secondary_options(budget)}
-        if _has_rank_families(path):
+        present = _families_of(path)
+        if _RANK_CF in present:
             families.update({name: _secondary_options(budget) for name in _RANK_FAMILIES})
-        self._rank_by = rank_by if len(families) > 1 else None
+        self._rank_by = rank_by if _RANK_CF in present else None
+        self._asked = tuple(index)
+        self._index_families_open = _INDEX_CF in present
+        if self._index_families_open:
+            families.update({name: _secondary_options(budget) for name in _INDEX_FAMILIES})
+        self._index: tuple[str, ...] = ()
+        self._positions: dict[str, int] = {}
         self._db = Rdict(
             str(path),
             _secondary_options(budget),
             column_families=families,
             access_type=AccessType.secondary(str(own_dir)),
         )
-        self._meta = self._db.get_column_family(_META_CF)
+        self._open_families()
+        self._meta = self._families[_META_CF]
         self._applied = self._read_applied()
+        self._read_index()
+
+    def _read_index(self) -> None:
+        """The primary's indexed fields, as its meta family records them, of those asked."""
+        if not self._index_families_open:
+            return
+        raw = self._meta.get(_INDEX_KEY)
+        recorded = () if raw is None else (_decode_fields(raw) or ())
+        self._positions = {f: i for i, f in enumerate(recorded) if f in self._asked}
+        self._index = tuple(f for f in self._asked if f in self._positions)
 
     def _read_applied(self) -> int:
         raw = self._meta.get(_APPLIED_KEY)
@@ -76,6 +107,7 @@ class SecondaryStore(RocksDBPartitionStore):
             with self._rank_write():
                 self._db.try_catch_up_with_primary()
                 self._applied = self._read_applied()
+                self._read_index()
             return self._applied
 
     def get(self, key: bytes) -> tuple[bytes, int] | None:
@@ -100,6 +132,7 @@ class SecondaryStore(RocksDBPartitionStore):
             self._closed = True
             try:
                 del self._meta  # a family handle keeps the DB open
+                self._release_families()
                 self._db.close()
             except Exception as exc:
                 log.warning("secondary store close failed path=%s error=%s", self._path, exc)

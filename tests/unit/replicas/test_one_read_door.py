@@ -2,9 +2,9 @@
 
 That module hides what aged out of a table with a TTL or retention and raises
 ``StoreClosedError`` for a store closed under the read, once for every reader. So no
-module of ``src/kiq`` but it calls a store's read methods (``get``, ``scan``, ``top``) on
-a replica's store: not ``replica.store.get(...)``, not through a name bound to
-``replica.store`` (``store = r.store`` or ``store, aging = r.store, r.aging``), and not
+module of ``src/kiq`` but it calls a store's read methods (``get``, ``scan``, ``top``,
+``index_scan``) on a replica's store: not ``replica.store.get(...)``, not through a name
+bound to ``replica.store`` (``store = r.store`` or ``store, aging = r.store, r.aging``), and not
 through a parameter typed as a store (``store: ReadOnlyStore``). ``kiq.stores``, the
 stores themselves, is outside the scan. Other uses of a replica's store stay allowed:
 its writer's ``apply``, ``close`` and ``wipe``, ``count`` and ``size_bytes`` for metrics,
@@ -19,7 +19,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[3] / "src" / "kiq"
 DOOR = SRC / "replicas" / "reads.py"
 STORES = SRC / "stores"
-READS = frozenset({"get", "scan", "top"})
+READS = frozenset({"get", "scan", "top", "index_scan"})
 STORE_TYPES = ("ReadOnlyStore", "PartitionStore", "RocksDBPartitionStore", "MemoryPartitionStore")
 
 

@@ -13,13 +13,17 @@ from kiq.replicas.aging import Aging, shift
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import Role
 from kiq.stores import MemoryPartitionStore
+from kiq.stores.index import encode_value, equal_bounds
 
 
 def replica(
-    rows: list[tuple[bytes, bytes]], aging: Aging | None, rank_by: str | None = None
+    rows: list[tuple[bytes, bytes]],
+    aging: Aging | None,
+    rank_by: str | None = None,
+    index: tuple[str, ...] = (),
 ) -> Replica:
     """A replica holding ``rows``, the first written at offset 0, the next at 1, ..."""
-    store = MemoryPartitionStore(rank_by)
+    store = MemoryPartitionStore(rank_by, index)
     store.apply([(k, v, i) for i, (k, v) in enumerate(rows)], len(rows) - 1)
     return Replica("t", "topic-t", 0, store, Role.ACTIVE, aging)
 
@@ -79,6 +83,35 @@ def test_top_is_asked_again_while_aged_keys_take_places():
     assert reads.top(replica(rows, None), 3) == []  # an unranked store keeps no order
 
 
+def test_by_index_leaves_out_aged_keys_and_reads_past_them():
+    aging = Aging()
+    # key k<i> has hotel H<i % 3>; written in key order, so offsets follow i
+    rows = [(b"k%03d" % i, orjson.dumps({"hotel": f"H{i % 3}"})) for i in range(120)]
+    r = replica(rows, aging, index=("hotel",))
+    start, end = equal_bounds("H1")
+    every = [k for k, _ in rows if orjson.loads(_value(rows, k))["hotel"] == "H1"]
+    found = reads.by_index(r, "hotel", start, end, 100)
+    assert [k for _, k, _ in found] == every
+    assert all(e == encode_value("H1") + k and v == _value(rows, k) for e, k, v in found)
+    aging.raise_below(90)  # keys below k090 aged out
+    live = [k for k in every if int(k[1:]) >= 90]
+    assert [k for _, k, _ in reads.by_index(r, "hotel", start, end, 5)] == live[:5]
+    assert [k for _, k, _ in reads.by_index(r, "hotel", start, end, 5, True)] == live[::-1][:5]
+    assert [k for _, k, _ in reads.by_index(r, "hotel", None, None, 4)] == [
+        b"k090",
+        b"k093",
+        b"k096",
+        b"k099",
+    ]
+    assert [k for _, k, _ in reads.by_index(r, "hotel", start, end, 100)] == live  # short: ended
+    assert reads.by_index(r, "guest", None, None, 5) == []  # no such index
+    assert reads.by_index(r, "hotel", start, end, 0) == []
+
+
+def _value(rows: list[tuple[bytes, bytes]], key: bytes) -> bytes:
+    return dict(rows)[key]
+
+
 def test_under_caps_a_prefix_and_leaves_out_aged_keys():
     aging = Aging()
     rows = [(b"p:%06d" % i, b"v") for i in range(reads.MAX_PREFIX_KEYS + 2)]
@@ -116,6 +149,7 @@ READS: dict[str, Callable[[Replica], object]] = {
     "scan": lambda r: reads.scan(r, None, None, 10),
     "scan reverse": lambda r: reads.scan(r, None, None, 10, reverse=True),
     "top": lambda r: reads.top(r, 3),
+    "by_index": lambda r: reads.by_index(r, "v", None, None, 3),
     "under": lambda r: reads.under(r, b"k"),
     "changes": lambda r: reads.changes(r, [(b"k0001", 1)], [b"k"], None, 4),
     "entry": lambda r: reads.entry(r, b"k0001"),
@@ -128,7 +162,8 @@ READS: dict[str, Callable[[Replica], object]] = {
 def test_a_store_closed_under_a_read_raises_and_is_never_an_absent_key(
     read: str, aging: Aging | None
 ):
-    r = replica([(b"k%04d" % i, b'{"n": %d}' % i) for i in range(5)], aging, rank_by="n")
+    rows = [(b"k%04d" % i, b'{"n": %d, "v": "x"}' % i) for i in range(5)]
+    r = replica(rows, aging, rank_by="n", index=("v",))
     assert READS[read](r)  # open: answers
     r.store.close()  # revoked, or closed to be reopened
     with pytest.raises(StoreClosedError):

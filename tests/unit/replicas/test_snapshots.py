@@ -10,6 +10,7 @@ import pytest
 
 from kiq.replicas.snapshots import LATEST, BatchHistory
 from kiq.stores.base import Change
+from kiq.stores.index import encode_value, equal_bounds, range_bounds
 from kiq.stores.memory import MemoryPartitionStore
 from kiq.stores.rank import score_of
 
@@ -19,8 +20,10 @@ KEYS = [f"k{i:03d}".encode() for i in range(60)]
 class Writer:
     """Writes as the materializer does: the history told before the store is written."""
 
-    def __init__(self, history: BatchHistory, ranked: bool = False) -> None:
-        self.store = MemoryPartitionStore(rank_by="n" if ranked else None)
+    def __init__(
+        self, history: BatchHistory, ranked: bool = False, index: tuple[str, ...] = ()
+    ) -> None:
+        self.store = MemoryPartitionStore(rank_by="n" if ranked else None, index=index)
         self.history = history
         self.offset = -1
         self.reference: dict[bytes, tuple[bytes, int]] = {}
@@ -34,7 +37,7 @@ class Writer:
                 batch.append((key, None, self.offset))
                 self.reference.pop(key, None)
             else:
-                value = orjson.dumps({"n": rng.randint(-50, 50)})
+                value = orjson.dumps({"n": rng.randint(-50, 50), **_hotel(rng)})
                 batch.append((key, value, self.offset))
                 self.reference[key] = (value, self.offset)
         self.history.before_write(self.store.get, batch)
@@ -45,6 +48,14 @@ class Writer:
         self.store.apply([], self.offset)
         self.history.mark(batch, self.offset, now)
         return dict(self.reference)
+
+
+def _hotel(rng: random.Random) -> dict[str, object]:
+    """A text field that is often there, sometimes not indexable, sometimes missing."""
+    pick = rng.random()
+    if pick < 0.6:
+        return {"hotel": rng.choice(["A", "B", "C", "D"])}
+    return {"hotel": None} if pick < 0.8 else {}
 
 
 def rows(state: dict[bytes, tuple[bytes, int]]) -> list[tuple[bytes, bytes, int]]:
@@ -133,3 +144,48 @@ def test_a_retried_batch_reads_as_its_last_marker_and_a_lower_id_starts_again() 
     assert again is not None
     writer.mark(0, 0.0)  # the pipeline's checkpoint was reset: its ids start at 0 again
     assert writer.history.held() == [0]
+
+
+def _entries(
+    state: dict[bytes, tuple[bytes, int]], field: str
+) -> list[tuple[bytes, bytes, bytes, int]]:
+    """The reference: (entry, key, value, offset) of ``state``'s keys whose field is a text
+    or a number, from their values as json, in entry order."""
+    out = []
+    for key, (value, offset) in state.items():
+        found = orjson.loads(value).get(field)
+        if isinstance(found, str | int) and not isinstance(found, bool):
+            out.append((encode_value(found) + key, key, value, offset))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_index_reads_as_of_each_held_batch(seed: int) -> None:
+    rng = random.Random(seed)
+    writer = Writer(BatchHistory(keep_s=1e9, max_held=4), index=("hotel", "n"))
+    states: dict[int, dict[bytes, tuple[bytes, int]]] = {}
+    for batch in range(8):
+        writer.write(rng, rng.randint(1, 20))
+        states[batch] = writer.mark(batch, float(batch))
+        writer.write(rng, rng.randint(0, 25))  # after the marker: never seen as of it
+        for held in writer.history.held():
+            view = writer.history.view(writer.store, held)
+            assert view is not None
+            assert view.index == ("hotel", "n")
+            for field, bounds in (
+                ("hotel", equal_bounds(rng.choice("ABCD"))),
+                ("hotel", range_bounds("text", "B", None)),
+                ("n", range_bounds("number", -20, 20)),
+                ("n", (None, None)),
+            ):
+                want = [e for e in _entries(states[held], field) if _inside(e[0], *bounds)]
+                for limit in (1, 4, 1000):
+                    assert view.index_scan(field, *bounds, limit) == want[:limit]
+                    got = view.index_scan(field, *bounds, limit, reverse=True)
+                    assert got == want[::-1][:limit]
+                assert view.index_count(field, *bounds) == len(want)
+            assert view.index_scan("guest") == [] and view.index_count("guest") == 0
+
+
+def _inside(entry: bytes, start: bytes | None, end: bytes | None) -> bool:
+    return (start is None or entry >= start) and (end is None or entry < end)

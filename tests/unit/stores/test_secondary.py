@@ -64,3 +64,77 @@ def test_a_closed_secondary_says_so(tmp_path: Path, budget):
     with pytest.raises(StoreClosedError):
         secondary.catch_up()
     primary.close()
+
+
+def _found(store: RocksDBPartitionStore, field: str) -> list[tuple[bytes, bytes]]:
+    return [(key, value) for _, key, value, _ in store.index_scan(field)]
+
+
+def test_an_indexed_store_reads_the_primarys_index_as_of_each_catch_up(tmp_path: Path, budget):
+    from kiq.stores.index import equal_bounds
+
+    path = tmp_path / "i" / "0"
+    primary = RocksDBPartitionStore(path, budget, None, ("hotel", "price"))
+    primary.apply([(b"a", b'{"hotel": "X", "price": 2}', 0), (b"b", b'{"hotel": "Y"}', 1)], 1)
+    secondary = SecondaryStore(path, tmp_path / "own", budget, None, ("hotel", "price"))
+    try:
+        assert secondary.index == ("hotel", "price")
+        assert _found(secondary, "hotel") == [
+            (b"a", b'{"hotel": "X", "price": 2}'),
+            (b"b", b'{"hotel": "Y"}'),
+        ]
+        assert secondary.index_count("price") == 1
+        primary.apply([(b"a", b'{"hotel": "Z"}', 2), (b"c", b'{"hotel": "X"}', 3)], 3)
+        assert secondary.index_count("hotel", *equal_bounds("X")) == 1  # not caught up yet
+        secondary.catch_up()
+        assert [k for k, _ in _found(secondary, "hotel")] == [b"c", b"b", b"a"]
+        got = secondary.index_scan("hotel", *equal_bounds("X"), reverse=True)
+        assert [(k, o) for _, k, _, o in got] == [(b"c", 3)]
+        assert secondary.index_count("price") == 0
+        assert secondary.index_scan("guest") == []
+    finally:
+        secondary.close()
+        primary.close()
+
+
+def test_a_secondary_answers_only_the_fields_the_primary_indexes(tmp_path: Path, budget):
+    path = tmp_path / "i" / "0"
+    primary = RocksDBPartitionStore(path, budget, None, ("price", "hotel"))
+    primary.apply([(b"a", b'{"hotel": "X", "price": 2}', 0)], 0)
+    # asked in another order, with a field the primary does not keep: its numbering rules
+    secondary = SecondaryStore(path, tmp_path / "own", budget, None, ("hotel", "guest"))
+    try:
+        assert secondary.index == ("hotel",)
+        assert [k for _, k, _, _ in secondary.index_scan("hotel")] == [b"a"]
+        assert secondary.index_scan("guest") == [] and secondary.index_count("guest") == 0
+    finally:
+        secondary.close()
+        primary.close()
+    plain = RocksDBPartitionStore(tmp_path / "p" / "0", budget)
+    plain.apply([(b"a", b'{"hotel": "X"}', 0)], 0)
+    secondary = SecondaryStore(tmp_path / "p" / "0", tmp_path / "own2", budget, None, ("hotel",))
+    try:
+        assert secondary.index == () and secondary.index_scan("hotel") == []
+    finally:
+        secondary.close()
+        plain.close()
+
+
+def test_a_secondary_follows_the_primarys_fields_when_it_rebuilds(tmp_path: Path, budget):
+    path = tmp_path / "i" / "0"
+    primary = RocksDBPartitionStore(path, budget, None, ("hotel",))
+    primary.apply([(b"a", b'{"hotel": "X", "price": 2}', 0)], 0)
+    secondary = SecondaryStore(path, tmp_path / "own", budget, None, ("hotel", "price"))
+    try:
+        assert secondary.index == ("hotel",)
+        primary.close()
+        # reopened with the fields in another order: rebuilt, numbered anew
+        primary = RocksDBPartitionStore(path, budget, None, ("price", "hotel"))
+        primary.apply([(b"b", b'{"hotel": "Y", "price": 1}', 1)], 1)
+        secondary.catch_up()
+        assert secondary.index == ("hotel", "price")
+        assert [k for _, k, _, _ in secondary.index_scan("hotel")] == [b"a", b"b"]
+        assert [k for _, k, _, _ in secondary.index_scan("price")] == [b"b", b"a"]
+    finally:
+        secondary.close()
+        primary.close()
