@@ -56,6 +56,7 @@ def open_partition_store(
     partition: int,
     budget: MemoryBudget,
     rank_by: str | None = None,
+    index: tuple[str, ...] = (),
 ) -> PartitionStore:
     """Open (creating if needed) the store of one table partition.
 

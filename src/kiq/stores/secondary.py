@@ -42,7 +42,12 @@ class SecondaryStore(RocksDBPartitionStore):
     ``catch_up``; ``apply`` and ``wipe`` are the primary's alone."""
 
     def __init__(
-        self, path: Path, own_dir: Path, budget: MemoryBudget, rank_by: str | None = None
+        self,
+        path: Path,
+        own_dir: Path,
+        budget: MemoryBudget,
+        rank_by: str | None = None,
+        index: tuple[str, ...] = (),
     ) -> None:
         self._path = path
         self._lock = threading.Lock()  # ``catch_up`` against ``close``
