@@ -313,14 +313,17 @@ def _layout(t: TableRuntime) -> TableLayout:
 def store_opener(
     tables: Mapping[str, TableRuntime], data_dir: Path, budget: MemoryBudget | None = None
 ) -> Callable[[str, int], PartitionStore]:
-    """Opens a table partition's store, of the table's kind and ranked by its ``rank_by``,
-    under ``data_dir``; every store it opens shares ``budget`` (one of its own when not
-    given: one per node)."""
+    """Opens a table partition's store, of the table's kind, ranked by its ``rank_by`` and
+    indexed by its ``index``, under ``data_dir``; every store it opens shares ``budget``
+    (one of its own when not given: one per node)."""
     shared = budget if budget is not None else MemoryBudget()
 
     def open_store(table: str, partition: int) -> PartitionStore:
         spec = tables[table].spec
-        return open_partition_store(spec.store, data_dir, table, partition, shared, spec.rank_by)
+        index = tuple(f.field for f in spec.index)
+        return open_partition_store(
+            spec.store, data_dir, table, partition, shared, spec.rank_by, index
+        )
 
     return open_store
 

@@ -11,7 +11,7 @@ is ``PageBody`` here and still ``Page`` in the document.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct, field
 
@@ -106,6 +106,14 @@ class Table(Struct):
     ] = None
 
 
+class IndexDecl(Struct):
+    field: Annotated[str, Meta(description="a top-level field of the JSON value")]
+    type: Annotated[
+        Literal["text", "number"],
+        Meta(description="how its values are ordered: as text or as numbers"),
+    ]
+
+
 class Declaration(Struct):
     key: Annotated[list[str], Meta(description="the key's columns, joined by sep")]
     sep: str | None
@@ -123,6 +131,13 @@ class Declaration(Struct):
         int | None, Meta(description="windows ended this long before the newest are dropped")
     ] = None
     rank_by: Annotated[str | None, Meta(description="the field GET .../top ranks by")] = None
+    index: Annotated[
+        list[IndexDecl],
+        Meta(
+            description="the value fields every replica indexes, which GET .../by/{field} "
+            "answers by (ctx.write_table(..., index=[...])); empty: none"
+        ),
+    ] = field(default_factory=list)
     consistent: Annotated[
         bool, Meta(description="its pipeline marks each micro-batch in every partition")
     ] = False

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from kiq.errors import ConfigError
 from kiq.pipelines import records
+from kiq.pipelines.indexes import index_fields
 from kiq.pipelines.io import KafkaIO, PipelineIO
 from kiq.pipelines.kafka_io import StreamOptions
 from kiq.pipelines.plans import realtime_blockers, source_ids, stateful, streams_joined
@@ -40,8 +41,9 @@ from kiq.pipelines.tables import (
     value_shape,
     with_window_parts,
 )
-from kiq.tables.declared import Declared
+from kiq.tables.declared import Declared, IndexedField
 from kiq.tables.durations import Duration, parse_duration
+from kiq.tables.spec import IndexField
 from kiq.tables.versions import DEFAULT_VERSION, check_version, versioned_topic
 
 if TYPE_CHECKING:
@@ -170,6 +172,7 @@ class Context:
         window: str | None = None,
         retention: Duration | None = None,
         rank_by: str | None = None,
+        index: Sequence[str] | None = None,
         consistent: bool = False,
     ) -> StreamingQuery:
         """Start the query that keeps table ``name`` (topic: ``topic``, else the table's in
@@ -182,6 +185,9 @@ class Context:
         ``retention`` drops windows that ended that long before the newest one.
         ``rank_by``: a numeric column the nodes keep each partition ordered by
         (``GET /v1/tables/{name}/top``).
+        ``index``: a list of up to 8 top-level fields of the JSON value (text or numeric
+        columns, or fields of ``value``'s struct) every replica keeps an index of, so
+        ``GET /v1/tables/{name}/by/{field}`` answers by them without a scan.
         ``consistent``: after each micro-batch, a marker of the batch goes to every
         partition of the table's topic, so readers can answer as of one whole batch
         (``kiq.pipelines.consistent``); never in Real-Time Mode.
@@ -205,6 +211,7 @@ class Context:
             window,
             retention,
             rank_by,
+            index,
         )
         letters = self._written(dead_letters or f"{base}-dlq")
         return self._write_tables(
@@ -229,15 +236,17 @@ class Context:
         window: str | Mapping[str, str | None] | None = None,
         retention: Duration | Mapping[str, Duration | None] | None = None,
         rank_by: str | Mapping[str, str | None] | None = None,
+        index: Sequence[str] | Mapping[str, Sequence[str] | None] | None = None,
         consistent: bool = False,
     ) -> StreamingQuery:
         """One query, several tables: each row goes to the table its ``table`` column names
         (one aggregation can hold several kinds of groups). ``key``, ``sep``, ``value``,
-        ``ttl``, ``window``, ``retention`` and ``rank_by`` are one for all tables or a
-        mapping by table name (a table a mapping leaves out has none), as ``write_table``
-        takes them; the names of ``key``'s or ``value``'s mapping are the tables, and a row
-        naming another table is a dead letter. Only a row's own table's key parts count: a
-        window column null on the rows of another table makes none of them a dead letter.
+        ``ttl``, ``window``, ``retention``, ``rank_by`` and ``index`` (a list of fields) are
+        one for all tables or a mapping by table name (a table a mapping leaves out has
+        none), as ``write_table`` takes them; the names of ``key``'s or ``value``'s
+        mapping are the tables, and a row naming another table is a dead letter. Only a
+        row's own table's key parts count: a window column null on the rows of another
+        table makes none of them a dead letter.
         ``consistent`` is one for the query: every table it writes gets each batch's marker."""
         if isinstance(key, Mapping):
             names = list(key)
@@ -248,7 +257,13 @@ class Context:
                 f"query {query}: name the tables in a mapping (key={{TABLE: COLUMNS}} or "
                 "value={TABLE: COLUMN})"
             )
-        options = {"ttl": ttl, "window": window, "retention": retention, "rank_by": rank_by}
+        options = {
+            "ttl": ttl,
+            "window": window,
+            "retention": retention,
+            "rank_by": rank_by,
+            "index": index,
+        }
         for option, given in options.items():
             if isinstance(given, Mapping) and not set(given) <= set(names):
                 others = ", ".join(sorted(set(given) - set(names)))
@@ -281,6 +296,8 @@ class Context:
                     table_window,
                     retention.get(n) if isinstance(retention, Mapping) else retention,
                     _one(rank_by, n),
+                    _one(index, n),
+                    exclude=(table,),
                 )
             )
         letters = self._written(dead_letters or f"{query}-dlq")
@@ -370,6 +387,7 @@ class Context:
                     window=o.window,
                     retention_ms=o.retention_ms,
                     rank_by=o.rank_by,
+                    index=tuple(IndexedField.of(f) for f in o.index),
                     consistent=consistent,
                     dead_letters=dead_letters,
                     key_types=key_types(df, o),
@@ -400,9 +418,13 @@ class Context:
         window: str | None,
         retention: Duration | None,
         rank_by: str | None,
+        index: Sequence[str] | None = None,
+        *,
+        exclude: tuple[str, ...] = (),
     ) -> TableOutput:
-        """One table's output, its aging and order checked (``parts`` already hold the
-        window's start and end when ``window`` is given)."""
+        """One table's output, its aging, order and indexes checked (``parts`` already hold
+        the window's start and end when ``window`` is given; ``exclude``: columns the value
+        leaves out besides ``delete``, ``write_tables``' table column)."""
         if retention is not None and window is None:
             raise ConfigError(
                 f"table {name}: retention applies to windowed tables (window=COLUMN); "
@@ -410,6 +432,16 @@ class Context:
             )
         if rank_by is not None:
             _check_rank_by(df, name, rank_by, value)
+        indexed: tuple[IndexField, ...] = ()
+        if index is not None:
+            indexed = index_fields(
+                df.schema,
+                name,
+                index,
+                value=value,
+                window=window,
+                exclude=(*exclude, *([delete] if delete else [])),
+            )
         return TableOutput(
             name,
             topic,
@@ -425,6 +457,7 @@ class Context:
                 else None
             ),
             rank_by=rank_by,
+            index=indexed,
         )
 
     def _claim(self, name: str) -> str:

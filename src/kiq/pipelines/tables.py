@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from kiq.errors import ConfigError
 from kiq.pipelines.records import PREFIX
 from kiq.tables.declared import MAX_VALUE_FIELDS, ValueField
+from kiq.tables.spec import IndexField
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -47,12 +48,14 @@ class TableOutput:
     sep: str = "|"
     value: str | None = None
     delete: str | None = None
-    # How the table ages and orders (``ctx.write_table``'s ttl, window, retention, rank_by):
-    # recorded in the catalog for the nodes, not used to write the records.
+    # How the table ages, orders and is indexed (``ctx.write_table``'s ttl, window,
+    # retention, rank_by, index): recorded in the catalog for the nodes, not used to write
+    # the records.
     ttl_ms: int | None = None
     window: str | None = None
     retention_ms: int | None = None
     rank_by: str | None = None
+    index: tuple[IndexField, ...] = ()
 
     @property
     def declared_key(self) -> tuple[str, ...]:

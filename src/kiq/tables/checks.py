@@ -14,6 +14,7 @@ import hashlib
 import logging
 import math
 import re
+from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 import msgspec
@@ -38,6 +39,10 @@ MAX_MS = 10**14  # a time (ms since 1970, year 5138) or a duration in ms
 MAX_COUNT = 2**62
 MAX_TEXT = 1_000
 MAX_ITEMS = 256
+# A table's secondary indexes: at most this many, each on a value field of a kind here.
+MAX_INDEXES = 8
+INDEX_KINDS = ("text", "number")
+MAX_INDEX_FIELD = 100
 
 
 class Refused(ValueError):
@@ -143,6 +148,24 @@ def sep(value: object) -> None:
 def items(values: object, what: str, limit: int = MAX_ITEMS) -> None:
     if not isinstance(values, tuple | list) or len(values) > limit:
         raise Refused(f"{what} must be a list of at most {limit}")
+
+
+def index(fields: Sequence[tuple[object, object]]) -> None:
+    """A table's indexed fields, as ``(field, kind)`` pairs: at most ``MAX_INDEXES``, each
+    field a value field's name (1-100 printable characters) named once, each kind one of
+    ``INDEX_KINDS``."""
+    items(fields, "index", MAX_INDEXES)
+    seen: set[object] = set()
+    for field, kind in fields:
+        name(field, "an indexed field", MAX_INDEX_FIELD)
+        if kind not in INDEX_KINDS:
+            raise Refused(
+                f"indexed field {_short(field)}: type {_short(kind)} is not one of "
+                f"{', '.join(INDEX_KINDS)}"
+            )
+        if field in seen:
+            raise Refused(f"index names field {_short(field)} twice")
+        seen.add(field)
 
 
 def key(given: str, own: str) -> None:

@@ -21,9 +21,10 @@ Incompatible, each named ``what: old → new``:
 
 Compatible: a new field that may be null (an old record lacks it, which reads as null), a
 field removed (old records keep it, and readers ignore it), the topic, the partition
-count (the topic's own is checked where it is created), ttl, retention, rank_by,
-consistent (a table without markers answers as one without them always did), the query,
-the checkpoint and the dead letters. What either declaration did not record (one written
+count (the topic's own is checked where it is created), ttl, retention, rank_by, the
+index (the nodes keep it from the records; nothing of it is in them), consistent (a
+table without markers answers as one without them always did), the query, the
+checkpoint and the dead letters. What either declaration did not record (one written
 by an older kiq) is not compared. Neither is a window's length: the declaration holds the
 window's column, not its duration, so a change from 1-minute to 5-minute windows is not
 seen here; run it as a new version, or reset the table.
@@ -118,6 +119,8 @@ def compatible_changes(old: Declared, new: Declared) -> list[str]:
         was, now = getattr(old, what), getattr(new, what)
         if was != now and not (what == "window" and (was is None or now is None)):
             found.append(f"{what}: {was} → {now}")
+    if old.index != new.index:
+        found.append(f"index: {_index(old)} → {_index(new)}")
     return found
 
 
@@ -167,6 +170,10 @@ def _value(d: Declared) -> str:
     if d.value_fields is not None:
         return "a JSON object of " + ", ".join(_field(f) for f in d.value_fields)
     return f"{d.value_type} (not a JSON object)"
+
+
+def _index(d: Declared) -> str:
+    return ", ".join(f"{i.field} {i.type}" for i in d.index) or "(none)"
 
 
 def _field(f: ValueField) -> str:

@@ -21,7 +21,7 @@ import msgspec
 from kiq.catalog import CATALOG_TOPIC, PROGRESS_TOPIC
 from kiq.errors import ConfigError
 from kiq.tables import checks
-from kiq.tables.spec import TableSpec, parse_table
+from kiq.tables.spec import IndexField, IndexKind, TableSpec, parse_table
 from kiq.tables.versions import (
     DEFAULT_VERSION,
     catalog_records,
@@ -50,6 +50,20 @@ class ValueField(msgspec.Struct, frozen=True, kw_only=True):
     nullable: bool = True
 
 
+class IndexedField(msgspec.Struct, frozen=True, kw_only=True):
+    """One secondary index as the catalog records it: ``{"field": ..., "type": ...}``."""
+
+    field: str
+    type: IndexKind
+
+    @classmethod
+    def of(cls, index: IndexField) -> IndexedField:
+        return cls(field=index.field, type=index.kind)
+
+    def spec(self) -> IndexField:
+        return IndexField(self.field, self.type)
+
+
 class Declared(msgspec.Struct, frozen=True, kw_only=True):
     """One table as its pipeline writes it.
 
@@ -76,6 +90,9 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
     window: str | None = None
     retention_ms: int | None = None
     rank_by: str | None = None
+    # ``ctx.write_table(index=[...])``: the value fields every replica indexes, each with its
+    # kind (text or number); empty in records from before indexes, and for a table without.
+    index: tuple[IndexedField, ...] = ()
     # ``ctx.write_table(consistent=True)``: after each micro-batch its query marks every
     # partition of the topic (``kiq.markers``). False in records from before it was recorded.
     consistent: bool = False
@@ -136,6 +153,9 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
         for field, column in (("window", self.window), ("rank_by", self.rank_by)):
             if column is not None:
                 checks.name(column, field, 200)
+        checks.index([(i.field, i.type) for i in self.index])
+        if self.window is not None and any(i.field == self.window for i in self.index):
+            raise checks.Refused(f"index names the window column {self.window!r}")
         checks.text(self.checkpoint, "checkpoint", 4096)
         checks.items(self.dead_letters, "dead_letters", 64)
         for topic in self.dead_letters:
@@ -402,6 +422,7 @@ def _from_catalog(declared: Declared, entry: ServeEntry | None, default_standby:
         ),
         windowed=declared.window is not None,
         rank_by=declared.rank_by,
+        index=tuple(i.spec() for i in declared.index),
         declared=declared_fields(declared),
     )
 
@@ -424,6 +445,7 @@ def declared_fields(declared: Declared) -> Mapping[str, object]:
         "window": declared.window,
         "retention_ms": declared.retention_ms,
         "rank_by": declared.rank_by,
+        "index": [{"field": i.field, "type": i.type} for i in declared.index],
         "consistent": declared.consistent,
         "version": declared.version,
         "checkpoint": declared.checkpoint or None,

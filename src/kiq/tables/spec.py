@@ -19,6 +19,8 @@ from kiq.tables.versions import split_internal
 
 StoreKind = Literal["rocksdb", "memory"]
 ValueFormat = Literal["json", "avro", "raw"]
+# How an indexed field's values are ordered: as text (its UTF-8 bytes) or as numbers.
+IndexKind = Literal["text", "number"]
 
 MAX_STANDBY_REPLICAS = 10
 TABLE_SYNTAX = (
@@ -32,6 +34,16 @@ _EXAMPLES = (
 # A table's own name is kiq.tables.checks's rule (never a path); a node's name for another
 # version of it adds "@VERSION" (kiq.tables.versions), which a name given by a user never has.
 _TOPIC = checks.TOPIC_NAME
+
+
+@dataclass(frozen=True)
+class IndexField:
+    """One secondary index of a table: a top-level ``field`` of its JSON value, whose
+    values every replica keeps in order (``kind``: text or number) beside each key, so
+    ``GET /v1/tables/{t}/by/{field}`` answers without a scan."""
+
+    field: str
+    kind: IndexKind
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,9 @@ class TableSpec:
     # A numeric field of the JSON value every replica keeps its partition's keys ordered
     # by, for GET /v1/tables/{t}/top (highest first, ties by key).
     rank_by: str | None = None
+    # Value fields every replica keeps an index of (``ctx.write_table(..., index=[...])``),
+    # in the order the pipeline named them.
+    index: tuple[IndexField, ...] = ()
     # How its pipeline declared it in the table catalog (key parts, partitioning, the
     # pipeline), shown by GET /v1/tables; None for a topic no pipeline declares.
     declared: Mapping[str, object] | None = field(default=None, compare=False, hash=False)
@@ -139,6 +154,19 @@ class TableSpec:
             raise ConfigError(f"table {self.name}: rank_by must name a numeric value field")
         if self.rank_by is not None and self.format != "json":
             raise ConfigError(f"table {self.name}: rank_by needs JSON values, not {self.format}")
+        self._check_index()
+
+    def _check_index(self) -> None:
+        if not isinstance(self.index, tuple) or not all(
+            isinstance(f, IndexField) for f in self.index
+        ):
+            raise ConfigError(f"table {self.name}: index must be a tuple of IndexField")
+        try:
+            checks.index([(f.field, f.kind) for f in self.index])
+        except checks.Refused as exc:
+            raise ConfigError(f"table {self.name}: {exc}") from None
+        if self.index and self.format != "json":
+            raise ConfigError(f"table {self.name}: an index needs JSON values, not {self.format}")
 
     def _check_schema(self) -> None:
         if self.format == "avro":

@@ -261,7 +261,9 @@ class MirrorFollower:
         path = table_dir(self._node.settings.data_dir, row.table) / str(row.partition)
         own = self._own_dir / row.table / str(row.partition)
         try:
-            store = SecondaryStore(path, own, self._budget, runtime.spec.rank_by)
+            spec = runtime.spec
+            index = tuple(f.field for f in spec.index)
+            store = SecondaryStore(path, own, self._budget, spec.rank_by, index)
         except Exception as exc:
             log.warning(
                 "worker cannot open table=%s partition=%d error=%s", row.table, row.partition, exc

@@ -60,6 +60,14 @@ JSON = st.recursive(
     max_leaves=12,
 )
 
+# A table's index as a hostile writer lists it: fields any name, types any value, any length.
+INDEXES = st.lists(
+    st.fixed_dictionaries(
+        {"field": NAMES, "type": st.sampled_from(["text", "number", "date", 1, None])}
+    ),
+    max_size=10,
+)
+
 
 @st.composite
 def declarations(draw: st.DrawFn) -> tuple[str, bytes | None]:
@@ -81,6 +89,8 @@ def declarations(draw: st.DrawFn) -> tuple[str, bytes | None]:
     for name in ("sep", "window", "rank_by", "checkpoint", "pipeline"):
         if draw(st.booleans()):
             body[name] = draw(st.one_of(st.text(max_size=4), NUMBERS, st.sampled_from(["|", ".."])))
+    if draw(st.booleans()):
+        body["index"] = draw(st.one_of(JSON, INDEXES))
     if draw(st.booleans()):
         body[draw(st.text(max_size=6))] = draw(JSON)
     internal = table if version == "v1" else f"{table}@{version}"

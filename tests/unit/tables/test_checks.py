@@ -16,6 +16,7 @@ from kiq.progress import QueryProgress, SourceProgress, decode_progress
 from kiq.tables import checks, parse_table
 from kiq.tables.declared import (
     Declared,
+    IndexedField,
     Started,
     decode_catalog,
     decode_started,
@@ -40,6 +41,7 @@ GOOD = Declared(
     window="w",
     retention_ms=3_600_000,
     rank_by="spent",
+    index=(IndexedField(field="spent", type="number"), IndexedField(field="shop", type="text")),
     dead_letters=("orders-dlq.v2",),
 )
 ALIAS = Alias(table="totals", version="v2", app="shop", switched_at_ms=7, previous="v1")
@@ -145,6 +147,19 @@ def test_a_table_name_is_never_a_path(name: str):
         ("retention_ms", 1.5),
         ("window", ""),
         ("rank_by", "x" * 201),
+        ("index", "hotel"),
+        ("index", {"field": "hotel", "type": "text"}),
+        ("index", ["hotel"]),
+        ("index", [{"field": "hotel"}]),
+        ("index", [{"field": "hotel", "type": "date"}]),
+        ("index", [{"field": 7, "type": "number"}]),
+        ("index", [{"field": "", "type": "text"}]),
+        ("index", [{"field": "h" * 101, "type": "text"}]),
+        ("index", [{"field": "ho\ntel", "type": "text"}]),
+        ("index", [{"field": "x\x00", "type": "text"}]),
+        ("index", [{"field": "hotel", "type": "text"}, {"field": "hotel", "type": "number"}]),
+        ("index", [{"field": f"f{i}", "type": "number"} for i in range(9)]),
+        ("index", [{"field": "w", "type": "text"}]),  # GOOD's window column
         ("pipeline", "../../etc"),
         ("pipeline", "p@v2"),
         ("query", "q" * 1001),

@@ -8,6 +8,7 @@ import pytest
 
 from kiq import Context
 from kiq.errors import ConfigError
+from kiq.tables.declared import IndexedField
 from kiq.testing import run_pipeline
 
 pytestmark = pytest.mark.spark
@@ -121,3 +122,33 @@ def test_what_the_mappings_refuse_before_the_query_starts():
         key=names, rank_by={HOURS: "page"}
     )
     assert "name the tables in a mapping" in _fails(window="hour")
+    assert f"index= names {MINUTES}, which key= does not" in _fails(
+        key=names, index={MINUTES: ["page"]}
+    )
+    assert "index='views' is one name, not a list" in _fails(key=names, index="views")
+    assert "index field 'hour' is not a top-level field" in _fails(key=names, index=["hour"])
+
+
+def test_indexes_are_declared_per_table_with_their_kinds():
+    def build(ctx: Context) -> None:
+        ctx.write_tables(
+            _rows(ctx),
+            table="table",
+            key={HOURS: "page", TOTALS: "page"},
+            value="counted",
+            query="q",
+            window={HOURS: "hour"},
+            index={TOTALS: ["views", "page"]},
+        )
+        views = ctx.read("views", schema=VIEW)
+        ctx.write_table("pages", views, key="page", index=("ts",))
+
+    run = run_pipeline(build, {"views": [(p, {"page": p, "ts": ts}) for p, ts in VIEWS]})
+    assert {d.table: d.index for d in run.declared} == {
+        HOURS: (),
+        TOTALS: (
+            IndexedField(field="views", type="number"),
+            IndexedField(field="page", type="text"),
+        ),
+        "pages": (IndexedField(field="ts", type="number"),),
+    }

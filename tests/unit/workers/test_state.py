@@ -6,6 +6,7 @@ from kiq.cluster import ClusterView, Member, PartitionReplicas
 from kiq.replicas import Replica, ReplicaState, Role
 from kiq.stores import MemoryPartitionStore
 from kiq.tables import TableRuntime, TableSpec, codec_for
+from kiq.tables.spec import IndexField
 from kiq.workers.state import decode, runtime_of, snapshot, view_of
 
 
@@ -21,7 +22,8 @@ VIEW = ClusterView(
 
 
 def test_a_snapshot_carries_each_table_version_and_what_names_mean():
-    v1 = _runtime(TableSpec("quotes", "t-quotes", rank_by="price", ttl_ms=5000))
+    indexed = (IndexField("symbol", "text"), IndexField("price", "number"))
+    v1 = _runtime(TableSpec("quotes", "t-quotes", rank_by="price", ttl_ms=5000, index=indexed))
     declared = {"keys": ["symbol"], "pipeline": "stocks"}
     v2 = _runtime(TableSpec("quotes@v2", "t-quotes.v2", key_separator="|", declared=declared))
     replica = Replica("quotes", "t-quotes", 0, MemoryPartitionStore(), Role.ACTIVE)
@@ -37,6 +39,7 @@ def test_a_snapshot_carries_each_table_version_and_what_names_mean():
     snap = decode(raw)
     assert snap.current == {"quotes": "quotes@v2"}
     assert runtime_of(snap.tables["quotes"]).spec == v1.spec
+    assert runtime_of(snap.tables["quotes"]).spec.index == indexed
     again = runtime_of(snap.tables["quotes@v2"])
     assert again.spec == v2.spec and again.spec.declared == declared
     assert again.partitions == 4
