@@ -126,6 +126,33 @@ def top(
         asked *= 2
 
 
+def by_index(
+    replica: Readable,
+    field: str,
+    start: bytes | None,
+    end: bytes | None,
+    limit: int,
+    reverse: bool = False,
+) -> list[tuple[bytes, bytes, bytes]]:
+    """Up to ``limit`` (entry, key, value) of ``field``'s index in [start, end), in entry
+    order (descending when ``reverse``); aged keys are read past as ``scan`` does."""
+    store, aging = replica.store, replica.aging
+    if limit <= 0:
+        return []
+    rows: list[tuple[bytes, bytes, bytes]] = []
+    while True:
+        page = store.index_scan(field, start, end, limit, reverse)
+        rows.extend(
+            (e, k, v) for e, k, v, offset in page if aging is None or not aging.expired(k, offset)
+        )
+        if len(page) < limit or len(rows) >= limit:
+            return rows[:limit]
+        if reverse:
+            end = page[-1][0]
+        else:
+            start = page[-1][0] + b"\x00"
+
+
 def under(replica: ReadOnlyReplica, prefix: bytes) -> tuple[list[Entry], bool]:
     """The entries whose keys start with ``prefix``, at most ``MAX_PREFIX_KEYS`` of them
     read, and whether the prefix holds more (overflows)."""

@@ -19,6 +19,7 @@ from kiq.tables.versions import split_internal
 
 StoreKind = Literal["rocksdb", "memory"]
 ValueFormat = Literal["json", "avro", "raw"]
+IndexKind = Literal["text", "number"]
 
 MAX_STANDBY_REPLICAS = 10
 TABLE_SYNTAX = (
@@ -32,6 +33,15 @@ _EXAMPLES = (
 # A table's own name is kiq.tables.checks's rule (never a path); a node's name for another
 # version of it adds "@VERSION" (kiq.tables.versions), which a name given by a user never has.
 _TOPIC = checks.TOPIC_NAME
+
+
+@dataclass(frozen=True)
+class IndexField:
+    """A field of the JSON value a table is indexed by (``ctx.write_table(..., index=)``):
+    ``kind`` says how a query's values are read (a text, or a number)."""
+
+    field: str
+    kind: IndexKind
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,9 @@ class TableSpec:
     # A numeric field of the JSON value every replica keeps its partition's keys ordered
     # by, for GET /v1/tables/{t}/top (highest first, ties by key).
     rank_by: str | None = None
+    # The fields of the JSON value every replica keeps an index of, for
+    # GET /v1/tables/{t}/by/{field} (``kiq.stores.index``).
+    index: tuple[IndexField, ...] = ()
     # How its pipeline declared it in the table catalog (key parts, partitioning, the
     # pipeline), shown by GET /v1/tables; None for a topic no pipeline declares.
     declared: Mapping[str, object] | None = field(default=None, compare=False, hash=False)
