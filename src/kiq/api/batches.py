@@ -4,14 +4,18 @@ POST /v1/tables/{table}/multiget groups keys by partition and asks each owner
 once; GET /v1/tables/{table}/range asks every partition it may touch (one, when
 the prefix fixes the partition) and merges the answers in key order, ascending or
 (``order=desc``) descending; GET /v1/tables/{table}/top asks every partition for its head
-in the table's rank order (``rank_by``) and merges them into the exact top N. The
+in the table's rank order (``rank_by``) and merges them into the exact top N;
+GET /v1/tables/{table}/by/{field}[/{value}] asks every partition for a page of one of its
+indexes (``api/indexes.py``) and merges them by entry bytes, and ``top?by=FIELD`` ranks
+by a number index the same way. The
 replica reader (``routing/reader.py``) reads each
 partition from its best replica, the next when one cannot answer, and says which
 replica answered (``Source``: what ``kiq.Tables`` tells of staleness). Values stay
 the stored bytes until the response is rendered.
 
-Another node's ``Peers.multiget``, ``Peers.scan`` and ``Peers.top`` are answered by
-``internal_multiget``, ``internal_scan`` and ``internal_top``, from local replicas only.
+Another node's ``Peers.multiget``, ``Peers.scan``, ``Peers.top`` and ``Peers.by_index`` are
+answered by ``internal_multiget``, ``internal_scan``, ``internal_top`` and
+``internal_by_index``, from local replicas only.
 """
 
 from __future__ import annotations

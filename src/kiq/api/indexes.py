@@ -44,7 +44,7 @@ def index_field(runtime: TableRuntime, field: str) -> IndexField:
     for indexed in runtime.spec.index:
         if indexed.field == field:
             return indexed
-    name = runtime.spec.table
+    name, field = runtime.spec.table, field[:100]  # a field is at most 100 characters
     kept = ", ".join(f.field for f in runtime.spec.index) or "none"
     raise UnknownIndex(
         f"table {name} has no index of {field!r} (its indexes: {kept}): its pipeline "

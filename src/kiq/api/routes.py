@@ -278,7 +278,9 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
                 "(ctx.write_table(..., rank_by=FIELD)): each partition's replicas keep its keys "
                 "in that order, every partition is asked once for its own first N, from its "
                 "best replica, and the heads are merged. A table that is not ranked, or "
-                "window= for a table that is not windowed, is a 400."
+                "window= for a table that is not windowed, is a 400. by=FIELD ranks by a "
+                "number index of the table (ctx.write_table(..., index=[FIELD])) instead: a "
+                "text index is a 400, a field not indexed a 404."
             },
         ),
     ),

@@ -497,8 +497,9 @@ class Tables:
         A number index takes numbers; ``BadRequest`` for another value, ``UnknownIndex``
         (404) for a field the table keeps no index of, ``Unavailable`` when a partition has
         no replica that answers."""
-        if not (0 if count else 1) <= limit <= MAX_RANGE_LIMIT:
-            raise BadRequest(f"limit must be between 1 and {MAX_RANGE_LIMIT}, got {limit}")
+        least = 0 if count else 1  # a count alone reads no rows
+        if not least <= limit <= MAX_RANGE_LIMIT:
+            raise BadRequest(f"limit must be between {least} and {MAX_RANGE_LIMIT}, got {limit}")
         reverse = is_descending(order)
         runtime = self._runtime(table)
         _within("max_lag", max_lag)

@@ -316,3 +316,19 @@ def test_a_standby_answers_when_an_active_is_down(pair):
         assert reply.status == 200 and "x-kiq-position" in reply.headers
     finally:
         cluster.down.discard("http://n2.test")
+
+
+def test_the_read_bounds_of_range_hold_for_an_index_read(pair):
+    _, n1, _ = pair
+    # A table with no batch markers answers as it is, and says it reflects no batch.
+    plain = get(n1, "/v1/tables/h/by/hotel/H3", consistent="batch")
+    assert plain.status == 200 and plain.json()["batch"] is None
+    assert [i["key"] for i in plain.json()["items"]] == equal_ref("hotel", "H3")
+    assert "x-kiq-batch" not in plain.headers
+    position = plain.headers["x-kiq-position"]
+    assert position.startswith("h:") and position.count("=") == PARTITIONS
+    # As of a position no replica has applied: a 503 to retry, after waiting wait_ms.
+    behind = get(n1, "/v1/tables/h/by/hotel/H3", after="h:1=999999", wait_ms=50)
+    assert behind.status == 503 and behind.json()["error"] == "unavailable"
+    assert get(n1, "/v1/tables/h/by/hotel/H3", consistent="snapshot").status == 400
+    assert behind.json()["after"] == {"1": 999999}  # the partition's offset asked
