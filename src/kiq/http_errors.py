@@ -97,6 +97,12 @@ class KeyNotFound(ApiError):
     status, code = 404, "not_found"
 
 
+class UnknownIndex(ApiError):
+    """A table read by a field it keeps no index of (``GET /v1/tables/{t}/by/{field}``)."""
+
+    status, code = 404, "not_found"
+
+
 class NoRoute(ApiError):
     status, code = 404, "no_route"
 

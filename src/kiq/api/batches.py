@@ -4,14 +4,18 @@ POST /v1/tables/{table}/multiget groups keys by partition and asks each owner
 once; GET /v1/tables/{table}/range asks every partition it may touch (one, when
 the prefix fixes the partition) and merges the answers in key order, ascending or
 (``order=desc``) descending; GET /v1/tables/{table}/top asks every partition for its head
-in the table's rank order (``rank_by``) and merges them into the exact top N. The
+in the table's rank order (``rank_by``) and merges them into the exact top N;
+GET /v1/tables/{table}/by/{field}[/{value}] asks every partition for a page of one of its
+indexes (``api/indexes.py``) and merges them by entry bytes, and ``top?by=FIELD`` ranks
+by a number index the same way. The
 replica reader (``routing/reader.py``) reads each
 partition from its best replica, the next when one cannot answer, and says which
 replica answered (``Source``: what ``kiq.Tables`` tells of staleness). Values stay
 the stored bytes until the response is rendered.
 
-Another node's ``Peers.multiget``, ``Peers.scan`` and ``Peers.top`` are answered by
-``internal_multiget``, ``internal_scan`` and ``internal_top``, from local replicas only.
+Another node's ``Peers.multiget``, ``Peers.scan``, ``Peers.top`` and ``Peers.by_index`` are
+answered by ``internal_multiget``, ``internal_scan``, ``internal_top`` and
+``internal_by_index``, from local replicas only.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ import base64
 import heapq
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
+import msgspec
 import orjson
 
 from kiq.api import consistency
@@ -35,16 +41,28 @@ from kiq.api.errors import (
     Unavailable,
     UnknownTable,
 )
-from kiq.api.params import check_key, decode_cursor, encode_cursor, int_param
+from kiq.api.indexes import (
+    IndexItem,
+    bounds,
+    index_cursor,
+    index_field,
+    indexes,
+    parse_bound,
+    top_of,
+)
+from kiq.api.params import bool_param, check_key, decode_cursor, encode_cursor, int_param
 from kiq.node import NodeView
 from kiq.peers import Item, Source
 from kiq.peers.wire import (
     LATEST_BATCH as LATEST,
 )
 from kiq.peers.wire import (
+    ByIndex,
     DecodeError,
+    IndexResult,
     MultigetResult,
     ScanResult,
+    decode_by_index,
     decode_multiget,
     decode_scan,
     decode_top,
@@ -53,6 +71,7 @@ from kiq.peers.wire import (
 from kiq.routing import ReplicaReader
 from kiq.security import VerifiedCaller, read_scope
 from kiq.stores.base import prefix_end
+from kiq.stores.index import equal_bounds, range_bounds, value_of
 from kiq.stores.rank import merge_heads
 from kiq.tables import TableRuntime
 from kiq.tables.versions import public_name
@@ -63,6 +82,21 @@ MAX_TOP = 1000  # the most keys one top read answers
 # How long a read as of a batch the caller chose waits for a partition to apply it: the
 # tables of one query get their markers together, one is due within a fetch or two.
 PIN_WAIT_S = 1.0
+DEFAULT_LIMIT = 100  # a page's items when no limit is asked
+
+_Page = TypeVar("_Page", ScanResult, IndexResult)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexPage:
+    """An index read's page: (entry, key, stored value) in the order asked, the entry a
+    next page goes on from (None: the read ended), how many entries the bounds hold over
+    every partition (None: not counted), and the replica that answered each partition."""
+
+    items: list[IndexItem]
+    last: bytes | None
+    count: int | None
+    sources: list[Source]
 
 
 def value_json(runtime: TableRuntime, value: bytes) -> Any:
@@ -390,8 +424,17 @@ class Batches:
     async def top_json(
         self, table: str, params: dict[str, str], auth: str | None, at: ReadAt = PLAIN
     ) -> Answer:
-        """GET /v1/tables/{table}/top: ``{"items": [{"key", "value"}], "rank_by"}``."""
+        """GET /v1/tables/{table}/top: ``{"items": [{"key", "value"}], "rank_by"}``; with
+        ``by=FIELD``, by a number index of the table (``top_by``)."""
         runtime = self._table(table)
+        by = params.get("by") or None
+        if by is not None and (by != runtime.spec.rank_by or indexes(runtime, by)):
+            if params.get("prefix") or params.get("window"):
+                raise BadRequest("top by an index (by=) takes neither prefix nor window")
+            n = int_param(params, "n", 1, MAX_TOP) or 10
+            ranked, sources = await self.top_by(runtime, by, n, auth, at=at)
+            out = [{"key": k.decode(), "value": value_json(runtime, v)} for k, v in ranked]
+            return _answer(runtime, {"items": out, "rank_by": by}, sources, at)
         field = rank_field(runtime)
         n = int_param(params, "n", 1, MAX_TOP) or 10
         window = top_window(runtime, params.get("window"))
@@ -460,6 +503,166 @@ class Batches:
             )
         return encode(head)
 
+    # -- secondary indexes (api/indexes.py) ------------------------------------------------
+
+    async def by_index_json(
+        self,
+        table: str,
+        field: str,
+        value: str | None,
+        params: dict[str, str],
+        auth: str | None,
+        at: ReadAt = PLAIN,
+    ) -> Answer:
+        """GET /v1/tables/{table}/by/{field}/{value} (``value``) and .../by/{field}?from=&to=:
+        ``{"items": [{"key", "value"}], "next_cursor", "field", "count" (count=true),
+        "batch"}``."""
+        runtime = self._table(table)
+        indexed = index_field(runtime, field)
+        count = bool_param(params, "count")
+        limit = int_param(params, "limit", 0 if count else 1, MAX_RANGE_LIMIT)
+        if value is not None:
+            start, end = bounds(indexed, parse_bound(indexed, value, "the value"), None, None)
+        else:
+            low, high = (params.get(p) or None for p in ("from", "to"))
+            start, end = bounds(
+                indexed,
+                None,
+                None if low is None else parse_bound(indexed, low, "from"),
+                None if high is None else parse_bound(indexed, high, "to"),
+            )
+        page = await self.by_index(
+            runtime,
+            field,
+            start,
+            end,
+            index_cursor(params.get("cursor")),
+            DEFAULT_LIMIT if limit is None else limit,
+            auth,
+            reverse=is_descending(params.get("order")),
+            count=count,
+            max_lag=int_param(params, "max_lag"),
+            at=at,
+        )
+        out = [{"key": k.decode(), "value": value_json(runtime, v)} for _, k, v in page.items]
+        body: dict[str, Any] = {
+            "items": out,
+            "next_cursor": encode_cursor(page.last) if page.last is not None else None,
+            "field": field,
+        }
+        if count:
+            body["count"] = page.count
+        body["batch"] = None
+        return _answer(runtime, body, page.sources, at)
+
+    async def by_index(
+        self,
+        runtime: TableRuntime,
+        field: str,
+        start: bytes,
+        end: bytes,
+        cursor: bytes | None,
+        limit: int,
+        auth: str | None,
+        reverse: bool = False,
+        count: bool = False,
+        max_lag: int | None = None,
+        at: ReadAt = PLAIN,
+    ) -> IndexPage:
+        """Up to ``limit`` entries of ``field``'s index in [start, end) past ``cursor``, in
+        entry order (descending when ``reverse``): every partition asked once for up to
+        ``limit``, concurrently, each from its best replica, the pages merged by entry
+        bytes. ``count``: how many entries [start, end) holds in every partition, the
+        cursor aside. ``Unavailable`` when a partition has no replica that answers."""
+        name = runtime.spec.name
+
+        def page(p: int, batch: int | None) -> Awaitable[IndexResult | None]:
+            asked = ByIndex(
+                name,
+                p,
+                field,
+                start,
+                end,
+                limit,
+                reverse,
+                count,
+                max_lag,
+                batch,
+                min_offset=at.after.get(p),
+                cursor=cursor,
+            )
+            return self.reader.by_index(asked, auth)
+
+        what = f"read its index of {field}"
+        pages = await _per_partition(name, list(range(runtime.partitions)), at, page, what)
+        merged = list(heapq.merge(*(p.items for p in pages), key=lambda i: i[0], reverse=reverse))
+        more = limit > 0 and (len(merged) > limit or any(len(p.items) >= limit for p in pages))
+        merged = merged[:limit]
+        total = sum(p.count for p in pages) if count else None
+        sources = [p.source for p in pages if p.source is not None]
+        return IndexPage(merged, merged[-1][0] if more and merged else None, total, sources)
+
+    async def top_by(
+        self,
+        runtime: TableRuntime,
+        field: str,
+        n: int,
+        auth: str | None,
+        max_lag: int | None = None,
+        at: ReadAt = PLAIN,
+    ) -> tuple[list[Item], list[Source]]:
+        """The ``n`` keys with the highest ``field`` (a number index), ties by key as
+        ``top``'s: each partition read for its ``n`` highest entries, then for the entries
+        tied with its ``n``th in key order (a descending read meets those last), and the
+        candidates merged. A 400 for a text index, a 404 for a field not indexed."""
+        indexed = index_field(runtime, field)
+        if indexed.kind != "number":
+            raise BadRequest(
+                f"top by={field} needs a number index; {field} is a text index",
+                table=runtime.spec.table,
+            )
+        name = runtime.spec.name
+        low, high = range_bounds("number", None, None)
+
+        async def head(p: int, batch: int | None) -> IndexResult | None:
+            after = at.after.get(p)
+            asked = ByIndex(name, p, field, low, high, n, True, False, max_lag, batch, after)
+            first = await self.reader.by_index(asked, auth)
+            if first is None or len(first.items) < n:
+                return first
+            tie_low, tie_high = equal_bounds(value_of(first.items[-1][0]))
+            said = first.source.batch if first.source is not None else -1
+            as_of = said if said >= 0 else batch
+            tied = await self.reader.by_index(
+                ByIndex(name, p, field, tie_low, tie_high, n, False, False, max_lag, as_of, after),
+                auth,
+            )
+            if tied is None:
+                return None
+            above = [item for item in first.items if item[0] >= tie_high]
+            return msgspec.structs.replace(first, items=above + tied.items)
+
+        heads = await _per_partition(name, list(range(runtime.partitions)), at, head, "rank")
+        return top_of((h.items for h in heads), n), [h.source for h in heads if h.source]
+
+    async def internal_by_index(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
+        """Another node's ``Peers.by_index``: a page of a local replica's index, or 421;
+        ``caller`` as for ``internal_multiget``."""
+        try:
+            request = decode_by_index(body)
+        except DecodeError as exc:
+            raise BadRequest(f"malformed index read: {exc}") from exc
+        _may_read(caller, request.table)
+        if not 0 <= request.limit <= MAX_RANGE_LIMIT:
+            raise BadRequest(f"limit must be between 0 and {MAX_RANGE_LIMIT}")
+        page = await self.reader.here.by_index(request)
+        if page is None:
+            raise NotHere(
+                f"{self.node.node_id} holds no usable replica of "
+                f"{request.table}[{request.partition}] indexing {request.field!r}"
+            )
+        return encode(page)
+
 
 def rank_field(runtime: TableRuntime) -> str:
     """The field ``runtime``'s table is ranked by; a 400 saying how to rank it when none."""
@@ -516,9 +719,9 @@ async def _per_partition(
     table: str,
     partitions: list[int],
     at: ReadAt,
-    read: Callable[[int, int | None], Awaitable[ScanResult | None]],
+    read: Callable[[int, int | None], Awaitable[_Page | None]],
     what: str = "scan",
-) -> list[ScanResult]:
+) -> list[_Page]:
     """Each of ``partitions`` read once (``read(p, batch)``), concurrently; with
     ``at.consistent``, as of one batch (``api.consistency``). ``Unavailable`` when a
     partition has no replica that answers."""
@@ -526,7 +729,7 @@ async def _per_partition(
     pages = await asyncio.gather(*(read(p, first) for p in partitions))
     nobody = [p for p, page in zip(partitions, pages, strict=True) if page is None]
     if nobody and at.after and at.wait_ms:
-        caught_up: dict[int, ScanResult | None] = {}
+        caught_up: dict[int, _Page | None] = {}
 
         async def ask(behind: list[int]) -> list[int]:
             got = await asyncio.gather(*(read(p, first) for p in behind))
@@ -546,7 +749,7 @@ async def _per_partition(
     if batch is None or not again:
         return answered
     as_of = batch
-    now: dict[int, ScanResult] = {}
+    now: dict[int, _Page] = {}
 
     async def ask_as_of(some: list[int]) -> list[int]:
         redone = await asyncio.gather(*(read(p, as_of) for p in some))
@@ -566,10 +769,10 @@ async def _per_partition(
     return [now.get(page.source.partition, page) if page.source else page for page in answered]
 
 
-def _sourced(page: ScanResult, partition: int) -> ScanResult:
+def _sourced(page: _Page, partition: int) -> _Page:
     """``page`` with its source said (an older node did not say)."""
     if page.source is None:
-        return ScanResult(page.items, Source(partition), page.reverse, page.window)
+        return msgspec.structs.replace(page, source=Source(partition))
     return page
 
 

@@ -64,9 +64,28 @@ class PageBody(Struct):
     ] = None
 
 
+class IndexPageBody(Struct):
+    items: Annotated[
+        list[Item], Meta(description="in the field's order (equality: key order), ties by key")
+    ]
+    next_cursor: Annotated[
+        str | None, Meta(description="pass it back as cursor= for the next page (null: the end)")
+    ]
+    field: Annotated[str, Meta(description="the indexed field read")]
+    count: Annotated[
+        int | None,
+        Meta(description="count=true: every matching row over all partitions (not the page's)"),
+    ] = None
+    batch: Annotated[
+        int | None, Meta(description="?consistent=batch: the micro-batch it reflects (null: none)")
+    ] = None
+
+
 class TopBody(Struct):
     items: Annotated[list[Item], Meta(description="highest rank_by first, ties by key")]
-    rank_by: Annotated[str, Meta(description="the numeric value field the table ranks by")]
+    rank_by: Annotated[
+        str, Meta(description="the numeric value field ranked by: the table's, or by=")
+    ]
     batch: Annotated[
         int | None, Meta(description="?consistent=batch: the micro-batch it reflects (null: none)")
     ] = None
@@ -176,6 +195,7 @@ SCHEMA_NAMES: dict[type[Struct], str] = {
     MultigetBody: "Multiget",
     PageBody: "Page",
     TopBody: "Top",
+    IndexPageBody: "IndexPage",
     WindowsBody: "Windows",
     TablesBody: "Tables",
 }

@@ -137,7 +137,8 @@ def behind(table: str, partitions: Iterable[int], at: ReadAt) -> Unavailable:
         f"no replica of {table} partition(s) {', '.join(map(str, missing))} has applied the "
         "position asked yet",
         partitions=missing,
-        after={p: at.after[p] for p in missing if p in at.after},
+        # JSON object keys are strings: partition numbers as text
+        after={str(p): at.after[p] for p in missing if p in at.after},
     )
 
 

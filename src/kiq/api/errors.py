@@ -60,6 +60,9 @@ from kiq.http_errors import (
     Unavailable as Unavailable,
 )
 from kiq.http_errors import (
+    UnknownIndex as UnknownIndex,
+)
+from kiq.http_errors import (
     UnknownTable as UnknownTable,
 )
 from kiq.peers.wire import LookupResult, Outcome

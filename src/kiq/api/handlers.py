@@ -142,6 +142,24 @@ class Handlers:
         answer = await self._batches.top_json(runtime.spec.name, params, _auth(request), at)
         return _read(answer, runtime)
 
+    async def by_value(self, request: Request) -> Response:
+        """GET /v1/tables/{table}/by/{field}/{value}: the rows whose field equals value."""
+        return await self._by_index(request, request.path_params["value"])
+
+    async def by_range(self, request: Request) -> Response:
+        """GET /v1/tables/{table}/by/{field}?from=&to=: the rows whose field is within."""
+        return await self._by_index(request, None)
+
+    async def _by_index(self, request: Request, value: str | None) -> Response:
+        runtime = self._table(request)
+        params = query(request.scope)
+        at = _read_at(request, runtime)
+        field = request.path_params["field"]
+        answer = await self._batches.by_index_json(
+            runtime.spec.name, field, value, params, _auth(request), at
+        )
+        return _read(answer, runtime)
+
     # -- versions (ops/versions.py) -----------------------------------------------------------
 
     @property
@@ -272,6 +290,11 @@ class Handlers:
     async def internal_top(self, request: Request) -> Response:
         body = await self._from_member(request)
         answer = await self._batches.internal_top(body, caller(request.scope))
+        return self._sealed(request, answer)
+
+    async def internal_by_index(self, request: Request) -> Response:
+        body = await self._from_member(request)
+        answer = await self._batches.internal_by_index(body, caller(request.scope))
         return self._sealed(request, answer)
 
     async def internal_metadata(self, request: Request) -> Response:

@@ -27,6 +27,7 @@ from kiq.api.spec import Answer, Doc, Header, Param, RouteSpec, Rule, reserved
 from kiq.api.watch import MAX_WATCH_KEYS
 from kiq.peers import wire
 from kiq.peers.wire import (
+    INTERNAL_BY_INDEX,
     INTERNAL_CHANGES,
     INTERNAL_HELLO,
     INTERNAL_LOOKUPS,
@@ -81,6 +82,29 @@ _READ_HEADERS = (
     Header("X-Kiq-Position", "what was read: send it back as X-Kiq-After", True),
     Header("X-Kiq-Batch", "consistent=batch: the micro-batch the answer reflects"),
 )
+_INDEX_PARAMS = (
+    Param(
+        "order",
+        Literal["asc", "desc"],
+        "asc [default]: lowest value first; desc: highest first, cursors going down",
+    ),
+    Param(
+        "limit",
+        Annotated[int, Meta(ge=0, le=MAX_RANGE_LIMIT)],
+        "items per page [100]; 0 only with count=true",
+    ),
+    Param("cursor", str, "next_cursor of the previous page"),
+    Param("count", bool, "add count: every matching row over all partitions"),
+    Param("max_lag", _COUNT, "only replicas at most this many records behind"),
+    *_CONSISTENT,
+)
+_INDEX_OPERATION = {
+    "description": "For a table its pipeline indexes by a top-level field of the JSON value "
+    "(ctx.write_table(..., index=[FIELD])): every partition is asked once for its part, from "
+    "its best replica, and the parts are merged; a cursor pages on stably across partitions. "
+    "A number index reads values as numbers (anything else is a 400). A field the table keeps "
+    "no index of is a 404."
+}
 _BYTES = ((MSGPACK, bytes),)
 _PAGE = {"200": Answer("the file", (("text/html", str),))}  # the dashboard's
 
@@ -228,6 +252,12 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
                 ),
                 Param("prefix", str, "only keys starting with it"),
                 Param(
+                    "by",
+                    str,
+                    "a number index of the table to rank by instead of its rank_by "
+                    "(not with prefix or window)",
+                ),
+                Param(
                     "window",
                     str,
                     "a windowed table's window start (ISO 8601, a date or epoch ms; naive "
@@ -248,8 +278,57 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
                 "(ctx.write_table(..., rank_by=FIELD)): each partition's replicas keep its keys "
                 "in that order, every partition is asked once for its own first N, from its "
                 "best replica, and the heads are merged. A table that is not ranked, or "
-                "window= for a table that is not windowed, is a 400."
+                "window= for a table that is not windowed, is a 400. by=FIELD ranks by a "
+                "number index of the table (ctx.write_table(..., index=[FIELD])) instead: a "
+                "text index is a 400, a field not indexed a 404."
             },
+        ),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/tables/{table}/by/{field}",
+        Handlers.by_range,
+        Rule.READ,
+        limited=True,
+        doc=Doc(
+            "Rows whose indexed field is within from..to, in the field's order",
+            ("tables",),
+            (
+                TABLE,
+                VERSION,
+                Param("field", _NAME, "an indexed field of the table", "path"),
+                Param("from", str, "the lowest value (inclusive) [none]"),
+                Param("to", str, "the highest value (inclusive) [none]"),
+                *_INDEX_PARAMS,
+            ),
+            answers={
+                "200": Answer.json(
+                    "a page of items, ties by key", bodies.IndexPageBody, _READ_HEADERS
+                )
+            },
+            errors=(400, 404, 503),
+            operation=_INDEX_OPERATION,
+        ),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/tables/{table}/by/{field}/{value:path}",
+        Handlers.by_value,
+        Rule.READ,
+        limited=True,
+        doc=Doc(
+            "Rows whose indexed field equals a value, in key order",
+            ("tables",),
+            (
+                TABLE,
+                VERSION,
+                Param("field", _NAME, "an indexed field of the table", "path"),
+                Param("value", str, "the value (a number index: a number)", "path"),
+                *_INDEX_PARAMS,
+            ),
+            answers={"200": Answer.json("a page of items", bodies.IndexPageBody, _READ_HEADERS)},
+            errors=(400, 404, 503),
+            operation=_INDEX_OPERATION,
         ),
     ),
     RouteSpec(
@@ -535,6 +614,14 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
         Rule.CLUSTER,
         limited=False,
         doc=_internal("A partition's head in rank order", wire.Top, wire.ScanResult),
+    ),
+    RouteSpec(
+        "POST",
+        INTERNAL_BY_INDEX,
+        Handlers.internal_by_index,
+        Rule.CLUSTER,
+        limited=False,
+        doc=_internal("A partition's index entries", wire.ByIndex, wire.IndexResult),
     ),
     RouteSpec(
         "POST",

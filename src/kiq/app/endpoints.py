@@ -61,6 +61,7 @@ from kiq.api.errors import (
     UnknownTable,
     lookup_error,
 )
+from kiq.api.indexes import bounds, given_bound, index_cursor, index_field, indexes
 from kiq.api.limits import caller_of
 from kiq.api.lookups import MAX_WAIT_MS, Enrich, Lookups, after
 from kiq.api.params import check_key, encode_cursor, int_param
@@ -434,6 +435,7 @@ class Tables:
         *,
         max_lag: int | None = None,
         consistent: Consistent = None,
+        by: str | None = None,
     ) -> Page:
         """The table's ``n`` (1 to ``MAX_TOP``) highest-ranked keys, as
         ``GET /v1/tables/{table}/top`` answers: by its ``rank_by`` field (``ctx.write_table(...,
@@ -441,6 +443,9 @@ class Tables:
         given; in a windowed table, only windows starting at ``window`` when given (a time as
         ``windows`` takes them: "top pages this hour"). Every partition is asked once, from
         its best replica (within ``max_lag``).
+
+        ``by``: a number index of the table (``index=[FIELD]``) to rank by instead, highest
+        first, ties by key (not with ``prefix`` or ``window``).
 
         A ``Page`` (``next_cursor`` None); ``BadRequest`` for a table that is not ranked, a
         ``window`` of a table that is not windowed or that is no time; ``Unavailable`` when a
@@ -450,6 +455,13 @@ class Tables:
             raise BadRequest(f"n must be between 1 and {MAX_TOP}, got {n}")
         runtime = self._runtime(table)
         _within("max_lag", max_lag)
+        if by is not None and (by != runtime.spec.rank_by or indexes(runtime, by)):
+            if prefix or window:
+                raise BadRequest("top by an index (by=) takes neither prefix nor window")
+            at = self._at(runtime, consistent)
+            ranked, sources = await self._batches.top_by(runtime, by, n, self._auth, max_lag, at)
+            served = self._saw(runtime, consistent, sources)
+            return Page(runtime, [(k.decode(), v) for k, v in ranked], None, served)
         raw_prefix = (prefix or "").encode()
         rank_field(runtime)  # not ranked: that 400 first
         start = top_window(runtime, window)
@@ -458,6 +470,67 @@ class Tables:
         )
         served = self._saw(runtime, consistent, sources)
         return Page(runtime, [(k.decode(), v) for k, v in items], None, served)
+
+    async def by(
+        self,
+        table: str,
+        field: str,
+        value: str | float | None = None,
+        *,
+        low: str | float | None = None,
+        high: str | float | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        cursor: str | None = None,
+        count: bool = False,
+        consistent: Consistent = None,
+        max_lag: int | None = None,
+    ) -> Page:
+        """Rows by an indexed field (``ctx.write_table(..., index=[FIELD])``), as
+        ``GET /v1/tables/{table}/by/{field}`` answers: with ``value``, those whose field
+        equals it, in key order; else those with ``low`` <= field <= ``high`` (either None:
+        open), in the field's order, ties by key. ``order="desc"``: highest first, a cursor
+        going down. At most ``limit`` (1 to ``MAX_RANGE_LIMIT``; 0 with ``count``); pass
+        ``next_cursor`` back as ``cursor`` for the next page. ``count=True``: ``Page.count``
+        says how many rows match over every partition.
+
+        A number index takes numbers; ``BadRequest`` for another value, ``UnknownIndex``
+        (404) for a field the table keeps no index of, ``Unavailable`` when a partition has
+        no replica that answers."""
+        least = 0 if count else 1  # a count alone reads no rows
+        if not least <= limit <= MAX_RANGE_LIMIT:
+            raise BadRequest(f"limit must be between {least} and {MAX_RANGE_LIMIT}, got {limit}")
+        reverse = is_descending(order)
+        runtime = self._runtime(table)
+        _within("max_lag", max_lag)
+        indexed = index_field(runtime, field)
+        start, end = bounds(
+            indexed,
+            None if value is None else given_bound(indexed, value, "value"),
+            None if low is None else given_bound(indexed, low, "low"),
+            None if high is None else given_bound(indexed, high, "high"),
+        )
+        page = await self._batches.by_index(
+            runtime,
+            field,
+            start,
+            end,
+            index_cursor(cursor),
+            limit,
+            self._auth,
+            reverse,
+            count,
+            max_lag,
+            self._at(runtime, consistent),
+        )
+        served = self._saw(runtime, consistent, page.sources)
+        return Page(
+            runtime,
+            [(k.decode(), v) for _, k, v in page.items],
+            encode_cursor(page.last) if page.last is not None else None,
+            served,
+            page.count,
+        )
 
     async def windows(
         self,

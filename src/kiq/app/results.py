@@ -130,12 +130,14 @@ class Many:
 @dataclass(frozen=True)
 class Page:
     """What ``Tables.range`` read: (key, stored value) in the order asked, and where to go on;
-    what ``Tables.top`` read: the keys in rank order (``next_cursor`` None)."""
+    what ``Tables.top`` read: the keys in rank order (``next_cursor`` None); what
+    ``Tables.by`` read: the rows by an indexed field, and with ``count=True`` how many match."""
 
     table: TableRuntime
     items: list[tuple[str, bytes]]
     next_cursor: str | None  # pass it back as ``cursor`` (same order) for the next page
     served: tuple[Served, ...] = ()  # per partition read
+    count: int | None = None  # ``Tables.by(..., count=True)``: every matching row, all pages
 
     @property
     def batch(self) -> int | None:

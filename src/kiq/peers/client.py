@@ -32,13 +32,17 @@ from kiq.peers.pool import ConnectionPool
 from kiq.peers.probes import Probes
 from kiq.peers.sender import Sender, Transport, decoded
 from kiq.peers.wire import (
+    INTERNAL_BY_INDEX,
     INTERNAL_CHANGES,
     INTERNAL_METADATA,
     INTERNAL_MULTIGET,
     INTERNAL_SCAN,
     INTERNAL_TOP,
+    NOT_COUNTED,
+    ByIndex,
     Changes,
     ChangesResult,
+    IndexResult,
     Lookup,
     Multiget,
     MultigetResult,
@@ -47,6 +51,7 @@ from kiq.peers.wire import (
     ScanResult,
     Top,
     decode_changes_result,
+    decode_index_result,
     decode_multiget_result,
     decode_node_status,
     decode_scan_result,
@@ -191,6 +196,24 @@ class Peers:
         if head.window != window:
             raise PeerError(target, f"{INTERNAL_TOP}: ranked every window; an older kiq?")
         return head
+
+    async def by_index(
+        self,
+        target: str,
+        asked: ByIndex,
+        caller: str | None,
+    ) -> IndexResult:
+        """A page of the target's replica's index of ``asked.field`` (``ByIndex``), and which
+        replica it was; ``PeerError`` (421) when the target holds no usable replica of it
+        indexing that field (within ``max_lag``), and when its answer does not echo the
+        field, the order or the count asked (an older node)."""
+        body = await self._sender.call(target, "POST", INTERNAL_BY_INDEX, encode(asked), caller)
+        page = decoded(target, decode_index_result, body)
+        if page.field != asked.field or page.reverse != asked.reverse:
+            raise PeerError(target, f"{INTERNAL_BY_INDEX}: another read was answered")
+        if asked.count and page.count == NOT_COUNTED:
+            raise PeerError(target, f"{INTERNAL_BY_INDEX}: not counted; an older kiq?")
+        return page
 
     async def changes(self, target: str, asked: Changes, caller: str | None) -> ChangesResult:
         """What changed of the watched keys in the target's replica (``Changes``), waiting up

@@ -7,6 +7,7 @@ decoded into the records below (``peers/sender.py`` sends them, ``api/`` answers
     POST /v1/internal/multiget  Multiget             → MultigetResult
     POST /v1/internal/scan      Scan                 → ScanResult
     POST /v1/internal/top       Top                  → ScanResult (the partition's head)
+    POST /v1/internal/by-index  ByIndex              → IndexResult (entries of an index)
     POST /v1/internal/changes   Changes              → ChangesResult (a watch relayed)
     GET  /v1/internal/metadata  (no body)            → NodeStatus
     POST /v1/internal/hello     16 random bytes      → the same bytes (sealed: a member's proof)
@@ -29,6 +30,9 @@ few bytes beyond its key and value:
     Scan            [table, partition, start|nil, end|nil, limit, reverse, max_lag|nil]
     ScanResult      [[item...], Source|nil, reverse, window(bin)]
     Top             [table, partition, n, prefix(bin), max_lag|nil, window(bin)]
+    ByIndex         [table, partition, field, start(bin)|nil, end(bin)|nil, limit, reverse,
+                     count, max_lag|nil, batch|nil, min_offset|nil, cursor(bin)|nil]
+    IndexResult     [[[entry(bin), key(bin), value(bin)]...], Source|nil, reverse, count, field]
     Source          [partition, lag, stale, applied_offset, served_by(bin)]
     Changes         [table, partition, [[key(bin), offset]...], [prefix(bin)...], through, wait_ms,
                      since|nil]
@@ -42,7 +46,8 @@ node decodes with them (``reverse`` false: an ascending scan), and an older node
 ignores trailing fields it does not know. So the asker checks what it depends on: a
 scan asked in reverse whose answer does not say ``reverse`` came from a node that
 scanned forwards, and is not taken; a top asked within a window whose answer does not
-echo that ``window`` came from a node that ranked every window, and is not taken either.
+echo that ``window`` came from a node that ranked every window, and is not taken either;
+an index read's answer echoes its ``field`` and ``reverse``, and its ``count`` when asked.
 
 A lookup's ``Outcome`` travels as a small int (one byte); HTTP statuses are the API's own
 business (``api/errors.py`` maps outcomes to them). What the receiver answers per item:
@@ -74,6 +79,7 @@ INTERNAL_LOOKUPS: Final = "/v1/internal/lookups"
 INTERNAL_MULTIGET: Final = "/v1/internal/multiget"
 INTERNAL_SCAN: Final = "/v1/internal/scan"
 INTERNAL_TOP: Final = "/v1/internal/top"
+INTERNAL_BY_INDEX: Final = "/v1/internal/by-index"
 INTERNAL_METADATA: Final = "/v1/internal/metadata"
 INTERNAL_CHANGES: Final = "/v1/internal/changes"
 # A challenge (16 random bytes) answered sealed: a peer proves it holds the cluster secret
@@ -224,6 +230,44 @@ class Top(msgspec.Struct, array_like=True, frozen=True, gc=False):
     min_offset: int | None = None  # the offset the replica must have applied
 
 
+# (index entry, key, value as stored): an index read's item (``kiq.stores.index``)
+IndexItem = tuple[bytes, bytes, bytes]
+NOT_COUNTED = -1  # ``IndexResult.count`` when no count was asked
+
+
+class ByIndex(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Up to ``limit`` entries of one partition's index of ``field`` in [start, end) in entry
+    byte order (descending when ``reverse``), past ``cursor`` when given (above it
+    ascending, below it descending: the last entry of the page before); with ``count``,
+    how many entries [start, end) holds (the cursor aside). From a replica at most
+    ``max_lag`` records behind, when given. Answered with an ``IndexResult``."""
+
+    table: str
+    partition: int
+    field: str
+    start: bytes | None = None
+    end: bytes | None = None
+    limit: int = 100
+    reverse: bool = False
+    count: bool = False
+    max_lag: int | None = None
+    batch: int | None = None  # as ``Multiget.batch``
+    min_offset: int | None = None  # the offset the replica must have applied
+    cursor: bytes | None = None
+
+
+class IndexResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A page of a partition's index, in the order asked (``reverse`` says which was read),
+    ``count`` the entries in the asked bounds (``NOT_COUNTED``: none asked), ``field`` the
+    index read, echoed."""
+
+    items: list[IndexItem] = []
+    source: Source | None = None
+    reverse: bool = False
+    count: int = NOT_COUNTED
+    field: str = ""
+
+
 class Changes(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """A watch relayed from a node without a replica of the partition (``kiq.live``): what
     the asker knows of some keys (``known``: each key's offset, -1 for absent) and of the
@@ -329,6 +373,8 @@ _multiget_result = msgspec.msgpack.Decoder(MultigetResult)
 _scan = msgspec.msgpack.Decoder(Scan)
 _scan_result = msgspec.msgpack.Decoder(ScanResult)
 _top = msgspec.msgpack.Decoder(Top)
+_by_index = msgspec.msgpack.Decoder(ByIndex)
+_index_result = msgspec.msgpack.Decoder(IndexResult)
 _node_status = msgspec.msgpack.Decoder(NodeStatus)
 _changes = msgspec.msgpack.Decoder(Changes)
 _changes_result = msgspec.msgpack.Decoder(ChangesResult)
@@ -370,6 +416,14 @@ def decode_scan_result(body: bytes) -> ScanResult:
 
 def decode_top(body: bytes) -> Top:
     return _top.decode(body)
+
+
+def decode_by_index(body: bytes) -> ByIndex:
+    return _by_index.decode(body)
+
+
+def decode_index_result(body: bytes) -> IndexResult:
+    return _index_result.decode(body)
 
 
 def decode_node_status(body: bytes) -> NodeStatus:

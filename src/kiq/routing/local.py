@@ -25,8 +25,11 @@ from typing import TypeVar
 
 from kiq.errors import StoreClosedError
 from kiq.peers.wire import (
+    NOT_COUNTED,
+    ByIndex,
     Changes,
     ChangesResult,
+    IndexResult,
     Item,
     LookupResult,
     Outcome,
@@ -221,6 +224,31 @@ class LocalReplicas:
 
         return await self._through_reopen(replica, read)
 
+    async def by_index(self, asked: ByIndex) -> IndexResult | None:
+        """A page of the partition's index of ``asked.field`` (``ByIndex``: its bounds, past
+        its cursor, counted when asked), and how fresh the replica was; None as for ``get``,
+        and when this node's replica keeps no index of that field."""
+        replica = self._usable(asked.table, asked.partition, asked.max_lag)
+        if replica is None or asked.field not in replica.store.index:
+            return None
+        start, end = past_cursor(asked.start, asked.end, asked.cursor, asked.reverse)
+        empty = start is not None and end is not None and start >= end
+
+        async def read() -> IndexResult | None:
+            at = _as_of(replica, asked.batch, asked.min_offset)
+            if at is None:
+                return None
+            readable, field, limit = at[0], asked.field, 0 if empty else asked.limit
+            items = reads.by_index(readable, field, start, end, limit, asked.reverse)
+            count = NOT_COUNTED
+            if asked.count:
+                bounded = asked.start is None or asked.end is None or asked.start < asked.end
+                count = readable.store.index_count(field, asked.start, asked.end) if bounded else 0
+            source = self._source(replica, at[1])
+            return IndexResult(items, source, asked.reverse, count, field)
+
+        return await self._through_reopen(replica, read)
+
     async def changes(self, asked: Changes) -> ChangesResult | None:
         """Which of ``asked``'s keys this node's replica holds otherwise than the asker knew:
         at once when any, else once it applied anything past ``asked.through`` (waited for
@@ -353,6 +381,20 @@ class LocalReplicas:
             reason=f"{replica.table}[{replica.partition}] has applied offset {applied}, "
             f"not yet {min_offset}",
         )
+
+
+def past_cursor(
+    start: bytes | None, end: bytes | None, cursor: bytes | None, reverse: bool
+) -> tuple[bytes | None, bytes | None]:
+    """[start, end) narrowed to what lies past ``cursor`` (the last entry or key a page
+    ended on): above it ascending, below it descending. Only ever narrowed: a cursor
+    from elsewhere reads nothing outside the bounds."""
+    if cursor is None:
+        return start, end
+    if reverse:
+        return start, cursor if end is None else min(end, cursor)
+    after = cursor + b"\x00"  # the least entry above the cursor
+    return (after if start is None else max(start, after)), end
 
 
 def _as_of(

@@ -21,13 +21,22 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kiq.cluster import ClusterView
 from kiq.metrics import NodeMetrics
 from kiq.peers.client import Peers
 from kiq.peers.errors import PeerError
-from kiq.peers.wire import Changes, ChangesResult, LookupResult, Outcome, ScanResult, Source
+from kiq.peers.wire import (
+    ByIndex,
+    Changes,
+    ChangesResult,
+    IndexResult,
+    LookupResult,
+    Outcome,
+    ScanResult,
+    Source,
+)
 from kiq.replicas import ReplicaState
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.routing.local import LocalReplicas
@@ -35,6 +44,7 @@ from kiq.routing.router import LOCAL, Router, servable
 from kiq.settings import LimitsSettings
 
 log = logging.getLogger(__name__)
+_Page = TypeVar("_Page", ScanResult, IndexResult)
 
 FOUND, MISSING, MOVED, FAILED = Outcome.FOUND, Outcome.MISSING, Outcome.MOVED, Outcome.FAILED
 _ACTIVE = ReplicaState.ACTIVE
@@ -294,6 +304,19 @@ class ReplicaReader:
             ),
         )
 
+    async def by_index(self, asked: ByIndex, caller: str | None) -> IndexResult | None:
+        """A page of the partition's index of ``asked.field`` (``ByIndex``), from the best
+        replica that answers (one that indexes the field, within ``max_lag``), asked in
+        ``scan``'s order; None when none could."""
+        return await self._first_answer(
+            "index read",
+            asked.table,
+            asked.partition,
+            asked.max_lag,
+            lambda: self.here.by_index(asked),
+            lambda url: self._peers.by_index(url, asked, caller),
+        )
+
     async def changes(self, asked: Changes, caller: str | None) -> ChangesResult | None:
         """A relayed watch's next answer (``Changes``), from the best replica that answers,
         asked in ``scan``'s order; None when none could."""
@@ -320,11 +343,12 @@ class ReplicaReader:
         table: str,
         partition: int,
         max_lag: int | None,
-        here: Callable[[], Awaitable[ScanResult | None]],
-        there: Callable[[str], Awaitable[ScanResult]],
-    ) -> ScanResult | None:
-        """A partition read (``what``: scan, top) from the best replica that answers: this
-        node's own (``here``; None when it cannot), else each member in turn (``there``)."""
+        here: Callable[[], Awaitable[_Page | None]],
+        there: Callable[[str], Awaitable[_Page]],
+    ) -> _Page | None:
+        """A partition read (``what``: scan, top, index read) from the best replica that
+        answers: this node's own (``here``; None when it cannot), else each member in turn
+        (``there``)."""
         for target in self._targets(table, partition, max_lag):
             if target == LOCAL:
                 page = await here()

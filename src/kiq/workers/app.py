@@ -1,7 +1,8 @@
 """A read worker's ASGI app: the reads it answers itself, the rest handed to its node.
 
 A worker answers what its copies of the stores and its node's view answer as well as
-the node would: point lookups (the raw path), multiget, range, top and windows, and the
+the node would: point lookups (the raw path), multiget, range, top, windows and index
+reads (``/by/FIELD``, from its copies' indexes as top from their rank order), and the
 application's own routes. Every other request (watches, admin and status routes,
 metrics, writes of the core API, and whatever peers forward, which must be answered
 from the node's replicas alone) goes to the node's private listener unchanged, streamed
@@ -58,7 +59,15 @@ def answers_here(scope: Scope) -> bool:
     method = scope["method"]
     if method == "GET" and "/keys/" in path and not path.endswith("/watch"):
         return not any(name == _FORWARDED for name, _ in scope["headers"])
+    if method == "GET" and _is_index_read(path):
+        return True
     return path.endswith(_READS) and method in ("GET", "POST")
+
+
+def _is_index_read(path: str) -> bool:
+    """``/v1/tables/{table}/by/{field}`` or ``.../by/{field}/{value}``."""
+    parts = path[len(_TABLES) :].split("/", 3)
+    return len(parts) >= 3 and parts[1] == "by" and bool(parts[0]) and bool(parts[2])
 
 
 class HomeProxy:

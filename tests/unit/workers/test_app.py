@@ -59,3 +59,24 @@ def test_a_read_as_of_a_batch_goes_to_the_node(path):
     asked = scope("GET", f"/v1/tables/quotes/{path}")
     assert answers_here(asked)
     assert not answers_here({**asked, "query_string": b"limit=5&consistent=batch"})
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/tables/hotels/by/city", "/v1/tables/hotels/by/city/Paris", "/v1/tables/h/by/p/a/b"],
+)
+def test_an_index_read_is_answered_here_as_top_is(path):
+    assert answers_here(scope("GET", path))
+    assert not answers_here({**scope("GET", path), "query_string": b"consistent=batch"})
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/tables/hotels/by/city"),
+        ("GET", "/v1/tables/hotels/by"),
+        ("GET", "/v1/tables/by/by/"),
+    ],
+)
+def test_what_only_looks_like_an_index_read_goes_to_the_node(method, path):
+    assert not answers_here(scope(method, path))
