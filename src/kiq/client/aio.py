@@ -11,6 +11,7 @@ import httpx
 
 from kiq.client.calls import Consistent
 from kiq.client.core import DEFAULT_TIMEOUT_S, ClientCore, Order, http_options
+from kiq.client.indexes import IndexValue
 from kiq.client.results import Change, Item, Lookup, Many, Page, Window
 from kiq.client.retry import RetryPolicy
 from kiq.client.sse import SseParser
@@ -120,6 +121,53 @@ class AsyncClient:
                 return
             cursor = page.next_cursor
 
+    async def by(
+        self,
+        table: str,
+        field: str,
+        value: IndexValue | None = None,
+        *,
+        low: IndexValue | None = None,
+        high: IndexValue | None = None,
+        order: Order = "asc",
+        limit: int | None = 100,
+        cursor: str | None = None,
+        count: bool = False,
+        consistent: Consistent = None,
+    ) -> Page[Item]:
+        """One page of ``table``'s rows by its index on ``field`` (``Client.by``)."""
+        return await self._run(
+            self._core.by_page(
+                table, field, value, low, high, order, limit, cursor, count, consistent
+            )
+        )
+
+    async def by_pages(
+        self,
+        table: str,
+        field: str,
+        value: IndexValue | None = None,
+        *,
+        low: IndexValue | None = None,
+        high: IndexValue | None = None,
+        order: Order = "asc",
+        limit: int | None = 100,
+        cursor: str | None = None,
+        count: bool = False,
+        consistent: Consistent = None,
+    ) -> AsyncIterator[Page[Item]]:
+        """Every page of ``by``, with ``async for`` (``Client.by_pages``)."""
+        while True:
+            page = await self._run(
+                self._core.by_page(
+                    table, field, value, low, high, order, limit, cursor, count, consistent
+                )
+            )
+            yield page
+            if page.next_cursor is None:
+                return
+            cursor, count = page.next_cursor, False
+
     async def top(
         self,
         table: str,
@@ -127,8 +175,9 @@ class AsyncClient:
         prefix: str | None = None,
         window: str | None = None,
         consistent: Consistent = None,
+        by: str | None = None,
     ) -> list[Item]:
-        return await self._run(self._core.top(table, n, prefix, window, consistent))
+        return await self._run(self._core.top(table, n, prefix, window, consistent, by))
 
     async def metadata(self) -> dict[str, Any]:
         return await self._run(self._core.metadata())

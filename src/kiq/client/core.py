@@ -8,8 +8,10 @@ from typing import Any, Literal
 
 import httpx
 
-from kiq.client import calls
+from kiq.client import calls, indexes
 from kiq.client.calls import params, prefix_plan, segment
+from kiq.client.errors import KeyNotFound, NotFound
+from kiq.client.indexes import IndexValue
 from kiq.client.origins import Credentials
 from kiq.client.position import SessionPosition
 from kiq.client.results import Item, Lookup, Many, Page, Window
@@ -116,6 +118,32 @@ class ClientCore:
         windows = [Window(w["start"], w["end"], w["value"]) for w in body.get("windows", [])]
         return Page(windows, body.get("next_cursor"), body.get("batch"))
 
+    def by_page(
+        self,
+        table: str,
+        field: str,
+        value: IndexValue | None,
+        low: IndexValue | None,
+        high: IndexValue | None,
+        order: Order,
+        limit: int | None,
+        cursor: str | None,
+        count: bool,
+        consistent: calls.Consistent = None,
+    ) -> Flow[Page[Item]]:
+        """One page of an index read: to any node, which asks every partition. A 404
+        ``not_found`` names a missing index, not a key: ``NotFound``, not ``KeyNotFound``."""
+        path, query = indexes.by_request(
+            table, field, value, low, high, order, limit, cursor, count, consistent
+        )
+        try:
+            body = yield from calls.page(
+                self.router, self.retry, path, query, self.router.anywhere, None, self.position
+            )
+        except KeyNotFound as exc:
+            raise NotFound(exc.message, exc.status, exc.code, exc.details, exc.url) from None
+        return indexes.by_page(body)
+
     def top(
         self,
         table: str,
@@ -123,8 +151,9 @@ class ClientCore:
         prefix: str | None,
         window: str | None,
         consistent: calls.Consistent = None,
+        by: str | None = None,
     ) -> Flow[list[Item]]:
-        query = params(n=n, prefix=prefix, window=window, consistent=consistent)
+        query = params(n=n, prefix=prefix, window=window, consistent=consistent, by=by)
         path = f"/v1/tables/{segment(table)}/top"
         plan = prefix_plan(self.router, table, prefix)
         body = yield from calls.page(

@@ -44,12 +44,13 @@ class Window(NamedTuple):
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
-    """One page of a range scan (``Item``s) or of a key's windows (``Window``s);
-    ``next_cursor`` None: the last one."""
+    """One page of a range scan or an index read (``Item``s) or of a key's windows
+    (``Window``s); ``next_cursor`` None: the last one."""
 
     items: list[T]
     next_cursor: str | None
     batch: int | None = None  # consistent="batch": the micro-batch it reflects
+    count: int | None = None  # an index read with count=True: every row that matches
 
 
 @dataclass(frozen=True)

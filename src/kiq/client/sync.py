@@ -12,6 +12,7 @@ import httpx
 
 from kiq.client.calls import Consistent
 from kiq.client.core import DEFAULT_TIMEOUT_S, ClientCore, Order, http_options
+from kiq.client.indexes import IndexValue
 from kiq.client.results import Change, Item, Lookup, Many, Page, Window
 from kiq.client.retry import RetryPolicy
 from kiq.client.sse import SseParser
@@ -134,6 +135,59 @@ class Client:
                 return
             cursor = page.next_cursor
 
+    def by(
+        self,
+        table: str,
+        field: str,
+        value: IndexValue | None = None,
+        *,
+        low: IndexValue | None = None,
+        high: IndexValue | None = None,
+        order: Order = "asc",
+        limit: int | None = 100,
+        cursor: str | None = None,
+        count: bool = False,
+        consistent: Consistent = None,
+    ) -> Page[Item]:
+        """One page of ``table``'s rows by its index on ``field`` (the pipeline declares it:
+        ``ctx.write_table(..., index=[field])``): ``value`` given, the rows whose field
+        equals it, in key order; else those with ``low`` <= field <= ``high`` (either
+        None: open), in field order, ties by key. ``cursor``: the previous page's
+        ``next_cursor``; ``count=True``: ``Page.count`` is every matching row (``limit=0``
+        then asks for the count alone). ``NotFound`` when the table has no such index."""
+        return self._run(
+            self._core.by_page(
+                table, field, value, low, high, order, limit, cursor, count, consistent
+            )
+        )
+
+    def by_pages(
+        self,
+        table: str,
+        field: str,
+        value: IndexValue | None = None,
+        *,
+        low: IndexValue | None = None,
+        high: IndexValue | None = None,
+        order: Order = "asc",
+        limit: int | None = 100,
+        cursor: str | None = None,
+        count: bool = False,
+        consistent: Consistent = None,
+    ) -> Iterator[Page[Item]]:
+        """Every page of ``by``, the next one asked for once this one is consumed;
+        ``count=True`` asks the first page only for the count."""
+        while True:
+            page = self._run(
+                self._core.by_page(
+                    table, field, value, low, high, order, limit, cursor, count, consistent
+                )
+            )
+            yield page
+            if page.next_cursor is None:
+                return
+            cursor, count = page.next_cursor, False
+
     def top(
         self,
         table: str,
@@ -141,9 +195,11 @@ class Client:
         prefix: str | None = None,
         window: str | None = None,
         consistent: Consistent = None,
+        by: str | None = None,
     ) -> list[Item]:
-        """A ranked table's ``n`` highest keys (of one window of a windowed table)."""
-        return self._run(self._core.top(table, n, prefix, window, consistent))
+        """A ranked table's ``n`` highest keys (of one window of a windowed table); ``by``:
+        by a number index's field instead of the table's ``rank_by``."""
+        return self._run(self._core.top(table, n, prefix, window, consistent, by))
 
     def metadata(self) -> dict[str, Any]:
         """A node's ``GET /v1/metadata``: members, every partition's replicas and URLs."""

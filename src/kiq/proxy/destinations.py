@@ -3,8 +3,8 @@
 The table routes that name a key (a lookup, a key's windows, a watch of one key) go to
 the key's partition's replicas, best first; a scan or top under a prefix that names
 one partition, and a watch of keys that share one, go to that partition's; everything
-else (the cluster routes, scans of every partition, an application's own routes) to
-any node, by turns.
+else (the cluster routes, scans of every partition, reads by an index, which every
+partition answers a part of, an application's own routes) to any node, by turns.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def destination(
         return Destination(router.anywhere, multiget_table=table)
     if rest in (["range"], ["top"]):
         return Destination(prefix_plan(router, table, query.get("prefix")))
+    if rest[:1] == ["by"]:  # .../by/{field}[/{value}]: the node asks every partition
+        return Destination(router.anywhere)
     if rest == ["watch"]:
         keys = [k for k in query.get("keys", "").split(",") if k]
         if keys:
