@@ -45,8 +45,7 @@ from kiq.kafka.records import JsonProducer
 from kiq.partitioning import partition_for
 from kiq.pipelines.runner import COMPACTED
 from kiq.runtime.nodes import LocalNode
-from kiq.tables.declared import Declared
-from kiq.tables.spec import IndexField
+from kiq.tables.declared import Declared, IndexedField
 from kiq.tables.windows import window_time
 
 WINDOW_MINUTES = 60_000
@@ -73,7 +72,7 @@ def run_tables(cfg: TablesConfig, progress: Reporter | None = None) -> dict[str,
         show.phase(f"loading 3 x {cfg.keys:,} keys")
         for topic in ("bench-plain", "bench-ranked", "bench-indexed", "bench-ttl"):
             last[topic] = load_quotes(stack.bootstrap, topic, keys)
-        by_bid = (IndexField("bid", "number"),)
+        by_bid = (IndexedField(field="bid", type="number"),)
         _declare(
             stack.bootstrap,
             Declared(table="plain", topic="bench-plain", key=("symbol",)),
