@@ -524,7 +524,9 @@ class Batches:
         if value is not None:
             start, end = bounds(indexed, parse_bound(indexed, value, "the value"), None, None)
         else:
-            low, high = (params.get(p) or None for p in ("from", "to"))
+            low, high = params.get("from"), params.get("to")
+            if indexed.kind == "number":  # an empty bound is none; for a text it is ""
+                low, high = low or None, high or None
             start, end = bounds(
                 indexed,
                 None,

@@ -243,7 +243,7 @@ class LocalReplicas:
             count = NOT_COUNTED
             if asked.count:
                 bounded = asked.start is None or asked.end is None or asked.start < asked.end
-                count = readable.store.index_count(field, asked.start, asked.end) if bounded else 0
+                count = reads.index_count(readable, field, asked.start, asked.end) if bounded else 0
             source = self._source(replica, at[1])
             return IndexResult(items, source, asked.reverse, count, field)
 

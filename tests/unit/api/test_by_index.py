@@ -39,6 +39,7 @@ ROWS.update(
         "noprice": {"hotel": "H2"},
         "flag": {"hotel": True, "price": True},
         "textprice": {"hotel": "H3", "price": "12"},
+        "nohotel": {"hotel": "", "price": 0},
     }
 )
 # A tie at the top, wider than a partition's first few: top must take the lowest keys.
@@ -163,6 +164,10 @@ def test_a_range_paged_with_cursors_is_the_sorted_reference(pair, limit, order):
         ("/v1/tables/h/by/price", {"to": "-2"}, price_ref(None, -2)),
         ("/v1/tables/h/by/hotel", {"from": "H1", "to": "H3"}, hotel_ref("H1", "H3")),
         ("/v1/tables/h/by/hotel", {}, hotel_ref()),
+        # For a text index an empty bound is the empty text, not no bound.
+        ("/v1/tables/h/by/hotel", {"from": "", "to": ""}, hotel_ref("", "")),
+        ("/v1/tables/h/by/hotel", {"from": "", "to": "H0"}, hotel_ref("", "H0")),
+        ("/v1/tables/h/by/price", {"from": "", "to": "-2"}, price_ref(None, -2)),
     ]
     for node in (n1, n2):
         for path, bounds, expected in cases:

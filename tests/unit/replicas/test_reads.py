@@ -108,6 +108,20 @@ def test_by_index_leaves_out_aged_keys_and_reads_past_them():
     assert reads.by_index(r, "hotel", start, end, 0) == []
 
 
+def test_index_count_leaves_out_aged_keys_over_many_pages(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(reads, "_COUNT_PAGE", 7)  # several pages of the index
+    aging = Aging()
+    rows = [(b"k%03d" % i, orjson.dumps({"hotel": f"H{i % 3}"})) for i in range(120)]
+    r = replica(rows, aging, index=("hotel",))
+    start, end = equal_bounds("H1")
+    assert reads.index_count(r, "hotel", start, end) == 40
+    assert reads.index_count(r, "hotel", None, None) == 120
+    aging.raise_below(90)  # keys below k090 aged out: 30 left, 10 of them H1
+    assert reads.index_count(r, "hotel", start, end) == 10
+    assert reads.index_count(r, "hotel", None, None) == 30
+    assert reads.index_count(r, "guest", None, None) == 0
+
+
 def _value(rows: list[tuple[bytes, bytes]], key: bytes) -> bytes:
     return dict(rows)[key]
 
