@@ -23,7 +23,7 @@ SEP = "|"
 def routes(app: Routes) -> None:
     app.post("/v1/bookings", post_booking)
     app.get("/v1/customers/{customer}/bookings", bookings)
-    app.get("/v1/trips/{trip}/bookings", trip_bookings)
+    app.get("/v1/trips/{trip:path}/bookings", trip_bookings)  # a trip may hold a /
 
 
 async def post_booking(request: Request) -> Reply:
