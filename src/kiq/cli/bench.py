@@ -194,14 +194,17 @@ def consistency(
 
 @app.command()
 def tables(
-    keys: Annotated[int, typer.Option(help="keys of the plain, ranked and aging tables")] = 100_000,
+    keys: Annotated[
+        int, typer.Option(help="keys of the plain, ranked, indexed and aging tables")
+    ] = 100_000,
     entities: Annotated[int, typer.Option(help="entities of the windowed table")] = 1_000,
     windows: Annotated[int, typer.Option(help="one-minute windows per entity")] = 100,
     requests: Annotated[int, typer.Option(help="GETs of each kind, through n1")] = 2_000,
     concurrency: Annotated[int, typer.Option(help="GETs in flight at once")] = 16,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
-    """Rank and TTL cost on ingest, expiry speed, top-10 and window reads beside lookups."""
+    """Rank, index and TTL cost on restore, expiry speed, top-10, window and index equality
+    reads beside lookups."""
     from kiq.bench.tables import TablesConfig, run_tables
 
     cfg = TablesConfig(
