@@ -225,6 +225,7 @@ def test_tables_measures_rank_index_ttl_top_windows_and_equalities():
             "restore_indexed_vs_plain",
             "by_equal_p99_ms",
             "by_equal_p99_vs_lookup",
+            "by_equal_unloaded_p99_vs_lookup",
         ],
     )
     assert result["expiry_keys"] == cfg.keys

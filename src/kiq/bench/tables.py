@@ -14,6 +14,8 @@ Four figures, all from one stack:
    (an equality of the index, the bid of a random key: every partition asked once, the
    first 10 by key); requests/s, p50 and p99 of each, their ratios to the lookups. The
    top-10 and the equalities are checked against references computed from the data.
+   Then lookups and equalities one at a time, in turns (``*_unloaded_*``): what one costs
+   with nothing queued beside it; the loaded figures count a fan-out's work as queueing.
 3. Expiry: the quotes declared again with a TTL they have all outlived; how long the
    nodes take to tombstone every key (the sweep, the producer and the materializers),
    and keys per second.
@@ -49,6 +51,7 @@ from kiq.tables.declared import Declared, IndexedField
 from kiq.tables.windows import window_time
 
 WINDOW_MINUTES = 60_000
+UNLOADED = 1_000  # requests of each kind read one at a time
 T0 = 1_795_600_800_000  # 2026-11-25T10:00:00Z
 
 
@@ -140,6 +143,26 @@ def run_tables(cfg: TablesConfig, progress: Reporter | None = None) -> dict[str,
                 out[f"{name}_p50_vs_lookup"] = round(figures["p50_ms"] / base["p50_ms"], 2)
                 out[f"{name}_p99_vs_lookup"] = round(figures["p99_ms"] / base["p99_ms"], 2)
                 out[f"{name}_throughput_vs_lookup"] = round(figures["per_s"] / base["per_s"], 3)
+        out |= _unloaded(front, paths, show)
+    return out
+
+
+def _unloaded(front: str, paths: dict[str, list[str]], show: Reporter) -> dict[str, float]:
+    """Lookups and index equalities one at a time, in turns of 100: each one's latency with
+    nothing queued beside it (the loaded figures above count a fan-out's CPU as queueing)."""
+    lat: dict[str, list[float]] = {"lookup": [], "by_equal": []}
+    show.phase("reads one at a time: lookup and by_equal in turns")
+    for turn in range(0, min(len(paths["lookup"]), UNLOADED), 100):
+        for name in lat:
+            asyncio.run(_load(front, paths[name][turn : turn + 100], 1, lat[name]))
+    out = {
+        f"{n}_unloaded_p{q}_ms": round(percentile(v, q), 2)
+        for n, v in lat.items()
+        for q in (50, 99)
+    }
+    out["by_equal_unloaded_p99_vs_lookup"] = round(
+        out["by_equal_unloaded_p99_ms"] / out["lookup_unloaded_p99_ms"], 2
+    )
     return out
 
 
