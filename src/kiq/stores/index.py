@@ -125,13 +125,19 @@ class Extractor:
             doc = self._decoder.decode(value)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return [None] * len(self.fields)
-        # A short text (the common case) inline: a call per field costs as much as the decode.
-        return [
-            _TEXT + v.encode().replace(b"\x00", _ESCAPE) + _END_TEXT
-            if type(v) is str and len(v) <= _SHORT_TEXT
-            else _encoded(v)
-            for v in msgspec.structs.astuple(doc)
-        ]
+        # A short text and a float (the common cases) inline: a call per field costs as
+        # much as the decode.
+        out: list[bytes | None] = []
+        for v in msgspec.structs.astuple(doc):
+            kind = type(v)
+            if kind is str and len(v) <= _SHORT_TEXT:
+                out.append(_TEXT + v.encode().replace(b"\x00", _ESCAPE) + _END_TEXT)
+            elif kind is float and v - v == 0.0:  # finite: inf - inf and nan - nan are nan
+                (bits,) = _BITS.unpack(_DOUBLE.pack(v + 0.0))
+                out.append(_NUMBER + _BITS.pack(bits ^ _ALL if bits & _SIGN else bits | _SIGN))
+            else:
+                out.append(_encoded(v))
+        return out
 
 
 @functools.lru_cache(maxsize=256)

@@ -27,7 +27,7 @@ import logging
 import shutil
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -348,83 +348,80 @@ class RocksDBPartitionStore(PartitionStore):
             self._rank_seq += 1
 
     def _reindex(self) -> None:
-        """Makes the rank index agree with the data: emptied, then rebuilt by ``rank_by``
-        (dropped when None); the field recorded last, so a crash midway rebuilds again."""
-        db = self._db
-        meta_cf = db.get_column_family_handle(_META_CF)
-        wb = WriteBatch(raw_mode=True)
-        wb.delete(_RANK_BY_KEY, meta_cf)
-        for name in _RANK_FAMILIES:
-            last = self._last_key(name)
-            if last is not None:
-                wb.delete_range(b"", last + b"\0", db.get_column_family_handle(name))
-        db.write(wb)
+        """Makes the rank index agree with the data (``_rebuild``)."""
         field = self._rank_by
         if field is None:
-            for name in _RANK_FAMILIES:
-                db.drop_column_family(name)
+            self._rebuild(_RANK_FAMILIES, _RANK_BY_KEY, None, None)
             return
         log.info("rank index rebuilt path=%s rank_by=%s", self._path, field)
-        score_cf = db.get_column_family_handle(_SCORE_CF)
-        rank_cf = db.get_column_family_handle(_RANK_CF)
-        wb = WriteBatch(raw_mode=True)
-        it = db.iter()
-        it.seek_to_first()
-        while it.valid():
-            key = it.key()
-            score = score_of(field, it.value()[_OFFSET_SIZE:])
+        score_cf = self._db.get_column_family_handle(_SCORE_CF)
+        rank_cf = self._db.get_column_family_handle(_RANK_CF)
+
+        def entries(wb: WriteBatch, key: bytes, value: bytes) -> None:
+            score = score_of(field, value)
             if score is not None:
                 wb.put(score + key, b"", rank_cf)
                 wb.put(key, score, score_cf)
-                if len(wb) >= 2 * _REINDEX_BATCH:
-                    db.write(wb)
-                    wb = WriteBatch(raw_mode=True)
-            it.next()
-        del it
-        wb.put(_RANK_BY_KEY, field.encode(), meta_cf)
-        db.write(wb)
+
+        self._rebuild(_RANK_FAMILIES, _RANK_BY_KEY, field.encode(), entries)
 
     def _rebuild_index(self) -> None:
-        """Makes the secondary indexes agree with the data: emptied, then rebuilt for
-        ``index`` (dropped when empty); the fields recorded last, so a crash midway
-        rebuilds again."""
-        db = self._db
-        meta_cf = db.get_column_family_handle(_META_CF)
-        wb = WriteBatch(raw_mode=True)
-        wb.delete(_INDEX_KEY, meta_cf)
-        for name in _INDEX_FAMILIES:
-            last = self._last_key(name)
-            if last is not None:
-                wb.delete_range(b"", last + b"\0", db.get_column_family_handle(name))
-        db.write(wb)
+        """Makes the secondary indexes agree with the data (``_rebuild``)."""
         extract = self._extract
         if extract is None:
-            for name in _INDEX_FAMILIES:
-                db.drop_column_family(name)
+            self._rebuild(_INDEX_FAMILIES, _INDEX_KEY, None, None)
             return
         log.info("secondary index rebuilt path=%s index=%s", self._path, ",".join(self._index))
-        index_cf = db.get_column_family_handle(_INDEX_CF)
-        of_cf = db.get_column_family_handle(_INDEX_OF_CF)
+        index_cf = self._db.get_column_family_handle(_INDEX_CF)
+        of_cf = self._db.get_column_family_handle(_INDEX_OF_CF)
         encode = _ENTRIES_ENCODER.encode
-        wb = WriteBatch(raw_mode=True)
-        it = db.iter()
-        it.seek_to_first()
-        while it.valid():
-            key = it.key()
-            entries = extract(it.value()[_OFFSET_SIZE:])
+
+        def entries(wb: WriteBatch, key: bytes, value: bytes) -> None:
+            found = extract(value)
             kept = False
-            for i, entry in enumerate(entries):
+            for i, entry in enumerate(found):
                 if entry is not None:
                     wb.put(_FIELD_NUMBERS[i] + entry + key, b"", index_cf)
                     kept = True
             if kept:
-                wb.put(key, encode(entries), of_cf)
-                if len(wb) >= 2 * _REINDEX_BATCH:
-                    db.write(wb)
-                    wb = WriteBatch(raw_mode=True)
+                wb.put(key, encode(found), of_cf)
+
+        self._rebuild(_INDEX_FAMILIES, _INDEX_KEY, msgspec.json.encode(list(self._index)), entries)
+
+    def _rebuild(
+        self,
+        families: tuple[str, ...],
+        meta_key: bytes,
+        recorded: bytes | None,
+        entries: Callable[[WriteBatch, bytes, bytes], None] | None,
+    ) -> None:
+        """Empties an index's ``families`` and its record (``meta_key``), then writes
+        ``entries`` of every stored (key, value) and records ``recorded`` last, so a crash
+        midway rebuilds again; with no ``entries``, drops the families instead."""
+        db = self._db
+        meta_cf = db.get_column_family_handle(_META_CF)
+        wb = WriteBatch(raw_mode=True)
+        wb.delete(meta_key, meta_cf)
+        for name in families:
+            last = self._last_key(name)
+            if last is not None:
+                wb.delete_range(b"", last + b"\0", db.get_column_family_handle(name))
+        db.write(wb)
+        if entries is None or recorded is None:
+            for name in families:
+                db.drop_column_family(name)
+            return
+        wb = WriteBatch(raw_mode=True)
+        it = db.iter()
+        it.seek_to_first()
+        while it.valid():
+            entries(wb, it.key(), it.value()[_OFFSET_SIZE:])
+            if len(wb) >= 2 * _REINDEX_BATCH:
+                db.write(wb)
+                wb = WriteBatch(raw_mode=True)
             it.next()
         del it
-        wb.put(_INDEX_KEY, msgspec.json.encode(list(self._index)), meta_cf)
+        wb.put(meta_key, recorded, meta_cf)
         db.write(wb)
 
     def _last_key(self, family: str | None = None) -> bytes | None:
