@@ -151,10 +151,17 @@ def _encoded(found: Any) -> bytes | None:
     if isinstance(found, str):
         short = len(found) <= _SHORT_TEXT or len(found.encode()) <= MAX_TEXT
         return encode_text(found) if short else None
+    number = number_of(found)
+    return None if number is None else encode_number(number)
+
+
+def number_of(found: Any) -> float | None:
+    """A JSON value as a finite double; None for anything else (``true`` is no number, nor
+    an integer beyond a double's range)."""
     if isinstance(found, bool) or not isinstance(found, int | float):
         return None
     try:
         number = float(found)
     except OverflowError:  # an integer beyond a double's range
         return None
-    return encode_number(number) if math.isfinite(number) else None
+    return number if math.isfinite(number) else None

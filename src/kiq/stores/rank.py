@@ -17,11 +17,12 @@ keeps the keys of windows starting at that time, reading on until it has ``n`` o
 from __future__ import annotations
 
 import heapq
-import math
 import struct
 from collections.abc import Iterable
 
 import orjson
+
+from kiq.stores.index import number_of
 
 SCORE_SIZE = 8
 _DOUBLE = struct.Struct(">d")
@@ -52,14 +53,8 @@ def score_of(field: str, value: bytes) -> bytes | None:
         return None
     if not isinstance(doc, dict):
         return None
-    number = doc.get(field)
-    if isinstance(number, bool) or not isinstance(number, int | float):
-        return None
-    try:
-        score = float(number)
-    except OverflowError:  # an integer beyond a double's range
-        return None
-    return encode_score(score) if math.isfinite(score) else None
+    score = number_of(doc.get(field))
+    return None if score is None else encode_score(score)
 
 
 def starts_window(key: bytes, start: bytes) -> bool:
