@@ -243,7 +243,15 @@ class LocalReplicas:
             count = NOT_COUNTED
             if asked.count:
                 bounded = asked.start is None or asked.end is None or asked.start < asked.end
-                count = reads.index_count(readable, field, asked.start, asked.end) if bounded else 0
+                # A count reads every entry in its bounds: off the event loop, so lookups
+                # queued behind it keep being answered meanwhile.
+                count = (
+                    await asyncio.to_thread(
+                        reads.index_count, readable, field, asked.start, asked.end
+                    )
+                    if bounded
+                    else 0
+                )
             source = self._source(replica, at[1])
             return IndexResult(items, source, asked.reverse, count, field)
 
