@@ -13,9 +13,10 @@ partition from its best replica, the next when one cannot answer, and says which
 replica answered (``Source``: what ``kiq.Tables`` tells of staleness). Values stay
 the stored bytes until the response is rendered.
 
-Another node's ``Peers.multiget``, ``Peers.scan``, ``Peers.top`` and ``Peers.by_index`` are
-answered by ``internal_multiget``, ``internal_scan``, ``internal_top`` and
-``internal_by_index``, from local replicas only.
+Another node's ``Peers.multiget``, ``Peers.scan``, ``Peers.top``, ``Peers.by_index`` and
+``Peers.by_index_many`` are answered by ``internal_multiget``, ``internal_scan``,
+``internal_top``, ``internal_by_index`` and ``internal_by_index_many``, from local replicas
+only.
 """
 
 from __future__ import annotations
@@ -57,12 +58,15 @@ from kiq.peers.wire import (
     LATEST_BATCH as LATEST,
 )
 from kiq.peers.wire import (
+    MAX_INDEX_READS,
     ByIndex,
     DecodeError,
     IndexResult,
+    IndexResults,
     MultigetResult,
     ScanResult,
     decode_by_index,
+    decode_by_index_many,
     decode_multiget,
     decode_scan,
     decode_top,
@@ -384,7 +388,7 @@ class Batches:
                 name, p, start, end, limit, auth, reverse, max_lag, batch, at.after.get(p)
             )
 
-        pages = await _per_partition(name, list(partitions), at, page)
+        pages = await _per_partition(name, list(partitions), at, _each(page))
         merged = list(
             heapq.merge(*(page.items for page in pages), key=lambda item: item[0], reverse=reverse)
         )
@@ -472,7 +476,7 @@ class Batches:
                 table, p, n, prefix, auth, max_lag, window, batch, at.after.get(p)
             )
 
-        heads = await _per_partition(table, list(partitions), at, head, "rank its keys")
+        heads = await _per_partition(table, list(partitions), at, _each(head), "rank its keys")
         merged = merge_heads((h.items for h in heads), n, field)
         return merged, [h.source for h in heads if h.source is not None]
 
@@ -578,22 +582,25 @@ class Batches:
         cursor aside. ``Unavailable`` when a partition has no replica that answers."""
         name = runtime.spec.name
 
-        def page(p: int, batch: int | None) -> Awaitable[IndexResult | None]:
-            asked = ByIndex(
-                name,
-                p,
-                field,
-                start,
-                end,
-                limit,
-                reverse,
-                count,
-                max_lag,
-                batch,
-                min_offset=at.after.get(p),
-                cursor=cursor,
-            )
-            return self.reader.by_index(asked, auth)
+        def page(ps: list[int], batch: int | None) -> Awaitable[list[IndexResult | None]]:
+            reads = [
+                ByIndex(
+                    name,
+                    p,
+                    field,
+                    start,
+                    end,
+                    limit,
+                    reverse,
+                    count,
+                    max_lag,
+                    batch,
+                    min_offset=at.after.get(p),
+                    cursor=cursor,
+                )
+                for p in ps
+            ]
+            return self.reader.by_index_many(reads, auth)
 
         what = f"read its index of {field}"
         pages = await _per_partition(name, list(range(runtime.partitions)), at, page, what)
@@ -626,26 +633,72 @@ class Batches:
         name = runtime.spec.name
         low, high = range_bounds("number", None, None)
 
-        async def head(p: int, batch: int | None) -> IndexResult | None:
-            after = at.after.get(p)
-            asked = ByIndex(name, p, field, low, high, n, True, False, max_lag, batch, after)
-            first = await self.reader.by_index(asked, auth)
-            if first is None or len(first.items) < n:
-                return first
-            tie_low, tie_high = equal_bounds(value_of(first.items[-1][0]))
-            said = first.source.batch if first.source is not None else -1
-            as_of = said if said >= 0 else batch
-            tied = await self.reader.by_index(
-                ByIndex(name, p, field, tie_low, tie_high, n, False, False, max_lag, as_of, after),
+        async def head(ps: list[int], batch: int | None) -> list[IndexResult | None]:
+            firsts = await self.reader.by_index_many(
+                [
+                    ByIndex(
+                        name, p, field, low, high, n, True, False, max_lag, batch, at.after.get(p)
+                    )
+                    for p in ps
+                ],
                 auth,
             )
-            if tied is None:
-                return None
-            above = [item for item in first.items if item[0] >= tie_high]
-            return msgspec.structs.replace(first, items=above + tied.items)
+            full: list[tuple[int, bytes]] = []  # (which of ``ps``, its tie's upper bound)
+            ties: list[ByIndex] = []
+            for j, first in enumerate(firsts):
+                if first is None or len(first.items) < n:
+                    continue
+                tie_low, tie_high = equal_bounds(value_of(first.items[-1][0]))
+                said = first.source.batch if first.source is not None else -1
+                as_of = said if said >= 0 else batch
+                after = at.after.get(ps[j])
+                full.append((j, tie_high))
+                ties.append(
+                    ByIndex(
+                        name,
+                        ps[j],
+                        field,
+                        tie_low,
+                        tie_high,
+                        n,
+                        False,
+                        False,
+                        max_lag,
+                        as_of,
+                        after,
+                    )
+                )
+            heads = list(firsts)
+            tied = await self.reader.by_index_many(ties, auth) if ties else []
+            for (j, tie_high), more in zip(full, tied, strict=True):
+                first = firsts[j]
+                if first is None or more is None:
+                    heads[j] = None
+                    continue
+                above = [item for item in first.items if item[0] >= tie_high]
+                heads[j] = msgspec.structs.replace(first, items=above + more.items)
+            return heads
 
         heads = await _per_partition(name, list(range(runtime.partitions)), at, head, "rank")
         return top_of((h.items for h in heads), n), [h.source for h in heads if h.source]
+
+    async def internal_by_index_many(
+        self, body: bytes, caller: VerifiedCaller | None = None
+    ) -> bytes:
+        """Another node's ``Peers.by_index_many``: each read answered as ``internal_by_index``
+        would, in order, None for a 421; ``caller`` as for ``internal_multiget``."""
+        try:
+            request = decode_by_index_many(body)
+        except DecodeError as exc:
+            raise BadRequest(f"malformed index reads: {exc}") from exc
+        if len(request.reads) > MAX_INDEX_READS:
+            raise BadRequest(f"at most {MAX_INDEX_READS} index reads per request")
+        for asked in request.reads:
+            _may_read(caller, asked.table)
+            if not 0 <= asked.limit <= MAX_RANGE_LIMIT:
+                raise BadRequest(f"limit must be between 0 and {MAX_RANGE_LIMIT}")
+        here = self.reader.here
+        return encode(IndexResults([await here.by_index(asked) for asked in request.reads]))
 
     async def internal_by_index(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
         """Another node's ``Peers.by_index``: a page of a local replica's index, or 421;
@@ -721,20 +774,20 @@ async def _per_partition(
     table: str,
     partitions: list[int],
     at: ReadAt,
-    read: Callable[[int, int | None], Awaitable[_Page | None]],
+    read: Callable[[list[int], int | None], Awaitable[list[_Page | None]]],
     what: str = "scan",
 ) -> list[_Page]:
-    """Each of ``partitions`` read once (``read(p, batch)``), concurrently; with
-    ``at.consistent``, as of one batch (``api.consistency``). ``Unavailable`` when a
-    partition has no replica that answers."""
+    """Each of ``partitions`` read once (``read(partitions, batch)``: each one's page, in
+    order, None where no replica answered); with ``at.consistent``, as of one batch
+    (``api.consistency``). ``Unavailable`` when a partition has no replica that answers."""
     first = LATEST if at.consistent else None
-    pages = await asyncio.gather(*(read(p, first) for p in partitions))
+    pages = await read(partitions, first)
     nobody = [p for p, page in zip(partitions, pages, strict=True) if page is None]
     if nobody and at.after and at.wait_ms:
         caught_up: dict[int, _Page | None] = {}
 
         async def ask(behind: list[int]) -> list[int]:
-            got = await asyncio.gather(*(read(p, first) for p in behind))
+            got = await read(behind, first)
             caught_up.update((p, page) for p, page in zip(behind, got, strict=True) if page)
             return [p for p, page in zip(behind, got, strict=True) if page is None]
 
@@ -754,7 +807,7 @@ async def _per_partition(
     now: dict[int, _Page] = {}
 
     async def ask_as_of(some: list[int]) -> list[int]:
-        redone = await asyncio.gather(*(read(p, as_of) for p in some))
+        redone = await read(some, as_of)
         # An answer as of another batch (a node of an older kiq ignores ``batch``) is none.
         now.update(
             (p, page)
@@ -769,6 +822,17 @@ async def _per_partition(
     if refused:
         raise consistency.unavailable(table, refused, as_of)
     return [now.get(page.source.partition, page) if page.source else page for page in answered]
+
+
+def _each(
+    read: Callable[[int, int | None], Awaitable[_Page | None]],
+) -> Callable[[list[int], int | None], Awaitable[list[_Page | None]]]:
+    """``_per_partition``'s ``read`` from a read of one partition: each asked concurrently."""
+
+    async def every(partitions: list[int], batch: int | None) -> list[_Page | None]:
+        return list(await asyncio.gather(*(read(p, batch) for p in partitions)))
+
+    return every
 
 
 def _sourced(page: _Page, partition: int) -> _Page:

@@ -297,6 +297,11 @@ class Handlers:
         answer = await self._batches.internal_by_index(body, caller(request.scope))
         return self._sealed(request, answer)
 
+    async def internal_by_index_many(self, request: Request) -> Response:
+        body = await self._from_member(request)
+        answer = await self._batches.internal_by_index_many(body, caller(request.scope))
+        return self._sealed(request, answer)
+
     async def internal_metadata(self, request: Request) -> Response:
         await self._from_member(request, admin=True)
         return self._sealed(request, admin.node_status(self._node))

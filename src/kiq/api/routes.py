@@ -28,6 +28,7 @@ from kiq.api.watch import MAX_WATCH_KEYS
 from kiq.peers import wire
 from kiq.peers.wire import (
     INTERNAL_BY_INDEX,
+    INTERNAL_BY_INDEX_MANY,
     INTERNAL_CHANGES,
     INTERNAL_HELLO,
     INTERNAL_LOOKUPS,
@@ -622,6 +623,14 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
         Rule.CLUSTER,
         limited=False,
         doc=_internal("A partition's index entries", wire.ByIndex, wire.IndexResult),
+    ),
+    RouteSpec(
+        "POST",
+        INTERNAL_BY_INDEX_MANY,
+        Handlers.internal_by_index_many,
+        Rule.CLUSTER,
+        limited=False,
+        doc=_internal("Several partitions' index entries", wire.ByIndexMany, wire.IndexResults),
     ),
     RouteSpec(
         "POST",

@@ -33,6 +33,7 @@ from kiq.peers.probes import Probes
 from kiq.peers.sender import Sender, Transport, decoded
 from kiq.peers.wire import (
     INTERNAL_BY_INDEX,
+    INTERNAL_BY_INDEX_MANY,
     INTERNAL_CHANGES,
     INTERNAL_METADATA,
     INTERNAL_MULTIGET,
@@ -40,6 +41,7 @@ from kiq.peers.wire import (
     INTERNAL_TOP,
     NOT_COUNTED,
     ByIndex,
+    ByIndexMany,
     Changes,
     ChangesResult,
     IndexResult,
@@ -52,6 +54,7 @@ from kiq.peers.wire import (
     Top,
     decode_changes_result,
     decode_index_result,
+    decode_index_results,
     decode_multiget_result,
     decode_node_status,
     decode_scan_result,
@@ -211,9 +214,30 @@ class Peers:
         page = decoded(target, decode_index_result, body)
         if page.field != asked.field or page.reverse != asked.reverse:
             raise PeerError(target, f"{INTERNAL_BY_INDEX}: another read was answered")
-        if asked.count and page.count == NOT_COUNTED:
+        if not _answers(asked, page):
             raise PeerError(target, f"{INTERNAL_BY_INDEX}: not counted; an older kiq?")
         return page
+
+    async def by_index_many(
+        self,
+        target: str,
+        reads: list[ByIndex],
+        caller: str | None,
+    ) -> list[IndexResult | None]:
+        """Several index reads of the target's replicas in one request (``ByIndexMany``):
+        one answer per read, in order, None where the target holds no usable replica for it
+        or answered another read than asked (as ``by_index`` would refuse it). ``PeerError``
+        when no usable answer came at all: 404 from a node of an older kiq, which has no
+        such path."""
+        request = encode(ByIndexMany(reads))
+        body = await self._sender.call(target, "POST", INTERNAL_BY_INDEX_MANY, request, caller)
+        answers = decoded(target, decode_index_results, body).answers
+        if len(answers) != len(reads):
+            raise PeerError(target, f"{INTERNAL_BY_INDEX_MANY}: {len(answers)} answers")
+        return [
+            page if page is not None and _answers(asked, page) else None
+            for asked, page in zip(reads, answers, strict=True)
+        ]
 
     async def changes(self, target: str, asked: Changes, caller: str | None) -> ChangesResult:
         """What changed of the watched keys in the target's replica (``Changes``), waiting up
@@ -240,3 +264,10 @@ class Peers:
         challenged now, waited for at most ``wait_s``; a refused one is False at once.
         Without a cluster key there is nothing to prove: every member is taken at its word."""
         return await self._sender.proven(target, wait_s)
+
+
+def _answers(asked: ByIndex, page: IndexResult) -> bool:
+    """Whether ``page`` answers ``asked``: it echoes the field and order, counted if asked."""
+    if page.field != asked.field or page.reverse != asked.reverse:
+        return False
+    return not asked.count or page.count != NOT_COUNTED

@@ -8,6 +8,7 @@ decoded into the records below (``peers/sender.py`` sends them, ``api/`` answers
     POST /v1/internal/scan      Scan                 → ScanResult
     POST /v1/internal/top       Top                  → ScanResult (the partition's head)
     POST /v1/internal/by-index  ByIndex              → IndexResult (entries of an index)
+    POST /v1/internal/by-index-many  ByIndexMany     → IndexResults (one per read, in order)
     POST /v1/internal/changes   Changes              → ChangesResult (a watch relayed)
     GET  /v1/internal/metadata  (no body)            → NodeStatus
     POST /v1/internal/hello     16 random bytes      → the same bytes (sealed: a member's proof)
@@ -33,6 +34,8 @@ few bytes beyond its key and value:
     ByIndex         [table, partition, field, start(bin)|nil, end(bin)|nil, limit, reverse,
                      count, max_lag|nil, batch|nil, min_offset|nil, cursor(bin)|nil]
     IndexResult     [[[entry(bin), key(bin), value(bin)]...], Source|nil, reverse, count, field]
+    ByIndexMany     [[ByIndex...]]
+    IndexResults    [[IndexResult|nil...]]
     Source          [partition, lag, stale, applied_offset, served_by(bin)]
     Changes         [table, partition, [[key(bin), offset]...], [prefix(bin)...], through, wait_ms,
                      since|nil]
@@ -80,6 +83,8 @@ INTERNAL_MULTIGET: Final = "/v1/internal/multiget"
 INTERNAL_SCAN: Final = "/v1/internal/scan"
 INTERNAL_TOP: Final = "/v1/internal/top"
 INTERNAL_BY_INDEX: Final = "/v1/internal/by-index"
+# Several index reads in one request: a query's partitions a peer is the first choice for.
+INTERNAL_BY_INDEX_MANY: Final = "/v1/internal/by-index-many"
 INTERNAL_METADATA: Final = "/v1/internal/metadata"
 INTERNAL_CHANGES: Final = "/v1/internal/changes"
 # A challenge (16 random bytes) answered sealed: a peer proves it holds the cluster secret
@@ -268,6 +273,24 @@ class IndexResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     field: str = ""
 
 
+# The most reads one ``ByIndexMany`` may carry (a query reads each partition once or twice).
+MAX_INDEX_READS: Final = 1024
+
+
+class ByIndexMany(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Index reads of one query, each as ``ByIndex``, answered in one ``IndexResults``: a
+    node asks a peer once for every partition it is the first choice for, not once each."""
+
+    reads: list[ByIndex] = []
+
+
+class IndexResults(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """One answer per read of a ``ByIndexMany``, in its order: None where the receiver
+    holds no usable replica for that read (a ``ByIndex`` would have been a 421)."""
+
+    answers: list[IndexResult | None] = []
+
+
 class Changes(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """A watch relayed from a node without a replica of the partition (``kiq.live``): what
     the asker knows of some keys (``known``: each key's offset, -1 for absent) and of the
@@ -375,6 +398,8 @@ _scan_result = msgspec.msgpack.Decoder(ScanResult)
 _top = msgspec.msgpack.Decoder(Top)
 _by_index = msgspec.msgpack.Decoder(ByIndex)
 _index_result = msgspec.msgpack.Decoder(IndexResult)
+_by_index_many = msgspec.msgpack.Decoder(ByIndexMany)
+_index_results = msgspec.msgpack.Decoder(IndexResults)
 _node_status = msgspec.msgpack.Decoder(NodeStatus)
 _changes = msgspec.msgpack.Decoder(Changes)
 _changes_result = msgspec.msgpack.Decoder(ChangesResult)
@@ -424,6 +449,14 @@ def decode_by_index(body: bytes) -> ByIndex:
 
 def decode_index_result(body: bytes) -> IndexResult:
     return _index_result.decode(body)
+
+
+def decode_by_index_many(body: bytes) -> ByIndexMany:
+    return _by_index_many.decode(body)
+
+
+def decode_index_results(body: bytes) -> IndexResults:
+    return _index_results.decode(body)
 
 
 def decode_node_status(body: bytes) -> NodeStatus:

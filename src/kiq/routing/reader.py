@@ -317,6 +317,65 @@ class ReplicaReader:
             lambda url: self._peers.by_index(url, asked, caller),
         )
 
+    async def by_index_many(
+        self, reads: list[ByIndex], caller: str | None
+    ) -> list[IndexResult | None]:
+        """``by_index`` of each of ``reads``, in order, each answer the one it would give, in
+        fewer requests: the reads whose best replica is this node's are read here, and each
+        peer is asked once for all the reads it is the first choice for (``ByIndexMany``;
+        a lone read as ``ByIndex``), concurrently. A read it could not answer, or whose
+        peer failed, goes on to its next replicas as ``by_index`` would; every read, to
+        the same peer too, when the peer has no such path (404: an older kiq)."""
+        answers: list[IndexResult | None] = [None] * len(reads)
+        targets = [self._targets(r.table, r.partition, r.max_lag) for r in reads]
+        firsts: dict[str, list[int]] = defaultdict(list)
+        for i, ordered in enumerate(targets):
+            firsts[ordered[0] if ordered else ""].append(i)
+        later: dict[int, list[str]] = {i: [] for i in firsts.pop("", [])}
+
+        async def ask(target: str, some: list[int]) -> None:
+            if target == LOCAL:
+                for i in some:
+                    answers[i] = await self.here.by_index(reads[i])
+            elif len(some) == 1:
+                later[some[0]] = targets[some[0]]  # as ``by_index``, from its first replica
+                return
+            else:
+                try:
+                    got = await self._peers.by_index_many(target, [reads[i] for i in some], caller)
+                except (PeerError, TimeoutError) as exc:
+                    log.warning("index reads failed table=%s error=%s", reads[some[0]].table, exc)
+                    if isinstance(exc, PeerError) and exc.status == 404:
+                        later.update((i, targets[i]) for i in some)  # each read as ByIndex
+                        return
+                    got = [None] * len(some)
+                for i, page in zip(some, got, strict=True):
+                    answers[i] = page
+            later.update((i, targets[i][1:]) for i in some if answers[i] is None)
+
+        await asyncio.gather(*(ask(target, some) for target, some in firsts.items()))
+        if later:
+            pages = await asyncio.gather(
+                *(self._index_read(reads[i], caller, rest) for i, rest in later.items())
+            )
+            for i, page in zip(later, pages, strict=True):
+                answers[i] = page
+        return answers
+
+    def _index_read(
+        self, asked: ByIndex, caller: str | None, targets: list[str]
+    ) -> Awaitable[IndexResult | None]:
+        """``by_index`` of ``asked`` from ``targets`` (its replicas not yet asked), in order."""
+        return self._first_answer(
+            "index read",
+            asked.table,
+            asked.partition,
+            asked.max_lag,
+            lambda: self.here.by_index(asked),
+            lambda url: self._peers.by_index(url, asked, caller),
+            targets,
+        )
+
     async def changes(self, asked: Changes, caller: str | None) -> ChangesResult | None:
         """A relayed watch's next answer (``Changes``), from the best replica that answers,
         asked in ``scan``'s order; None when none could."""
@@ -345,11 +404,14 @@ class ReplicaReader:
         max_lag: int | None,
         here: Callable[[], Awaitable[_Page | None]],
         there: Callable[[str], Awaitable[_Page]],
+        targets: list[str] | None = None,
     ) -> _Page | None:
         """A partition read (``what``: scan, top, index read) from the best replica that
         answers: this node's own (``here``; None when it cannot), else each member in turn
-        (``there``)."""
-        for target in self._targets(table, partition, max_lag):
+        (``there``); only ``targets``, in their order, when given."""
+        if targets is None:
+            targets = self._targets(table, partition, max_lag)
+        for target in targets:
             if target == LOCAL:
                 page = await here()
                 if page is not None:

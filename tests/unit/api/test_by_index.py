@@ -18,7 +18,15 @@ import pytest
 
 from kiq import BadRequest, Page, Tables
 from kiq.api.errors import UnknownIndex
-from kiq.peers.wire import INTERNAL_BY_INDEX
+from kiq.peers.wire import (
+    INTERNAL_BY_INDEX,
+    INTERNAL_BY_INDEX_MANY,
+    MAX_INDEX_READS,
+    ByIndex,
+    ByIndexMany,
+    decode_index_results,
+    encode,
+)
 from kiq.replicas import ReplicaState
 from kiq.tables import parse_table
 from kiq.tables.spec import IndexField
@@ -208,12 +216,86 @@ def test_count_is_every_match_on_every_page(pair):
     assert only["count"] == len(equal_ref("hotel", "H2"))
 
 
-def test_each_remote_partition_is_asked_once(pair):
+def test_each_peer_is_asked_once_for_all_its_partitions(pair):
     cluster, n1, _ = pair
-    cluster.transport.sent.clear()
-    assert get(n1, "/v1/tables/h/by/price", limit=5).status == 200
-    asked = [(url, path) for url, path, _ in cluster.transport.sent]
-    assert asked == [("http://n2.test", INTERNAL_BY_INDEX)] * 2  # partitions 2 and 3
+    for path, params, expected in [
+        ("/v1/tables/h/by/price", {"limit": 5}, price_ref()[:5]),
+        ("/v1/tables/h/by/hotel/H2", {"order": "desc"}, equal_ref("hotel", "H2")[::-1]),
+        ("/v1/tables/h/by/price", {"count": "true", "from": "0"}, price_ref(0)[:100]),
+    ]:
+        cluster.transport.sent.clear()
+        reply = get(n1, path, **params)
+        assert reply.status == 200, reply.body
+        assert [i["key"] for i in reply.json()["items"]] == expected
+        asked = [(url, path) for url, path, _ in cluster.transport.sent]
+        assert asked == [("http://n2.test", INTERNAL_BY_INDEX_MANY)]  # partitions 2 and 3
+
+
+def _reads() -> list[ByIndex]:
+    reads = []
+    for p in (3, 0, 2, 1):
+        reads.append(ByIndex("h", p, "price", None, None, 7, p % 2 == 1, True))
+        reads.append(ByIndex("h", p, "hotel", b"\x02H1", b"\x02H3", 3, cursor=None))
+    reads.append(ByIndex("h", 2, "stars"))  # no such index: no replica answers it
+    return reads
+
+
+def test_many_reads_answer_as_each_read_alone(pair):
+    _, n1, n2 = pair
+    for node in (n1, n2):
+        reader = node.app.batches.reader
+        reads = _reads()
+        alone = [run(reader.by_index(asked, None)) for asked in reads]
+        assert alone[-1] is None and all(page is not None for page in alone[:-1])
+        assert {page.source.served_by for page in alone[:-1]} == {b"n1", b"n2"}
+        assert run(reader.by_index_many(reads, None)) == alone
+
+
+def test_a_peer_without_the_many_path_is_asked_each_read_alone(pair, monkeypatch):
+    cluster, n1, _ = pair
+    transport = cluster.transport
+    passed_on = transport.request
+
+    async def older(base_url, method, path, body, headers, timeout_s):
+        if path == INTERNAL_BY_INDEX_MANY:  # a node of the previous release
+            transport.sent.append((base_url, path, dict(headers)))
+            return 404, b'{"error":"not_found"}'
+        return await passed_on(base_url, method, path, body, headers, timeout_s)
+
+    monkeypatch.setattr(transport, "request", older)
+    transport.sent.clear()
+    keys, _ = pages(n1, "/v1/tables/h/by/price", limit=1000, **{"from": "-1", "to": "3"})
+    assert keys == price_ref(-1, 3)
+    asked = [(url, path) for url, path, _ in transport.sent]
+    n2 = "http://n2.test"
+    assert asked == [(n2, INTERNAL_BY_INDEX_MANY), (n2, INTERNAL_BY_INDEX), (n2, INTERNAL_BY_INDEX)]
+    body = get(n1, "/v1/tables/h/top", by="price", n=5).json()
+    assert [i["key"] for i in body["items"]] == top_ref(5)
+
+
+def test_the_many_reads_are_bounded_and_checked(pair):
+    _, _, n2 = pair
+    batches = n2.app.batches
+    answers = decode_index_results(
+        run(batches.internal_by_index_many(encode(ByIndexMany(_reads()))))
+    )
+    assert [page is None for page in answers.answers] == [False] * 8 + [True]
+    too_many = ByIndexMany([ByIndex("h", 0, "price")] * (MAX_INDEX_READS + 1))
+    with pytest.raises(BadRequest, match="at most"):
+        run(batches.internal_by_index_many(encode(too_many)))
+    within = ByIndexMany([ByIndex("h", 0, "price", limit=0)] * MAX_INDEX_READS)
+    assert (
+        len(decode_index_results(run(batches.internal_by_index_many(encode(within)))).answers)
+        == MAX_INDEX_READS
+    )
+    with pytest.raises(BadRequest, match="limit"):
+        run(
+            batches.internal_by_index_many(
+                encode(ByIndexMany([ByIndex("h", 0, "price", limit=1001)]))
+            )
+        )
+    with pytest.raises(BadRequest, match="malformed"):
+        run(batches.internal_by_index_many(b"\x91\x91\x01"))
 
 
 def test_a_cursor_never_leaves_the_bounds(pair):
@@ -337,3 +419,27 @@ def test_the_read_bounds_of_range_hold_for_an_index_read(pair):
     assert behind.status == 503 and behind.json()["error"] == "unavailable"
     assert get(n1, "/v1/tables/h/by/hotel/H3", consistent="snapshot").status == 400
     assert behind.json()["after"] == {"1": 999999}  # the partition's offset asked
+
+
+def test_a_peer_failing_mid_way_leaves_its_reads_to_the_next_replicas(pair, monkeypatch):
+    cluster, n1, _ = pair
+    transport = cluster.transport
+    passed_on = transport.request
+
+    async def failing(base_url, method, path, body, headers, timeout_s):
+        answer = await passed_on(base_url, method, path, body, headers, timeout_s)
+        if path == INTERNAL_BY_INDEX_MANY:  # the peer read them; its answer never came
+            raise ConnectionError(f"{base_url}: connection reset")
+        return answer
+
+    monkeypatch.setattr(transport, "request", failing)
+    transport.sent.clear()
+    reply = get(n1, "/v1/tables/h/by/hotel/H4", count="true")
+    assert reply.status == 200, reply.body
+    body = reply.json()
+    assert [i["key"] for i in body["items"]] == equal_ref("hotel", "H4")
+    assert body["count"] == len(equal_ref("hotel", "H4"))
+    # Partitions 2 and 3 from their next replicas, n1's own standbys: n2 not asked again.
+    assert [(url, path) for url, path, _ in transport.sent] == [
+        ("http://n2.test", INTERNAL_BY_INDEX_MANY)
+    ]
