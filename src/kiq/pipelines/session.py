@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kiq.runtime.jars import partitioner_jar, spark_connector_jars
+from kiq.runtime.jars import CONNECTOR_PACKAGE, partitioner_jar, spark_connector_jars
 from kiq.runtime.java import java_executable
 from kiq.settings import SparkSettings
 
@@ -29,20 +29,50 @@ CHECKPOINT_FILE_MANAGER = (
 )
 
 
-def spark_conf(settings: SparkSettings, jars: list[Path]) -> dict[str, str]:
-    """The Spark settings kiq needs, before the user's own ``settings.conf`` overrides."""
+def sql_conf(settings: SparkSettings) -> dict[str, str]:
+    """The SQL settings kiq's queries expect: state in RocksDB with changelog checkpoints,
+    times in UTC, local checkpoints renamed in one call. Spark takes them on a running
+    session too, so a session kiq did not build gets those its owner left unset."""
     conf = {
-        "spark.jars": ",".join(str(j) for j in jars),
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.streaming.checkpointLocation": settings.checkpoint_root,
         "spark.sql.session.timeZone": "UTC",
+    }
+    if not settings.checkpoint_uri:
+        conf["spark.sql.streaming.checkpointFileManagerClass"] = CHECKPOINT_FILE_MANAGER
+    if settings.shuffle_partitions:
+        conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions)
+    return conf
+
+
+def needed_conf(settings: SparkSettings, *, packages: bool = False) -> dict[str, str]:
+    """What a Spark session that kiq does not build (``spark-submit``, a notebook) needs
+    for kiq's pipelines: the connector's jars (or, with ``packages``, its Maven
+    coordinates, which Spark resolves itself), kiq's partitioner, then ``sql_conf`` and the
+    user's ``[spark] conf``. The jars must be given when the session starts."""
+    jars = [] if packages else spark_connector_jars(settings.jars_dir)
+    partitioner = partitioner_jar(settings.jars_dir)
+    jars += [partitioner] if partitioner else []
+    conf: dict[str, str] = {}
+    if packages:
+        conf["spark.jars.packages"] = CONNECTOR_PACKAGE
+    if jars:
+        conf["spark.jars"] = ",".join(str(j.absolute()) for j in jars)
+    conf.update(sql_conf(settings))
+    conf.update(settings.conf)
+    return conf
+
+
+def spark_conf(settings: SparkSettings, jars: list[Path]) -> dict[str, str]:
+    """The Spark settings of a session kiq builds, before the user's ``settings.conf``."""
+    conf = {
+        "spark.jars": ",".join(str(j) for j in jars),
+        **sql_conf(settings),
+        "spark.sql.streaming.checkpointLocation": settings.checkpoint_root,
         "spark.driver.memory": settings.driver_memory,
         "spark.ui.enabled": str(settings.ui).lower(),
         "spark.ui.showConsoleProgress": "false",
     }
-    if not settings.checkpoint_uri:
-        conf["spark.sql.streaming.checkpointFileManagerClass"] = CHECKPOINT_FILE_MANAGER
     local = settings.master.startswith("local")
     if settings.shuffle_partitions or local:
         conf["spark.sql.shuffle.partitions"] = str(settings.shuffle_partitions or 1)

@@ -37,6 +37,9 @@ SEPARATOR_OPTION = "kiq.key.separator."
 # artifacts yet; the 4.2.0 connector runs on the pyspark 4.3.0 runtime for what kiq does,
 # which tests/integration/test_spark_compat.py checks on every run.
 SPARK_CONNECTOR_VERSION = "4.2.0"
+# The same connector as Maven coordinates, for ``spark.jars.packages`` (Spark fetches it and
+# its dependencies itself, from Maven Central or the repositories the session names).
+CONNECTOR_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_CONNECTOR_VERSION}"
 
 KAFKA, SPARK, PARTITIONER = "kafka", "spark", "kiq"
 ALL_SETS = (KAFKA, SPARK, PARTITIONER)
