@@ -22,7 +22,7 @@ from kiq import settings
 from kiq.cli.main import app
 from kiq.errors import ConfigError
 from kiq.pipelines import io as pipeline_io
-from kiq.pipelines import runner
+from kiq.pipelines import runner, running
 from kiq.pipelines.context import Context
 from kiq.pipelines.io import KafkaIO
 from kiq.pipelines.kafka_io import StreamOptions
@@ -195,7 +195,7 @@ def _run_targets(
 
     monkeypatch.setattr(runner, "build_session", build_session)
     monkeypatch.setattr(runner, "partitioner_jar", lambda _dir: None)
-    monkeypatch.setattr(runner, "ProgressPublisher", Publisher)
+    monkeypatch.setattr(running, "ProgressPublisher", Publisher)
     monkeypatch.setattr(runner, "compacted", seen["catalog"])
 
     def build(ctx: Context) -> None:
