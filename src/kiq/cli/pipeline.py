@@ -247,3 +247,44 @@ def _run(
             name,
         )
     )
+
+
+@app.command()
+def package(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None,
+        typer.Argument(
+            help="the application file (default: --config, $KIQ_CONFIG or ./kiq.toml)",
+            show_default=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="the directory to write [dist/spark-job-APP]", show_default=False),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace a directory not empty")] = False,
+) -> None:
+    """Package the application's pipelines as a job for spark-submit: ./submit.sh --master URL."""
+    from kiq.cli.context import console
+    from kiq.errors import ConfigError
+    from kiq.pipelines.package import build_package, default_directory
+
+    state: CliState = ctx.obj
+
+    def found() -> Path:
+        path = settings.config_path(config or state.config)
+        if path is None:
+            raise ConfigError("name the application file: kiq pipeline package app.toml")
+        return path
+
+    where = run_or_exit(found)
+    target = out or run_or_exit(lambda: default_directory(where))
+    written = run_or_exit(lambda: build_package(where, target, force=force))
+    console.print(
+        f"packaged application {written.app}: pipelines {', '.join(written.pipelines)}, "
+        f"{len(written.jars)} jars, in {written.directory}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(f"submit it: {written.submit} --master spark://HOST:7077", highlight=False)

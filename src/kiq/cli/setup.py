@@ -1,4 +1,5 @@
-"""`kiq setup [--check]`: fetch kiq's JVM jars and build its partitioner, or say what is there.
+"""`kiq setup [--check]`: fetch kiq's JVM jars and build its partitioner, or say what is there;
+`kiq setup --spark-conf`: the settings a Spark session of the user's own needs for them.
 
 Three sets, each a directory of the jar cache: ``kafka`` (the broker), ``spark`` (Spark's
 Kafka connector) and ``kiq`` (the composite-key partitioner, compiled from the shipped
@@ -9,9 +10,10 @@ outside a checkout, the per-user cache; ``--jars-dir`` puts all three in one pla
 
 from __future__ import annotations
 
+import shlex
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -43,6 +45,17 @@ def _print(status: SetStatus) -> None:
     console.print(f"    in {status.directory}: {status.detail}", highlight=False, soft_wrap=True)
 
 
+def _print_spark_conf(state: CliState, jars_dir: Path | None, packages: bool) -> None:
+    """What ``kiq.pipelines.session_conf`` gives, as spark-submit's flags, one a line, each
+    quoted for a shell only where it needs it (so ``$(...)`` splits it as it should)."""
+    from kiq.pipelines.session import needed_conf
+
+    flags: dict[str, Any] = {} if jars_dir is None else {"jars_dir": jars_dir.absolute()}
+    found = run_or_exit(lambda: settings.load(settings.SparkSettings, state.config, **flags))
+    for key, value in run_or_exit(lambda: needed_conf(found, packages=packages)).items():
+        print("--conf", shlex.quote(f"{key}={value}"))
+
+
 def setup(
     ctx: typer.Context,
     jars_dir: Annotated[
@@ -59,6 +72,22 @@ def setup(
         str | None,
         typer.Option(help="a Maven repository (default: $KIQ_MAVEN_REPOSITORY, else Central)"),
     ] = None,
+    spark_conf: Annotated[
+        bool,
+        typer.Option(
+            "--spark-conf",
+            help="print the settings a Spark session of your own needs for kiq's pipelines, "
+            "one `--conf spark.KEY=VALUE` a line: spark-submit $(kiq setup --spark-conf) job.py",
+        ),
+    ] = False,
+    packages: Annotated[
+        bool,
+        typer.Option(
+            "--packages",
+            help="with --spark-conf: Spark's Kafka connector as Maven coordinates "
+            "(spark.jars.packages), which Spark fetches itself, not the jar cache's jars",
+        ),
+    ] = False,
 ) -> None:
     """Fetch kiq's JVM jars, checksums verified, and build its partitioner.
 
@@ -67,6 +96,12 @@ def setup(
     from kiq.runtime.jars import PARTITIONER, check_jars, ensure_jars
 
     state: CliState = ctx.obj
+    if packages and not spark_conf:
+        err_console.print("--packages goes with --spark-conf: kiq setup --spark-conf --packages")
+        raise typer.Exit(2)
+    if spark_conf:
+        _print_spark_conf(state, jars_dir, packages)
+        return
     found: list[SetStatus] = []
     for directory, sets in _places(state, jars_dir).items():
         if check:
