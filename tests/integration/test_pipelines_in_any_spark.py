@@ -161,12 +161,13 @@ def _reference(orders: list[dict]) -> tuple[dict, list]:
     return totals, ranged
 
 
-def _send_orders(bootstrap: str, seed: int) -> tuple[dict, list]:
+def _send_orders(bootstrap: str, orders: list[dict]) -> tuple[dict, list]:
+    """The first ``orders`` (with bad ones among them); the reference of all of them."""
     create_topics(bootstrap, {"orders": PARTITIONS})
-    orders = make_orders(random.Random(seed), 900)
-    produce(bootstrap, "orders", [(o["customer"], json.dumps(o)) for o in orders[:450]])
+    half = len(orders) // 2
+    produce(bootstrap, "orders", [(o["customer"], json.dumps(o)) for o in orders[:half]])
     produce(bootstrap, "orders", [(k, v) for k, v, _ in BAD])
-    produce(bootstrap, "orders", [(o["customer"], json.dumps(o)) for o in orders[450:]])
+    produce(bootstrap, "orders", [(o["customer"], json.dumps(o)) for o in orders[half:]])
     return _reference(orders)
 
 
@@ -227,7 +228,8 @@ def test_a_spark_submitted_script_runs_the_pipeline_and_stops_on_sigterm(
     own_bootstrap: str, tmp_path: Path
 ):
     bootstrap = own_bootstrap
-    want = _send_orders(bootstrap, seed=42)
+    orders = make_orders(random.Random(42), 1200)
+    want = _send_orders(bootstrap, orders[:900])
     example = tmp_path / "orders_pipeline.py"
     example.write_text(guide_example())
     script = tmp_path / "job.py"
@@ -265,6 +267,7 @@ def test_a_spark_submitted_script_runs_the_pipeline_and_stops_on_sigterm(
         str(tmp_path / "returned"),
     ]
     job = processes.spawn(cmd, log_file=log, env=_env(), cwd=tmp_path, new_session=True)
+    resumed: subprocess.Popen[bytes] | None = None
     cluster = Cluster(bootstrap, tmp_path, [])
     try:
         _wait_topic(bootstrap, "orders-by-time", job, log)
@@ -292,15 +295,69 @@ def test_a_spark_submitted_script_runs_the_pipeline_and_stops_on_sigterm(
         assert (tmp_path / "checkpoints" / "orders_pipeline.build" / "customer-totals").is_dir()
         executors = list((tmp_path / "spark" / "work").glob("app-*/*/stderr"))
         assert executors, "no executor ran on the worker"
+
+        # The same pipeline as a packaged job (`kiq pipeline package`): it resumes from the
+        # checkpoints the script left, and the orders sent meanwhile are counted once.
+        commits = tmp_path / "checkpoints" / "orders_pipeline.build" / "customer-totals" / "commits"
+        before = {p.name for p in commits.iterdir()}
+        produce(bootstrap, "orders", [(o["customer"], json.dumps(o)) for o in orders[900:]])
+        resumed = _submit_package(tmp_path, example, bootstrap, master)
+        _served_exactly(cluster, _reference(orders))
+        after = {p.name for p in commits.iterdir()}
+        assert before < after  # one checkpoint, carried on
+        os.kill(resumed.pid, signal.SIGTERM)
+        resumed.wait(90)
+        assert "pipeline stopped name=orders_pipeline.build" in (tmp_path / "job.log").read_text()
     finally:
         processes.stop(job, grace_s=20, group=True)
+        if resumed is not None:
+            processes.stop(resumed, grace_s=20, group=True)
         cluster.shutdown()
         standalone.stop()
 
 
+def _submit_package(
+    tmp_path: Path, example: Path, bootstrap: str, master: str
+) -> subprocess.Popen[bytes]:
+    """`kiq pipeline package` of an application running ``example``, submitted."""
+    home = tmp_path / "app"
+    home.mkdir()
+    (home / example.name).write_text(example.read_text())
+    (home / "app.toml").write_text(
+        f'[app]\npipelines = ["{example.name}:build"]\n'
+        f'[pipeline]\nbootstrap = "{bootstrap}"\n'
+        f'[spark]\ncheckpoint_dir = "{tmp_path / "checkpoints"}"\n'
+    )
+    out = tmp_path / "job"
+    packaged = subprocess.run(
+        [str(KIQ), "pipeline", "package", str(home / "app.toml"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert packaged.returncode == 0, packaged.stdout + packaged.stderr
+    submit = [
+        str(out / "submit.sh"),
+        "--master",
+        master,
+        "--driver-memory",
+        "512m",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.ui.enabled=false",
+    ]
+    env = {**_env(), "SPARK_SUBMIT": str(spark_home() / "bin" / "spark-submit")}
+    return processes.spawn(
+        submit, log_file=tmp_path / "job.log", env=env, cwd=tmp_path, new_session=True
+    )
+
+
 def test_a_notebook_session_starts_and_stops_the_pipeline(own_bootstrap: str, tmp_path: Path):
     bootstrap = own_bootstrap
-    want = _send_orders(bootstrap, seed=7)
+    want = _send_orders(bootstrap, make_orders(random.Random(7), 900))
     example = tmp_path / "cell.py"
     example.write_text(guide_example())
     script = tmp_path / "notebook.py"
