@@ -141,9 +141,7 @@ def _jars(config: Path) -> list[Path]:
 
 def _zip_kiq(to: Path) -> None:
     """The installed kiq package, data files included, for ``--py-files``."""
-    import kiq
-
-    root = Path(kiq.__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the kiq package this module is part of
     with zipfile.ZipFile(to, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(root.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
