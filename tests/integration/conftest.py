@@ -32,6 +32,15 @@ def bootstrap(broker: LocalBroker) -> str:
     return broker.bootstrap
 
 
+@pytest.fixture
+def own_bootstrap(tmp_path: Path) -> Iterator[str]:
+    """A broker of the test's own, for pipelines whose topics have fixed names."""
+    local = LocalBroker.on_free_ports(tmp_path / "broker")
+    local.start()
+    yield local.bootstrap
+    local.stop()
+
+
 _topic_ids = itertools.count()
 
 

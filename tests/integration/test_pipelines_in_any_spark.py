@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,18 +28,16 @@ from kiq.catalog import PROGRESS_TOPIC
 from kiq.kafka import compacted, create_topics, topic_partitions
 from kiq.progress import decode_progress
 from kiq.runtime import processes
-from kiq.runtime.broker import LocalBroker
 from kiq.runtime.java import java_executable
 from kiq.runtime.spark_cluster import LocalSparkCluster, spark_home
 from tests.integration.kafka_io import produce
 from tests.integration.test_serving import Cluster
 from tests.integration.test_user_pipeline import (
     BAD,
-    CUSTOMERS,
     PARTITIONS,
     guide_example,
-    iso,
     make_orders,
+    reference,
     served,
 )
 
@@ -114,15 +111,6 @@ spark.stop()
 """
 
 
-@pytest.fixture
-def own_bootstrap(tmp_path: Path) -> Iterator[str]:
-    """A broker of this test's own: the example's topics have fixed names."""
-    broker = LocalBroker.on_free_ports(tmp_path / "broker")
-    broker.start()
-    yield broker.bootstrap
-    broker.stop()
-
-
 def _env() -> dict[str, str]:
     java = java_executable()
     return {
@@ -134,33 +122,6 @@ def _env() -> dict[str, str]:
     }
 
 
-def _reference(orders: list[dict]) -> tuple[dict, list]:
-    """What the example's tables hold for ``orders`` (as test_user_pipeline computes it)."""
-    totals = {}
-    for c in CUSTOMERS:
-        mine = [o for o in orders if o["customer"] == c]
-        totals[c] = {
-            "customer": c,
-            "orders": len(mine),
-            "spent": round(sum(o["amount"] for o in mine), 2),
-        }
-    low, high = "cust-07|2026-11-22T10:05", "cust-07|2026-11-22T10:20"
-    ranged = sorted(
-        (
-            key,
-            {
-                "customer": o["customer"],
-                "at": iso(o["ts"]),
-                "order_id": o["order_id"],
-                "amount": o["amount"],
-            },
-        )
-        for o in orders
-        if low <= (key := f"{o['customer']}|{iso(o['ts'])}|{o['order_id']}") < high
-    )
-    return totals, ranged
-
-
 def _send_orders(bootstrap: str, orders: list[dict]) -> tuple[dict, list]:
     """The first ``orders`` (with bad ones among them); the reference of all of them."""
     create_topics(bootstrap, {"orders": PARTITIONS})
@@ -168,7 +129,7 @@ def _send_orders(bootstrap: str, orders: list[dict]) -> tuple[dict, list]:
     produce(bootstrap, "orders", [(o["customer"], json.dumps(o)) for o in orders[:half]])
     produce(bootstrap, "orders", [(k, v) for k, v, _ in BAD])
     produce(bootstrap, "orders", [(o["customer"], json.dumps(o)) for o in orders[half:]])
-    return _reference(orders)
+    return reference(orders)
 
 
 def _wait_topic(bootstrap: str, topic: str, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -177,6 +138,17 @@ def _wait_topic(bootstrap: str, topic: str, proc: subprocess.Popen[bytes], log: 
         assert proc.poll() is None, f"the driver ended:\n{processes.log_tail([log], 60)}"
         assert time.monotonic() < deadline, f"no {topic}:\n{processes.log_tail([log], 60)}"
         time.sleep(1)
+
+
+def _serve_from_the_catalog(
+    cluster: Cluster, driver: subprocess.Popen[bytes], log: Path, want: tuple[dict, list]
+) -> None:
+    """Once the driver made the tables' topics, two nodes given no table list serve them."""
+    _wait_topic(cluster.bootstrap, "orders-by-time", driver, log)
+    for i in (1, 2):
+        cluster.add(f"n{i}")
+    cluster.wait_ready()
+    _served_exactly(cluster, want)
 
 
 def _served_exactly(cluster: Cluster, want: tuple[dict, list]) -> None:
@@ -247,19 +219,10 @@ def test_a_spark_submitted_script_runs_the_pipeline_and_stops_on_sigterm(
     log = tmp_path / "submit.log"
     cmd = [
         str(spark_home() / "bin" / "spark-submit"),
-        "--master",
-        master,
+        *_driver_flags(master),
         "--deploy-mode",
         "client",
-        "--driver-memory",
-        "512m",
         *conf,
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-        "--conf",
-        "spark.driver.host=127.0.0.1",
-        "--conf",
-        "spark.ui.enabled=false",
         str(script),
         f"{example}:build",
         bootstrap,
@@ -270,11 +233,7 @@ def test_a_spark_submitted_script_runs_the_pipeline_and_stops_on_sigterm(
     resumed: subprocess.Popen[bytes] | None = None
     cluster = Cluster(bootstrap, tmp_path, [])
     try:
-        _wait_topic(bootstrap, "orders-by-time", job, log)
-        for i in (1, 2):
-            cluster.add(f"n{i}")
-        cluster.wait_ready()
-        _served_exactly(cluster, want)
+        _serve_from_the_catalog(cluster, job, log, want)
         assert _wait_states(bootstrap, "running") == dict.fromkeys(QUERIES, "running")
 
         # spark-submit is the JVM: the signal reaches it alone, as a scheduler sends it.
@@ -302,7 +261,7 @@ def test_a_spark_submitted_script_runs_the_pipeline_and_stops_on_sigterm(
         before = {p.name for p in commits.iterdir()}
         produce(bootstrap, "orders", [(o["customer"], json.dumps(o)) for o in orders[900:]])
         resumed = _submit_package(tmp_path, example, bootstrap, master)
-        _served_exactly(cluster, _reference(orders))
+        _served_exactly(cluster, reference(orders))
         after = {p.name for p in commits.iterdir()}
         assert before < after  # one checkpoint, carried on
         os.kill(resumed.pid, signal.SIGTERM)
@@ -314,6 +273,18 @@ def test_a_spark_submitted_script_runs_the_pipeline_and_stops_on_sigterm(
             processes.stop(resumed, grace_s=20, group=True)
         cluster.shutdown()
         standalone.stop()
+
+
+def _driver_flags(master: str) -> list[str]:
+    """spark-submit's flags for a small driver on this machine's loopback, two state
+    partitions (the worker's two cores)."""
+    conf = (
+        "spark.sql.shuffle.partitions=2",
+        "spark.driver.host=127.0.0.1",
+        "spark.ui.enabled=false",
+    )
+    flags = [f for c in conf for f in ("--conf", c)]
+    return ["--master", master, "--driver-memory", "512m", *flags]
 
 
 def _submit_package(
@@ -336,19 +307,7 @@ def _submit_package(
         timeout=120,
     )
     assert packaged.returncode == 0, packaged.stdout + packaged.stderr
-    submit = [
-        str(out / "submit.sh"),
-        "--master",
-        master,
-        "--driver-memory",
-        "512m",
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-        "--conf",
-        "spark.driver.host=127.0.0.1",
-        "--conf",
-        "spark.ui.enabled=false",
-    ]
+    submit = [str(out / "submit.sh"), *_driver_flags(master)]
     env = {**_env(), "SPARK_SUBMIT": str(spark_home() / "bin" / "spark-submit")}
     return processes.spawn(
         submit, log_file=tmp_path / "job.log", env=env, cwd=tmp_path, new_session=True
@@ -375,11 +334,7 @@ def test_a_notebook_session_starts_and_stops_the_pipeline(own_bootstrap: str, tm
     notebook = processes.spawn(argv, log_file=log, env=_env(), cwd=tmp_path, new_session=True)
     cluster = Cluster(bootstrap, tmp_path, [])
     try:
-        _wait_topic(bootstrap, "orders-by-time", notebook, log)
-        for i in (1, 2):
-            cluster.add(f"n{i}")
-        cluster.wait_ready()
-        _served_exactly(cluster, want)
+        _serve_from_the_catalog(cluster, notebook, log, want)
         text = log.read_text()
         assert "notebook: started ['customer-totals', 'orders-by-time'] True" in text
         assert _wait_states(bootstrap, "running") == dict.fromkeys(QUERIES, "running")

@@ -17,7 +17,6 @@ import pytest
 
 from kiq.apps.stocks.pipeline import StockTopics
 from kiq.kafka import create_topics
-from kiq.runtime.broker import LocalBroker
 from kiq.runtime.pipelines import LocalPipeline
 from kiq.runtime.spark_cluster import LocalSparkCluster
 from tests.integration.stock_feed import (
@@ -34,15 +33,6 @@ from tests.integration.stock_feed import (
 from tests.integration.test_serving import Cluster
 
 pytestmark = [pytest.mark.spark]
-
-
-@pytest.fixture
-def own_bootstrap(tmp_path: Path) -> Iterator[str]:
-    """A broker of this test's own: the stock topics' names are fixed."""
-    broker = LocalBroker.on_free_ports(tmp_path / "broker")
-    broker.start()
-    yield broker.bootstrap
-    broker.stop()
 
 
 @pytest.fixture

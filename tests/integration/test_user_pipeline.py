@@ -70,6 +70,31 @@ def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
 
 
+def reference(orders: list[dict]) -> tuple[dict, list]:
+    """What the example's tables hold for ``orders``: every customer's totals, and the
+    items of a range of cust-07's orders."""
+    totals = {}
+    for c in CUSTOMERS:
+        mine = [o for o in orders if o["customer"] == c]
+        spent = round(sum(o["amount"] for o in mine), 2)
+        totals[c] = {"customer": c, "orders": len(mine), "spent": spent}
+    low, high = "cust-07|2026-11-22T10:05", "cust-07|2026-11-22T10:20"
+    ranged = sorted(
+        (
+            key,
+            {
+                "customer": o["customer"],
+                "at": iso(o["ts"]),
+                "order_id": o["order_id"],
+                "amount": o["amount"],
+            },
+        )
+        for o in orders
+        if low <= (key := f"{o['customer']}|{iso(o['ts'])}|{o['order_id']}") < high
+    )
+    return totals, ranged
+
+
 def served(url: str) -> tuple[dict, list]:
     totals = {}
     for c in CUSTOMERS:
@@ -90,25 +115,7 @@ def test_the_guide_example_computes_serves_and_answers_exactly(bootstrap: str, t
     produce(bootstrap, "orders", [(k, v) for k, v, _ in BAD])
     produce(bootstrap, "orders", [(o["customer"], json.dumps(o)) for o in orders[600:]])
 
-    expected_totals = {}
-    for c in CUSTOMERS:
-        mine = [o for o in orders if o["customer"] == c]
-        spent = round(sum(o["amount"] for o in mine), 2)
-        expected_totals[c] = {"customer": c, "orders": len(mine), "spent": spent}
-    low, high = "cust-07|2026-11-22T10:05", "cust-07|2026-11-22T10:20"
-    expected_range = sorted(
-        (
-            key,
-            {
-                "customer": o["customer"],
-                "at": iso(o["ts"]),
-                "order_id": o["order_id"],
-                "amount": o["amount"],
-            },
-        )
-        for o in orders
-        if low <= (key := f"{o['customer']}|{iso(o['ts'])}|{o['order_id']}") < high
-    )
+    expected_totals, expected_range = reference(orders)
     assert len(expected_range) > 10
 
     pipeline = LocalPipeline(
