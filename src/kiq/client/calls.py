@@ -35,8 +35,11 @@ Plan = Callable[[], list[str]]
 
 
 def segment(text: str) -> str:
-    """``text`` as one URL path segment (a key may hold ``/``, ``?``, ``%``)."""
-    return quote(text, safe="")
+    """``text`` as one URL path segment (a key may hold ``/``, ``?``, ``%``). ``.`` and
+    ``..`` are escaped too: an HTTP client would read them as the path's own dot segments
+    and drop them (a key ``..`` would ask for the table, not the key)."""
+    quoted = quote(text, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 def refresh(router: Router, headers: Mapping[str, str] | None = None) -> Flow[None]:

@@ -30,10 +30,8 @@ def text_of(value: IndexValue) -> str:
 
 
 def value_segment(value: IndexValue) -> str:
-    """``value`` as one path segment. ``.`` and ``..`` are escaped: an HTTP client would
-    otherwise read them as the path's own dot segments and drop them."""
-    text = segment(text_of(value))
-    return text.replace(".", "%2E") if text in (".", "..") else text
+    """``value`` as one path segment (``segment`` escapes ``.`` and ``..`` too)."""
+    return segment(text_of(value))
 
 
 def by_request(

@@ -18,6 +18,7 @@ import inspect
 import logging
 import re
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,9 +110,11 @@ def run(
     """``start``, then block until SIGTERM or SIGINT (in the main thread), the JVM's own
     shutdown (``spark-submit`` told to stop), or a failure, which raises
     ``PipelineFailed``. The queries are stopped gracefully either way."""
-    from kiq.pipelines.runner import watch_until_stopped
+    from kiq.pipelines.runner import stop_on_signals
 
-    watch_until_stopped(_start(spark, build, locals()))
+    stop = threading.Event()
+    with stop_on_signals(stop):  # from here on: a signal during the start stops too
+        _start(spark, build, locals(), stop).watch()
 
 
 def session_conf(config: str | Path | None = None, *, packages: bool = False) -> dict[str, str]:
@@ -122,7 +125,9 @@ def session_conf(config: str | Path | None = None, *, packages: bool = False) ->
     return needed_conf(found, packages=packages)
 
 
-def _start(spark: SparkSession, build: Builds, given: dict[str, Any]) -> Pipelines:
+def _start(
+    spark: SparkSession, build: Builds, given: dict[str, Any], stop: threading.Event | None = None
+) -> Pipelines:
     from kiq.pipelines.runner import start_targets
 
     plan = _plan(spark, build, given)
@@ -136,6 +141,7 @@ def _start(spark: SparkSession, build: Builds, given: dict[str, Any]) -> Pipelin
         partitioner=partitioner,
         app=plan.app,
         version=plan.version,
+        stop_event=stop,
     )
 
 

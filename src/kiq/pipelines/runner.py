@@ -9,11 +9,12 @@ checkpoint directory, start record and progress records.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["COMPACTED", "run_targets", "stale_state_hint", "start_targets", "watch_until_stopped"]
+__all__ = ["COMPACTED", "run_targets", "stale_state_hint", "start_targets", "stop_on_signals"]
 
 log = logging.getLogger(__name__)
 
@@ -70,25 +71,27 @@ def run_targets(
         spark_settings = spark_settings.model_copy(update={"master": master})
     spark = build_session(spark_settings, app_name=f"kiq-{name}")
     opts = replace(opts, input_tasks=opts.input_tasks or spark_settings.input_tasks_per_batch)
-    try:
-        pipelines = start_targets(
-            spark,
-            targets,
-            opts,
-            partitions,
-            table_topics,
-            partitioner=partitioner_jar(spark_settings.jars_dir),
-            app=app,
-            version=version,
-            stop_event=stop_event,
-        )
-    except BaseException:
-        _stop_session(spark)
-        raise
-    try:
-        watch_until_stopped(pipelines, signals=stop_event is None)
-    finally:
-        _stop_session(spark)
+    stop = stop_event or threading.Event()
+    with stop_on_signals(stop) if stop_event is None else contextlib.nullcontext():
+        try:
+            pipelines = start_targets(
+                spark,
+                targets,
+                opts,
+                partitions,
+                table_topics,
+                partitioner=partitioner_jar(spark_settings.jars_dir),
+                app=app,
+                version=version,
+                stop_event=stop,
+            )
+        except BaseException:
+            _stop_session(spark)
+            raise
+        try:
+            pipelines.watch()
+        finally:
+            _stop_session(spark)
 
 
 def start_targets(
@@ -167,16 +170,16 @@ def start_targets(
     )
 
 
-def watch_until_stopped(pipelines: Pipelines, *, signals: bool = True) -> None:
-    """``pipelines.watch()`` in this thread until a stop signal (in the main thread, with
-    ``signals``), the JVM's own shutdown (``kiq.pipelines.jvm_hook``), or a failure, which
-    it raises."""
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Within it, a stop signal (SIGINT, SIGTERM, SIGHUP) sets ``stop`` instead of ending the
+    process at once; only the main thread can take signals, elsewhere it does nothing."""
     previous: dict[signal.Signals, Any] = {}
-    if signals and threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread():
         for sig in STOP_SIGNALS:
-            previous[sig] = signal.signal(sig, lambda *_: pipelines.stopping.set())
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
     try:
-        pipelines.watch()
+        yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -245,3 +245,21 @@ def test_the_asyncio_client_reads_by_an_index_alike():
     keys = [i.key for p in pages for i in p.items]
     assert sorted(keys) == keys_where("price", lambda p: p >= 100)
     assert len(pages) > 1 and position == "t:2=1"
+
+
+@pytest.mark.parametrize("key", [".", "..", "a.b", "..."])
+def test_a_key_of_dots_is_asked_for_as_itself(key):
+    asked: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        path = request.url.raw_path.decode()
+        if path in ("/v1/metadata", "/v1/tables"):
+            return httpx.Response(403, json={"error": "insufficient_scope", "message": "no"})
+        asked.append(path)
+        return httpx.Response(404, json={"error": "key_not_found", "message": "no"})
+
+    transport = httpx.MockTransport(handle)
+    with Client([N1], transport=transport, retry=FAST) as kiq, pytest.raises(NotFound):
+        kiq.get("t", key)
+    want = "%2E" * len(key) if key in (".", "..") else key
+    assert f"/v1/tables/t/keys/{want}" in asked
