@@ -264,6 +264,10 @@ async def _serve(built: BuiltNode, home: Home | None = None) -> None:
     server = http_server(built.app, conf.host, conf.port, limits, built.server_tls)
     servers = [server]
     count = worker_count(conf.workers)
+    if conf.workers <= 0:
+        from kiq.runtime.cpus import cpu_budget
+
+        log.info("workers=%d chosen from %s", count, cpu_budget().describe())
     workers: Workers | None = None
     if count > 1 and home is not None:
         private = HomeApp(built.app, built.node, home.token)
@@ -331,10 +335,10 @@ async def stop_servers(app: Stoppable, servers: Sequence[Any]) -> None:
 
 
 def worker_count(setting: int) -> int:
-    """Processes to answer the port: ``setting``, or one per core this process may use."""
+    """Processes to answer the port: ``setting``, or one per CPU this process may use: its
+    affinity or its cgroup's CPU quota (a container's limit), whichever is smaller."""
     if setting > 0:
         return setting
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    from kiq.runtime.cpus import cpu_budget
+
+    return cpu_budget().count
