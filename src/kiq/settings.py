@@ -387,7 +387,12 @@ class ServeSettings(_Section):
     # (which may take half of it before they are flushed). See stores/budget.py.
     store_memory_mb: int = Field(128, ge=8, description="RocksDB memory of all stores")
     # Processes answering the port: the node's own and read workers (kiq.workers).
-    workers: int = Field(0, ge=0, le=256, description="0: one per CPU available (affinity, or cgroup quota if smaller)")
+    workers: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="0: one per CPU available (affinity, or cgroup quota if smaller)",
+    )
     tables: list[str] = Field(default_factory=list, description="NAME=TOPIC[,option...]")
     standby_replicas: int = Field(1, ge=0, le=10)
     cluster: str = Field("kiq", description="consumer group of the serving nodes")
