@@ -83,6 +83,11 @@ def build_package(config: Path, out: Path, *, force: bool = False) -> Package:
     targets = _raw_pipelines(config)
     files = [_pipeline_file(target, home) for target in targets]
     jars = _jars(config)
+    if home.is_relative_to(out.resolve()):
+        raise ConfigError(
+            f"{out} holds the application ({config}): choose an --out outside it, which "
+            "--force would empty"
+        )
     if out.exists() and any(out.iterdir()):
         if not force:
             raise ConfigError(f"{out} is not empty: choose another --out, or --force to replace it")

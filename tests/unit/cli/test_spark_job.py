@@ -129,6 +129,11 @@ def test_package_refuses_what_it_cannot_ship(tmp_path: Path) -> None:
     forced = ["pipeline", "package", str(config), "--out", str(out), "--force"]
     assert runner.invoke(app, forced).exit_code == 0
 
+    inside = ["pipeline", "package", str(config), "--out", str(config.parent.parent), "--force"]
+    refused = runner.invoke(app, inside)
+    assert refused.exit_code == 1 and "holds the application" in " ".join(refused.output.split())
+    assert config.is_file() and (config.parent / "pipes" / "orders.py").is_file()
+
     (tmp_path / "outside.py").write_text("def build(ctx):\n    pass\n")
     config.write_text('[app]\npipelines = ["../outside.py:build"]\n')
     outside = runner.invoke(app, ["pipeline", "package", str(config), "--out", str(tmp_path / "o")])
