@@ -14,10 +14,7 @@ JVM's shutdown, or a failure. The session stays the caller's: kiq never stops it
 
 from __future__ import annotations
 
-import inspect
 import logging
-import re
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,8 +26,9 @@ from kiq.errors import ConfigError, SetupError
 from kiq.pipelines.kafka_io import StreamOptions
 from kiq.pipelines.running import Pipelines
 from kiq.pipelines.session import needed_conf, sql_conf
-from kiq.pipelines.targets import Target, resolve
-from kiq.runtime.jars import CONNECTOR_PACKAGE, PARTITIONER_CLASS
+from kiq.pipelines.targets import Target, of_function, resolve
+from kiq.runtime.jars import CONNECTOR_PACKAGE, PARTITIONER, PARTITIONER_CLASS
+from kiq.runtime.partitioner_build import JAR_NAME
 from kiq.tables.versions import check_version
 
 if TYPE_CHECKING:
@@ -47,7 +45,6 @@ CONNECTOR_CLASSES = {
     "org.apache.commons.pool2.impl.GenericObjectPool": "commons-pool2",
 }
 SPARK_DEFAULT_SHUFFLE = "200"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 Build = Callable[[Any], object] | str
 Builds = Build | Sequence[Build] | None
@@ -209,36 +206,11 @@ def _targets(build: Builds, from_config: list[str]) -> list[Target]:
         builds = [build]
     else:
         builds = list(build)
-    targets = [resolve(b) if isinstance(b, str) else _function_target(b) for b in builds]
+    targets = [resolve(b) if isinstance(b, str) else of_function(b) for b in builds]
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise ConfigError(f"two pipelines have one name (their checkpoint directory): {names}")
     return targets
-
-
-def _function_target(function: Callable[[Any], object]) -> Target:
-    """A function given itself: named as its file's target would be (``job.build`` for
-    ``build`` in job.py), so its checkpoints are the same whichever way it is given."""
-    if not callable(function):
-        raise ConfigError(f"pipeline {function!r}: expected a function build(ctx) or a target")
-    module = sys.modules.get(getattr(function, "__module__", "") or "")
-    where = getattr(module, "__file__", None)
-    attr = getattr(function, "__name__", "build")
-    if getattr(function, "__module__", None) == "__main__":
-        stem = Path(where).stem if where else ""
-    else:
-        stem = function.__module__
-    name = _UNSAFE.sub("_", f"{stem}.{attr}" if stem else attr)
-    try:
-        inspect.signature(function).bind(object())
-    except TypeError:
-        raise ConfigError(
-            f"pipeline {attr}: it must take exactly one argument, the pipeline context: "
-            "def build(ctx): ..."
-        ) from None
-    except ValueError:
-        pass  # a builtin: nothing to check
-    return Target(name, f"{stem or '<function>'}:{attr}", function)
 
 
 def _master(spark: SparkSession) -> str:
@@ -296,7 +268,7 @@ def _partitioner_path(jars: str, spark_settings: settings.SparkSettings) -> Path
     for jar in jars.split(","):
         if jar.strip().endswith(".jar") and "partitioner" in Path(jar.strip()).name:
             return Path(jar.strip())
-    return spark_settings.jars_dir / "kiq" / "kiq-partitioner.jar"
+    return spark_settings.jars_dir / PARTITIONER / JAR_NAME
 
 
 __all__ = ["check_session", "run", "session_conf", "start"]

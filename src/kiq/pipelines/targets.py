@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,24 @@ def resolve(text: str) -> Target:
         )
     _check_signature(function, text)
     return Target(target_name(text), spec, function)
+
+
+def of_function(function: Callable[[Any], object]) -> Target:
+    """A function given itself (``kiq.pipelines.start``): named as its file's target would
+    be (``job.build`` for ``build`` in job.py), so its checkpoints are the same whichever
+    way it is given."""
+    if not callable(function):
+        raise ConfigError(f"pipeline {function!r}: expected a function build(ctx) or a target")
+    attr = getattr(function, "__name__", "build")
+    module_name = getattr(function, "__module__", None) or ""
+    if module_name == "__main__":
+        where = getattr(sys.modules.get(module_name), "__file__", None)
+        stem = Path(where).stem if where else ""
+    else:
+        stem = module_name
+    _check_signature(function, attr)
+    name = _UNSAFE.sub("_", f"{stem}.{attr}" if stem else attr)
+    return Target(name, f"{stem or '<function>'}:{attr}", function)
 
 
 def target_name(text: str) -> str:
