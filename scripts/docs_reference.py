@@ -25,6 +25,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 # The module that holds the settings tree: every BaseSettings section with a TOML ``table``.
 SETTINGS_MODULES = ("kiq.settings",)
 
@@ -88,6 +90,8 @@ def show_default(value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, list | dict):
         return json.dumps(value)
+    if isinstance(value, BaseModel):
+        return json.dumps(value.model_dump())
     return repr(value)
 
 
@@ -183,7 +187,32 @@ def configuration_markdown() -> str:
             shown = f"`{flag}`" if flag in flags else ""
             out.append(f"| `{name}` | `{kind}` | `{default}` | `{env}` | {shown} | {description} |")
         out.append("")
+        for name, field in section.model_fields.items():
+            model = field.annotation
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                out += _nested_table(f"{section.table}.{name}", model, env_name(section, name))
     return "\n".join(out)
+
+
+def _nested_table(table: str, model: type[BaseModel], env: str) -> list[str]:
+    """A table of settings inside a section (``[limits.tenants]``): its keys, given to the
+    environment together as one JSON object."""
+    out = [f"### `[{table}]`", ""]
+    doc = inspect.getdoc(model) or ""
+    if doc:
+        out += [doc.replace("``", "`"), ""]
+    out += [
+        f"In the environment: `{env}`, a JSON object of these keys.",
+        "",
+        "| key | type | default | description |",
+        "|---|---|---|---|",
+    ]
+    for name, field in model.model_fields.items():
+        default = show_default(default_of(field))
+        description = _cell(field.description or "")
+        out.append(f"| `{name}` | `{show_type(field)}` | `{default}` | {description} |")
+    out.append("")
+    return out
 
 
 # --- CLI -------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from kiq.api.relayed import RelayedCallers
 from kiq.api.routers import app_router, core_router
 from kiq.api.routes import CORE, LOOKUP, is_core
 from kiq.api.spec import RouteSpec
+from kiq.api.tenants import Tenants, gate_lookups
 from kiq.api.watch import WatchApi
 from kiq.app.endpoints import Declare, declared_routes, endpoints_for
 from kiq.live import Watches
@@ -96,6 +97,8 @@ class KiqApp:
             else None
         )
         self.limiter = RateLimiter.of(limits)
+        authenticated = security is not None and security.tokens is not None
+        self.tenants = Tenants.of(limits.tenants, view.metrics, authenticated)
         # A proxy's callers, each by its own address (api/relayed.py): on with a cluster secret.
         cluster_key = security.cluster if security is not None else None
         self._callers = RelayedCallers(cluster_key.callers()) if cluster_key is not None else None
@@ -157,8 +160,9 @@ class KiqApp:
             VersionsApi(view, peers, catalog, progress),
         )
         # Every route counted in /metrics under its declared pattern (api/counted.py).
-        core_routes = core_router(handlers, self.access, self.limiter, self.holds, view.metrics)
-        own_routes = app_router(custom, self.access, self.limiter, self.holds, view.metrics)
+        limits_of = (self.access, self.limiter, self.holds, view.metrics, self.tenants)
+        core_routes = core_router(handlers, *limits_of)
+        own_routes = app_router(custom, *limits_of)
         self.routers = (core_routes, own_routes)  # core paths, the application's (is_core)
         # Every route this node answers, as declared: what /openapi.json is made from.
         self.specs: tuple[RouteSpec[Any], ...] = (*CORE, *declared)
@@ -174,6 +178,8 @@ class KiqApp:
         # The raw path: its rule and limit as declared (LOOKUP), each only when this node has
         # it; unwrapped on a node without either.
         self._lookup: Lookup = self.lookups.get
+        if self.tenants is not None and LOOKUP.limited:
+            self._lookup = gate_lookups(self.tenants, self._lookup)
         if self.limiter is not None and LOOKUP.limited:
             self._lookup = limit_lookups(self.limiter, self._lookup)
         if self.access is not None:

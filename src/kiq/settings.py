@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -199,6 +199,8 @@ def _env_value(value: object) -> str:
         return str(value.absolute())
     if isinstance(value, list | dict):
         return json.dumps(value)
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
     return str(value)
 
 
@@ -417,6 +419,51 @@ class ServeSettings(_Section):
         return (self.advertise or f"http://{self.host}:{self.port}").rstrip("/")
 
 
+class TenantQuota(BaseModel):
+    """One tenant's own quota (``[limits.tenants.quotas.NAME]``): each unset one is the
+    tenants' default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rate: float | None = Field(None, ge=0, description="requests per second; 0: no limit")
+    burst: int | None = Field(None, ge=0, description="requests at once; 0: one second's worth")
+    bytes_rate: float | None = Field(
+        None, ge=0, description="response bytes per second; 0: no limit"
+    )
+    scans: int | None = Field(None, ge=0, description="range, top, windows or index reads at once")
+    watches: int | None = Field(None, ge=0, description="watch streams open at once")
+
+
+class TenantLimits(BaseModel):
+    """Quotas per tenant (``[limits.tenants]``, api/tenants.py): a tenant is the value of one
+    claim of the caller's verified token (``claim``), else its address; 0 turns one off."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    claim: str = Field("sub", min_length=1, description="the token claim that names a tenant")
+    rate: float = Field(0.0, ge=0, description="requests per second per tenant; 0: no limit")
+    burst: int = Field(0, ge=0, description="requests at once per tenant; 0: one second's worth")
+    bytes_rate: float = Field(
+        0.0, ge=0, description="response bytes per second per tenant; 0: no limit"
+    )
+    scans: int = Field(
+        0, ge=0, description="range, top, windows and index reads at once per tenant; 0: any"
+    )
+    watches: int = Field(0, ge=0, description="watch streams open at once per tenant; 0: any")
+    quotas: dict[str, TenantQuota] = Field(
+        default_factory=dict, description="a tenant's own quota, by its name"
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any tenant has a quota: the node only counts tenants then."""
+        own = (q for q in self.quotas.values())
+        fields = ("rate", "bytes_rate", "scans", "watches")
+        return any(getattr(self, f) for f in fields) or any(
+            getattr(q, f) for q in own for f in fields
+        )
+
+
 class LimitsSettings(_Section):
     """A node's limits against abuse: bodies, batch sizes, connections, slow and greedy clients.
 
@@ -467,6 +514,10 @@ class LimitsSettings(_Section):
         20.0, ge=0, description="refused credentials per second per address, then 429; 0: off"
     )
     auth_failure_burst: int = Field(100, ge=1, description="refused credentials at once")
+    tenants: TenantLimits = Field(
+        default_factory=TenantLimits,
+        description="quotas per tenant ([limits.tenants]; see the table below)",
+    )
 
     @property
     def burst(self) -> int:

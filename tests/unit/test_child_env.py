@@ -21,6 +21,8 @@ from kiq.settings import (
     ServeSettings,
     SparkClusterSettings,
     SparkSettings,
+    TenantLimits,
+    TenantQuota,
     TlsSettings,
     child_env,
 )
@@ -128,6 +130,12 @@ def _changed(tmp: Path) -> list[settings._Section]:
             rate_clients=9,
             auth_failure_rate=0.0,
             auth_failure_burst=11,
+            tenants=TenantLimits(
+                claim="org",
+                rate=2.5,
+                scans=3,
+                quotas={"a b": TenantQuota(rate=7.0, watches=2)},
+            ),
         ),
         AuthSettings(
             mode="jwt",

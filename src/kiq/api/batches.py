@@ -27,6 +27,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from itertools import chain, takewhile
 from typing import Any, TypeVar
 
 import msgspec
@@ -82,6 +83,9 @@ from kiq.tables.versions import public_name
 from kiq.tables.windows import split_window_key, window_time
 
 MAX_RANGE_LIMIT = 1000
+# Reads of a partition a range page takes at most past the first, to fill a page that
+# the first reads (each partition's share) left short: a range over few partitions.
+MAX_SCAN_ROUNDS = 3
 MAX_TOP = 1000  # the most keys one top read answers
 # How long a read as of a batch the caller chose waits for a partition to apply it: the
 # tables of one query get their markers together, one is due within a fetch or two.
@@ -382,19 +386,41 @@ class Batches:
         if fixed is not None and fixed != prefix.decode():
             partitions = [self.node.partition_of(runtime, prefix.decode())]
         name = runtime.spec.name
+        asked = list(partitions)
+        # As of one batch, every partition is read once (a second read could be of another
+        # batch): each asked for the whole page. Otherwise each for its share, then again
+        # past its last row while the merge is short (``merge_pages``).
+        share = limit if at.consistent else per_partition(limit, len(asked))
 
         def page(p: int, batch: int | None) -> Awaitable[ScanResult | None]:
             return self.reader.scan(
-                name, p, start, end, limit, auth, reverse, max_lag, batch, at.after.get(p)
+                name, p, start, end, share, auth, reverse, max_lag, batch, at.after.get(p)
             )
 
-        pages = await _per_partition(name, list(partitions), at, _each(page))
-        merged = list(
-            heapq.merge(*(page.items for page in pages), key=lambda item: item[0], reverse=reverse)
-        )
-        more = len(merged) > limit or any(len(page.items) >= limit for page in pages)
-        merged = merged[:limit]
+        pages = await _per_partition(name, asked, at, _each(page))
+        rows = {p: list(page.items) for p, page in zip(asked, pages, strict=True)}
+        open_ = {p: len(page.items) >= share for p, page in zip(asked, pages, strict=True)}
         sources = [page.source for page in pages if page.source is not None]
+        merged, more = merge_pages(list(rows.values()), list(open_.values()), limit, reverse)
+        for _ in range(MAX_SCAN_ROUNDS):
+            again = [p for p, may in open_.items() if may]
+            if len(merged) >= limit or not again:
+                break
+            need = limit - len(merged)
+
+            def rest(p: int, batch: int | None, need: int = need) -> Awaitable[ScanResult | None]:
+                last = rows[p][-1][0]
+                low, high = (start, last) if reverse else (last + b"\x00", end)
+                return self.reader.scan(
+                    name, p, low, high, need, auth, reverse, max_lag, batch, at.after.get(p)
+                )
+
+            for p, got in zip(
+                again, await _per_partition(name, again, at, _each(rest)), strict=True
+            ):
+                rows[p].extend(got.items)
+                open_[p] = len(got.items) >= need
+            merged, more = merge_pages(list(rows.values()), list(open_.values()), limit, reverse)
         return merged, (merged[-1][0] if more and merged else None), sources
 
     async def internal_scan(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
@@ -822,6 +848,40 @@ async def _per_partition(
     if refused:
         raise consistency.unavailable(table, refused, as_of)
     return [now.get(page.source.partition, page) if page.source else page for page in answered]
+
+
+def per_partition(limit: int, partitions: int) -> int:
+    """How many rows a page of ``limit`` asks each of ``partitions`` for: its share of
+    the page and a margin, not the whole page (keys spread over the partitions by hash,
+    so each holds about ``limit / partitions`` of any range; asking each for ``limit``
+    read ``partitions`` times the page to answer it)."""
+    if partitions <= 1:
+        return limit
+    return min(limit, -(-limit * 5 // (4 * partitions)) + 16)
+
+
+def merge_pages(
+    pages: list[list[Item]], open_: list[bool], limit: int, reverse: bool
+) -> tuple[list[Item], bool]:
+    """Partition pages merged into key order: at most ``limit`` rows, and whether there may
+    be more. A partition still ``open_`` may hold keys past its page's last, so the merge
+    ends at the first such last key (the lowest, ascending): every row up to it is in the
+    pages, and the next page starts after it."""
+    rows = sorted(chain.from_iterable(pages), key=_key_of, reverse=reverse)
+    ends = [page[-1][0] for page, more in zip(pages, open_, strict=True) if more and page]
+    more = bool(ends) or len(rows) > limit
+    if ends:
+        if reverse:
+            low = max(ends)
+            rows = list(takewhile(lambda row: row[0] >= low, rows))
+        else:
+            high = min(ends)
+            rows = list(takewhile(lambda row: row[0] <= high, rows))
+    return rows[:limit], more
+
+
+def _key_of(item: Item) -> bytes:
+    return item[0]
 
 
 def _each(

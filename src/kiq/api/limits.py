@@ -46,6 +46,8 @@ Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 RATE_REGION = 0  # the node-wide table's region for the per-caller rate
 FAILURES_REGION = 1  # and for refused credentials per address
+TENANT_RATE, TENANT_BYTES, TENANT_SCANS = 2, 3, 4  # and for the tenants' (api/tenants.py)
+REGIONS = 5
 _node_wide: BucketTable | None = None
 
 
@@ -54,6 +56,11 @@ def count_node_wide(table: BucketTable | None) -> None:
     (None: each process alone, as a node of one process does)."""
     global _node_wide
     _node_wide = table
+
+
+def node_wide(region: int) -> Buckets | None:
+    """The node's shared ``region``, or None in a node of one process."""
+    return _node_wide.region(region) if _node_wide is not None else None
 
 
 class RateLimiter:

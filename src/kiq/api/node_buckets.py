@@ -155,6 +155,67 @@ class Buckets:
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def charge(self, caller: str, interval: float, now: float) -> None:
+        """``interval`` taken from ``caller``'s bucket whatever it holds (work already done,
+        such as the bytes of an answer sent): ``take`` refuses it until it has refilled."""
+        fp = self._table.fingerprint(caller)
+        at = self._base + (fp & self._mask) * _SET_BYTES
+        view = self._view
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            entries = _SET.unpack_from(view, at)
+            way, full_at = -1, now
+            for i in range(0, 2 * WAYS, 2):
+                if entries[i] == fp:
+                    way, full_at = i, entries[i + 1]
+                    break
+            if way < 0:
+                way = _free_way(entries, now)
+            _ENTRY.pack_into(view, at + way * 8, fp, (full_at if full_at > now else now) + interval)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def enter(self, caller: str, most: int) -> bool:
+        """One more of ``caller``'s at once, unless it has ``most`` already (False). Kept as
+        a count in the entry's second field; ``leave`` gives it back."""
+        fp = self._table.fingerprint(caller)
+        at = self._base + (fp & self._mask) * _SET_BYTES
+        view = self._view
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            entries = _SET.unpack_from(view, at)
+            way, count = -1, 0.0
+            for i in range(0, 2 * WAYS, 2):
+                if entries[i] == fp:
+                    way, count = i, entries[i + 1]
+                    break
+            if count >= most:
+                return False
+            if way < 0:
+                way = _free_count(entries)
+                if way < 0:  # every entry of the set held by others: refuse, never evict
+                    return False
+            _ENTRY.pack_into(view, at + way * 8, fp, count + 1)
+            return True
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def leave(self, caller: str) -> None:
+        """Gives back one ``enter``ed; an entry back at 0 is free for any caller."""
+        fp = self._table.fingerprint(caller)
+        at = self._base + (fp & self._mask) * _SET_BYTES
+        view = self._view
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            entries = _SET.unpack_from(view, at)
+            for i in range(0, 2 * WAYS, 2):
+                if entries[i] == fp:
+                    left = entries[i + 1] - 1
+                    _ENTRY.pack_into(view, at + i * 8, fp if left > 0 else 0, max(left, 0.0))
+                    return
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
     def peek(self, caller: str, interval: float, capacity: float, now: float) -> float:
         """What ``take`` would answer, without taking a token (or the lock)."""
         fp = self._table.fingerprint(caller)
@@ -185,3 +246,11 @@ def _free_way(entries: tuple[float, ...], now: float) -> int:
         if entries[i + 1] < best_at:
             best, best_at = i, entries[i + 1]
     return best
+
+
+def _free_count(entries: tuple[float, ...]) -> int:
+    """The entry a new count takes: an empty one, else none (-1)."""
+    for i in range(0, 2 * WAYS, 2):
+        if entries[i] == 0 or entries[i + 1] <= 0:
+            return i
+    return -1

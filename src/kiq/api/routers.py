@@ -29,6 +29,7 @@ from kiq.api.limits import Asgi, Limit, RateLimiter
 from kiq.api.precedence import specificity
 from kiq.api.routes import CORE, MEMBERS
 from kiq.api.spec import RouteSpec, Rule
+from kiq.api.tenants import TenantGate, Tenants, kind_of
 from kiq.metrics import NodeMetrics
 from kiq.peers.wire import INTERNAL_LOOKUPS
 
@@ -53,10 +54,12 @@ def _checks(
     access: Access | None,
     limiter: RateLimiter | None,
     holds: Holds | None = None,
+    tenants: Tenants | None = None,
+    path: str = "",
 ) -> list[Middleware]:
     """What runs before a handler, outermost first: its rule, then the limit, which counts
-    the caller the rule verified, then the caller's cap on requests in flight (api/holds.py).
-    Nothing a node does not need."""
+    the caller the rule verified, then the caller's cap on requests in flight (api/holds.py),
+    then its tenant's quotas (api/tenants.py). Nothing a node does not need."""
     stack = []
     check = access.check(rule) if access is not None else None
     if check is not None:
@@ -65,6 +68,8 @@ def _checks(
         stack.append(Middleware(Limit, limiter))
     if limited and holds is not None:
         stack.append(Middleware(Held, holds))
+    if limited and tenants is not None:
+        stack.append(Middleware(TenantGate, tenants, kind_of(path)))
     return stack
 
 
@@ -75,10 +80,11 @@ def route(
     limiter: RateLimiter | None,
     holds: Holds | None = None,
     metrics: NodeMetrics | None = None,
+    tenants: Tenants | None = None,
 ) -> _Route:
     """``spec``'s route to ``endpoint`` (a Starlette handler, or an ASGI app), behind its
     rule and limits; counted in ``metrics`` under its declared pattern (api/counted.py)."""
-    stack = _checks(spec.access, spec.limited, access, limiter, holds)
+    stack = _checks(spec.access, spec.limited, access, limiter, holds, tenants, spec.path)
     if metrics is not None:
         stack.insert(0, Middleware(Counted, metrics, route_label(spec.method, spec.path)))
     return _Route(spec.method, spec.path, endpoint, stack)
@@ -115,6 +121,7 @@ def core_router(
     limiter: RateLimiter | None,
     holds: Holds | None = None,
     metrics: NodeMetrics | None = None,
+    tenants: Tenants | None = None,
 ) -> Router:
     """The core routes but the raw lookup path: every path under ``RESERVED`` is answered
     here. Peers' lookup batches are counted by ``Lookups`` itself, as ``internal_lookups``,
@@ -127,6 +134,7 @@ def core_router(
             limiter,
             holds,
             metrics if spec.path != INTERNAL_LOOKUPS else None,
+            tenants,
         )
         for spec in CORE
         if spec.endpoint is not None
@@ -140,10 +148,13 @@ def app_router(
     limiter: RateLimiter | None,
     holds: Holds | None = None,
     metrics: NodeMetrics | None = None,
+    tenants: Tenants | None = None,
 ) -> Router:
     """An application's routes, for paths outside ``RESERVED``: each spec with its ASGI
     endpoint, an object (Starlette takes a plain function for a request handler)."""
-    built = [route(spec, endpoint, access, limiter, holds, metrics) for spec, endpoint in routes]
+    built = [
+        route(spec, endpoint, access, limiter, holds, metrics, tenants) for spec, endpoint in routes
+    ]
     return _router(built, unmatched(access, limiter))
 
 

@@ -214,6 +214,25 @@ def tables(
 
 
 @app.command()
+def scans(
+    keys: Annotated[int, typer.Option(help="keys in the table the scans page through")] = 200_000,
+    scanners: Annotated[int, typer.Option(help="clients paging through every key")] = 4,
+    page: Annotated[int, typer.Option(help="items per range page (its limit)")] = 1000,
+    connections: Annotated[int, typer.Option(help="wrk connections for the lookups")] = 8,
+    duration: Annotated[float, typer.Option(help="seconds of each measured wrk run")] = 10,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """Lookup latency on one node alone, then while clients page through the whole table."""
+    from kiq.bench.scans import ScansConfig, run_scans
+
+    cfg = ScansConfig(
+        keys=keys, scanners=scanners, page=page, connections=connections, duration_s=duration
+    )
+    what = f"{keys:,} keys, {scanners} scanners of {page}, 1 node"
+    _measure("scans", what, lambda: run_scans(cfg), json_out)
+
+
+@app.command()
 def watch(
     subscribers: Annotated[int, typer.Option(help="SSE connections, one key each")] = 10_000,
     keys: Annotated[

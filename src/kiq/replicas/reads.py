@@ -112,6 +112,25 @@ def scan(
             start = page[-1][0] + b"\x00"
 
 
+def scan_slice(
+    replica: Readable,
+    start: bytes | None,
+    end: bytes | None,
+    limit: int,
+    reverse: bool = False,
+) -> tuple[list[Row], bytes | None]:
+    """One store read of up to ``limit`` entries in [start, end) (``scan``'s order): the
+    rows of those not aged out, and the last key read when the store may hold more past
+    it (None: the range ended). Aged entries count against ``limit``: a slice's work is
+    bounded whatever a sweep left behind."""
+    store, aging = replica.store, replica.aging
+    page = store.scan(start, end, limit, reverse)
+    last = page[-1][0] if len(page) >= limit else None
+    if aging is None:
+        return [(k, v) for k, v, _ in page], last
+    return [(k, v) for k, v, offset in page if not aging.expired(k, offset)], last
+
+
 def top(
     replica: Readable, n: int, prefix: bytes | None = None, window: bytes | None = None
 ) -> list[Row]:

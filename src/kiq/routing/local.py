@@ -41,6 +41,7 @@ from kiq.replicas.replica import ReadOnlyReplica
 from kiq.replicas.snapshots import LATEST, BatchView
 from kiq.replicas.waits import Parking, wait_applied
 from kiq.routing.router import servable
+from kiq.routing.turns import SLICE_ROWS, Turns
 from kiq.settings import LimitsSettings
 from kiq.stores.base import ReadOnlyStore
 
@@ -69,6 +70,7 @@ class LocalReplicas:
         self.parking = Parking(limits.max_parked_waits, limits.max_parked_waits_per_caller)
         self._replicas = replicas
         self._served_by = node_id.encode()
+        self.turns = Turns()  # every page read here: sliced, and paced beside the lookups
 
     def _usable(
         self, table: str, partition: int, max_lag: int | None = None
@@ -191,8 +193,24 @@ class LocalReplicas:
             at = _as_of(replica, batch, min_offset)
             if at is None:
                 return None
-            items = reads.scan(at[0], start, end, limit, reverse)
-            return ScanResult(items, self._source(replica, at[1]), reverse)
+            readable, view = at
+            source = self._source(replica, view)  # first: the rows read hold at least it
+            if view is not None:  # as of a batch: one read (a later marker is not undone)
+                await self.turns()
+                return ScanResult(reads.scan(readable, start, end, limit, reverse), source, reverse)
+            items: list[Item] = []
+            low, high = start, end
+            while True:
+                await self.turns()
+                want = min(SLICE_ROWS, limit - len(items))
+                rows, last = reads.scan_slice(readable, low, high, want, reverse)
+                items.extend(rows)
+                if last is None or len(items) >= limit:
+                    return ScanResult(items, source, reverse)
+                if reverse:
+                    high = last
+                else:
+                    low = last + b"\x00"
 
         return await self._through_reopen(replica, read)
 
@@ -219,6 +237,7 @@ class LocalReplicas:
             at = _as_of(replica, batch, min_offset)
             if at is None:
                 return None
+            await self.turns()
             items = reads.top(at[0], n, prefix or None, window or None)
             return ScanResult(items, self._source(replica, at[1]), window=window)
 
@@ -239,6 +258,7 @@ class LocalReplicas:
             if at is None:
                 return None
             readable, field, limit = at[0], asked.field, 0 if empty else asked.limit
+            await self.turns()
             items = reads.by_index(readable, field, start, end, limit, asked.reverse)
             count = NOT_COUNTED
             if asked.count:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kiq.api.asgi import Receive, Scope, Send, header, query, respond
-from kiq.api.limits import count_node_wide
+from kiq.api.limits import REGIONS, count_node_wide
 from kiq.api.node_buckets import BucketTable
 from kiq.errors import KiqError
 from kiq.node import Node
@@ -177,7 +177,7 @@ class Home:
                 raise KiqError(f"{path} is not a private directory: check TMPDIR")
             if len(os.fsencode(path / SOCKET)) > 100:  # sun_path holds 108 bytes
                 raise KiqError(f"{path} is too long a path for a socket: set a shorter TMPDIR")
-            table = BucketTable.create(path / LIMITS, limits.rate_clients)
+            table = BucketTable.create(path / LIMITS, limits.rate_clients, REGIONS)
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise

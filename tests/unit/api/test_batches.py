@@ -152,3 +152,41 @@ def test_a_range_pages_through_every_partition_in_key_order():
         assert seen == [{"key": k, "value": {"key": k}} for k in sorted(KEYS)]
 
     two_nodes(scenario)
+
+
+def test_a_range_over_few_partitions_still_fills_its_pages():
+    """Each partition is first asked for its share of a page: where one partition holds the
+    whole range, it is asked again past its last row until the page is full."""
+
+    async def main() -> None:
+        view = ClusterView(
+            1,
+            {"n1": Member("n1", "http://n1.invalid")},
+            {("t", p): PartitionReplicas("n1", ()) for p in range(PARTITIONS)},
+        )
+        n1 = node("n1", [0, 1, 2, 3], view)
+        skewed = [f"z{i:03d}" for i in range(200)]  # written to partition 0 alone
+        n1.replicas[("t", 0)].store.apply(
+            [(k.encode(), value(k), 100 + i) for i, k in enumerate(skewed)], 400
+        )
+        router = Router("n1")
+        peers = Peers("n1", router, 1000)
+        try:
+            batches = Batches(n1, ReplicaReader(n1, router, peers))  # type: ignore[arg-type]
+            seen: list[str] = []
+            cursor = None
+            sizes = []
+            while True:
+                params = {"from": "z", "limit": "60", **({"cursor": cursor} if cursor else {})}
+                page = orjson.loads((await batches.range("t", params, None))[0])
+                seen.extend(item["key"] for item in page["items"])
+                sizes.append(len(page["items"]))
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    break
+            assert seen == skewed
+            assert sizes[:3] == [60, 60, 60]
+        finally:
+            peers.close()
+
+    asyncio.run(main())

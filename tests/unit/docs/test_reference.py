@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from kiq.cli import defaults
 
@@ -56,18 +57,18 @@ def _rows(markdown: str) -> dict[str, dict[str, dict[str, str]]]:
     current: dict[str, dict[str, str]] | None = None
     header: list[str] = []
     for line in markdown.splitlines():
-        heading = re.fullmatch(r"## `\[(\w+)\]`", line)
+        heading = re.fullmatch(r"##+ `\[([\w.]+)\]`", line)
         if heading:
             current = tables.setdefault(heading.group(1), {})
             continue
         if current is None or not line.startswith("|") or line.startswith("|---"):
             continue
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
-        if cells[0] == "setting":
+        if cells[0] in ("setting", "key"):
             header = cells
             continue
         row = dict(zip(header, cells, strict=True))
-        current[row["setting"].strip("`")] = row
+        current[row[header[0]].strip("`")] = row
     return tables
 
 
@@ -80,7 +81,19 @@ def _value(cell: str, like: Any) -> Any:
         return Path(text).expanduser()
     if text in ("true", "false"):
         return text == "true"
+    if isinstance(like, BaseModel):
+        return type(like).model_validate(json.loads(text))
     return json.loads(text)
+
+
+def test_a_table_inside_a_section_has_its_own_table_in_the_reference() -> None:
+    from kiq.settings import TenantLimits
+
+    rows = _rows(ref.configuration_markdown())["limits.tenants"]
+    assert set(rows) == set(TenantLimits.model_fields)
+    defaults = TenantLimits()
+    for name, row in rows.items():
+        assert _value(row["default"], getattr(defaults, name)) == getattr(defaults, name), name
 
 
 def test_every_setting_of_every_section_is_in_the_configuration_reference(nowhere: Path) -> None:
