@@ -16,6 +16,7 @@ inside ``Lookups.get``: one door from exceptions to responses.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import ssl
 from collections.abc import Iterable
@@ -230,6 +231,11 @@ class KiqApp:
                     log.exception("node start failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
+                # What start-up made lives as long as the node: out of the collector's way,
+                # so a full collection walks only what was made since (tens of ms less, at
+                # whatever moment it comes, on the requests waiting behind it).
+                gc.collect()
+                gc.freeze()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.watches.close()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import heapq
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -83,6 +82,8 @@ from kiq.tables.versions import public_name
 from kiq.tables.windows import split_window_key, window_time
 
 MAX_RANGE_LIMIT = 1000
+# A page's rows: (key, value) of a range, (entry, key, value) of an index.
+Row = TypeVar("Row", tuple[bytes, bytes], tuple[bytes, bytes, bytes])
 # Reads of a partition a range page takes at most past the first, to fill a page that
 # the first reads (each partition's share) left short: a range over few partitions.
 MAX_SCAN_ROUNDS = 3
@@ -602,39 +603,60 @@ class Batches:
         at: ReadAt = PLAIN,
     ) -> IndexPage:
         """Up to ``limit`` entries of ``field``'s index in [start, end) past ``cursor``, in
-        entry order (descending when ``reverse``): every partition asked once for up to
-        ``limit``, concurrently, each from its best replica, the pages merged by entry
-        bytes. ``count``: how many entries [start, end) holds in every partition, the
-        cursor aside. ``Unavailable`` when a partition has no replica that answers."""
+        entry order (descending when ``reverse``): every partition asked concurrently, each
+        from its best replica, for its share of the page (again past its last entry while
+        the page is short, as ``scan``), the pages merged by entry bytes. ``count``: how
+        many entries [start, end) holds in every partition, the cursor aside.
+        ``Unavailable`` when a partition has no replica that answers."""
         name = runtime.spec.name
+        partitions = list(range(runtime.partitions))
+        share = limit if at.consistent or limit <= 0 else per_partition(limit, len(partitions))
 
-        def page(ps: list[int], batch: int | None) -> Awaitable[list[IndexResult | None]]:
-            reads = [
-                ByIndex(
-                    name,
-                    p,
-                    field,
-                    start,
-                    end,
-                    limit,
-                    reverse,
-                    count,
-                    max_lag,
-                    batch,
-                    min_offset=at.after.get(p),
-                    cursor=cursor,
-                )
-                for p in ps
-            ]
-            return self.reader.by_index_many(reads, auth)
+        def reading(
+            size: int, counting: bool, after: dict[int, bytes]
+        ) -> Callable[[list[int], int | None], Awaitable[list[IndexResult | None]]]:
+            def page(ps: list[int], batch: int | None) -> Awaitable[list[IndexResult | None]]:
+                reads = [
+                    ByIndex(
+                        name,
+                        p,
+                        field,
+                        start,
+                        end,
+                        size,
+                        reverse,
+                        counting,
+                        max_lag,
+                        batch,
+                        min_offset=at.after.get(p),
+                        cursor=after.get(p, cursor),
+                    )
+                    for p in ps
+                ]
+                return self.reader.by_index_many(reads, auth)
+
+            return page
 
         what = f"read its index of {field}"
-        pages = await _per_partition(name, list(range(runtime.partitions)), at, page, what)
-        merged = list(heapq.merge(*(p.items for p in pages), key=lambda i: i[0], reverse=reverse))
-        more = limit > 0 and (len(merged) > limit or any(len(p.items) >= limit for p in pages))
-        merged = merged[:limit]
+        pages = await _per_partition(name, partitions, at, reading(share, count, {}), what)
         total = sum(p.count for p in pages) if count else None
         sources = [p.source for p in pages if p.source is not None]
+        if limit <= 0:
+            return IndexPage([], None, total, sources)
+        rows = {p: list(page.items) for p, page in zip(partitions, pages, strict=True)}
+        open_ = {p: len(page.items) >= share for p, page in zip(partitions, pages, strict=True)}
+        merged, more = merge_pages(list(rows.values()), list(open_.values()), limit, reverse)
+        for _ in range(MAX_SCAN_ROUNDS):
+            again = [p for p, may in open_.items() if may]
+            if len(merged) >= limit or not again:
+                break
+            need = limit - len(merged)
+            after = {p: rows[p][-1][0] for p in again}
+            more_pages = await _per_partition(name, again, at, reading(need, False, after), what)
+            for p, got in zip(again, more_pages, strict=True):
+                rows[p].extend(got.items)
+                open_[p] = len(got.items) >= need
+            merged, more = merge_pages(list(rows.values()), list(open_.values()), limit, reverse)
         return IndexPage(merged, merged[-1][0] if more and merged else None, total, sources)
 
     async def top_by(
@@ -861,8 +883,8 @@ def per_partition(limit: int, partitions: int) -> int:
 
 
 def merge_pages(
-    pages: list[list[Item]], open_: list[bool], limit: int, reverse: bool
-) -> tuple[list[Item], bool]:
+    pages: list[list[Row]], open_: list[bool], limit: int, reverse: bool
+) -> tuple[list[Row], bool]:
     """Partition pages merged into key order: at most ``limit`` rows, and whether there may
     be more. A partition still ``open_`` may hold keys past its page's last, so the merge
     ends at the first such last key (the lowest, ascending): every row up to it is in the
@@ -880,8 +902,8 @@ def merge_pages(
     return rows[:limit], more
 
 
-def _key_of(item: Item) -> bytes:
-    return item[0]
+def _key_of(row: tuple[bytes, ...]) -> bytes:
+    return row[0]
 
 
 def _each(

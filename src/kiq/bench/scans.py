@@ -43,6 +43,7 @@ class ScansConfig:
     connections: int = 8  # wrk's: few enough that the lookups do not saturate the node
     duration_s: float = 10
     warmup_s: float = 2
+    pin: bool = True  # the node on a core of its own, the load on the others
 
 
 @dataclass
@@ -69,7 +70,7 @@ def run_scans(cfg: ScansConfig, progress: Reporter | None = None) -> dict[str, o
         wait_applied(nodes, TABLE, last)
         node = nodes[0]
         pids = with_children([node.proc.pid if node.proc else None])
-        pinned = _pin([pid for pid in pids if pid is not None])
+        pinned = cfg.pin and _pin([pid for pid in pids if pid is not None])
         directory = stack.home / "wrk-scans"
         directory.mkdir(parents=True, exist_ok=True)
         targets = [("127.0.0.1", node.port)]

@@ -220,13 +220,21 @@ def scans(
     page: Annotated[int, typer.Option(help="items per range page (its limit)")] = 1000,
     connections: Annotated[int, typer.Option(help="wrk connections for the lookups")] = 8,
     duration: Annotated[float, typer.Option(help="seconds of each measured wrk run")] = 10,
+    pin: Annotated[
+        bool, typer.Option(help="the node on the last core, the load generators on the others")
+    ] = True,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Lookup latency on one node alone, then while clients page through the whole table."""
     from kiq.bench.scans import ScansConfig, run_scans
 
     cfg = ScansConfig(
-        keys=keys, scanners=scanners, page=page, connections=connections, duration_s=duration
+        keys=keys,
+        scanners=scanners,
+        page=page,
+        connections=connections,
+        duration_s=duration,
+        pin=pin,
     )
     what = f"{keys:,} keys, {scanners} scanners of {page}, 1 node"
     _measure("scans", what, lambda: run_scans(cfg), json_out)
