@@ -78,6 +78,8 @@ class Materializer:
         self._open_store = open_store
         self._dlq = dead_letters
         self._metrics = metrics
+        for name in tables:  # at 0 from the start: an alert sees the first dead letter rise
+            metrics.dead_letters.labels(name)
         self._linger_s = linger_s
         self._watermark_interval_s = watermark_interval_s
         self._retry_s = retry_s
@@ -110,6 +112,7 @@ class Materializer:
 
     def add_table(self, runtime: TableRuntime) -> None:
         """Read ``runtime``'s topic too (the caller added it to the tables this was given)."""
+        self._metrics.dead_letters.labels(runtime.spec.name)
         self._by_topic = {**self._by_topic, runtime.spec.topic: runtime}
 
     def drop_table(self, table: str) -> threading.Event:
