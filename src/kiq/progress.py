@@ -147,6 +147,7 @@ class ProgressReader:
         self._read_at = float("-inf")
         self._queries: list[QueryProgress] = []
         self._error = ""
+        self._reading = threading.Event()  # a read started by ``latest`` runs
 
     def queries(self) -> tuple[list[QueryProgress], str]:
         """The queries' progress by key, and why the last read failed ("" if it did not; the
@@ -162,6 +163,21 @@ class ProgressReader:
                     self._error = str(exc) or type(exc).__name__
                 self._read_at = time.monotonic()
             return self._queries, self._error
+
+    def latest(self) -> list[QueryProgress]:
+        """The last read's queries, without waiting: when that read is older than ``ttl_s``,
+        the topic is read again in the background, for the next call. What a node's /metrics
+        shows, so that a scrape never waits on Kafka (none read yet: none)."""
+        if time.monotonic() - self._read_at >= self._ttl_s and not self._reading.is_set():
+            self._reading.set()
+            threading.Thread(target=self._read, name="kiq-progress-read", daemon=True).start()
+        return self._queries
+
+    def _read(self) -> None:
+        try:
+            self.queries()
+        finally:
+            self._reading.clear()
 
     def summary(self) -> dict[str, Any]:
         """What GET /v1/pipelines answers: each query's progress, whether it is stale, and
@@ -188,19 +204,19 @@ def _age(progress: QueryProgress, now_ms: int) -> float:
 
 
 class ProgressMetrics(Collector):
-    """The queries' progress in a node's /metrics, read from ``reader`` at each scrape (the
-    topic at most every ``ttl_s``; a failed read shows the last one's): what an alert on a
-    stalled or failed pipeline watches (``deploy/prometheus/kiq-alerts.yml``).
+    """The queries' progress in a node's /metrics, as ``reader`` last read it
+    (``ProgressReader.latest``: a scrape never waits on Kafka), its ages and staleness as of
+    the scrape: what the stalled and failed pipeline alerts watch
+    (``deploy/prometheus/kiq-alerts.yml``).
 
     Each series is labelled ``app``, ``pipeline``, ``query``. Every node reads the same topic,
-    so every node shows the same queries: alerts aggregate them by those labels. A scrape
-    reads Kafka, so /metrics is answered off the event loop."""
+    so every node shows the same queries: alerts aggregate them by those labels."""
 
     def __init__(self, reader: ProgressReader) -> None:
         self._reader = reader
 
     def collect(self) -> list[GaugeMetricFamily]:
-        queries, _ = self._reader.queries()
+        queries = self._reader.latest()
         now = _now_ms()
         labels = ["app", "pipeline", "query"]
         age = GaugeMetricFamily(

@@ -3,6 +3,7 @@ stalled and failed pipeline alerts watch, read from records as their drivers pub
 
 from __future__ import annotations
 
+import threading
 import time
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -18,6 +19,7 @@ def scraped(*records: QueryProgress) -> dict[tuple[str, tuple[tuple[str, str], .
     reader = ProgressReader("b:9092", "shop", read_latest=lambda *a, **k: dict(topic))
     registry = CollectorRegistry()
     registry.register(ProgressMetrics(reader))
+    reader.queries()  # read: a scrape shows the last read, never waits for one
     text = generate_latest(registry).decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -59,3 +61,27 @@ def test_a_query_that_ended_shows_its_state_and_is_never_stale():
 
 def test_no_queries_no_series():
     assert scraped() == {}
+
+
+def test_a_scrape_never_waits_for_kafka_and_the_next_shows_what_was_read():
+    record = QueryProgress(app="shop", pipeline="orders", query="q", published_ms=1)
+    reads: list[float] = []
+    release = threading.Event()
+
+    def slow_read(*args: object, **kwargs: object) -> dict[str, bytes]:
+        reads.append(time.monotonic())
+        release.wait(10)
+        return {record.key: record.encode()}
+
+    reader = ProgressReader("b:9092", "shop", ttl_s=0, read_latest=slow_read)
+    registry = CollectorRegistry()
+    registry.register(ProgressMetrics(reader))
+    before = time.monotonic()
+    assert "kiq_pipeline_stale{" not in generate_latest(registry).decode()  # none read yet
+    assert "kiq_pipeline_stale{" not in generate_latest(registry).decode()  # one read at once
+    assert time.monotonic() - before < 1 and len(reads) == 1
+    release.set()
+    deadline = time.monotonic() + 5
+    while "kiq_pipeline_stale{" not in generate_latest(registry).decode():
+        assert time.monotonic() < deadline, "the read's queries never shown"
+        time.sleep(0.01)

@@ -255,9 +255,7 @@ class Handlers:
         return _json(body, status)
 
     async def metrics(self, request: Request) -> Response:
-        # Off the event loop: a scrape reads the pipelines' progress from Kafka (progress.py).
-        body = await asyncio.to_thread(admin.metrics, self._node)
-        return Response(body, media_type=PROMETHEUS)
+        return Response(admin.metrics(self._node), media_type=PROMETHEUS)
 
     async def openapi(self, request: Request) -> Response:
         return _json(self.document)

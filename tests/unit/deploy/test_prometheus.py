@@ -111,6 +111,7 @@ def served(tmp_path: Path) -> set[str]:
         )
         reader = ProgressReader("b", "kiq", read_latest=lambda *a, **k: {query.key: query.encode()})
         metrics.registry.register(ProgressMetrics(reader))
+        reader.queries()  # read: a scrape shows the last read
         asyncio.run(call(local.app, "GET", "/v1/tables/t/keys/nothing"))
         text = asyncio.run(call(local.app, "GET", "/metrics")).body.decode()
     finally:
