@@ -36,7 +36,7 @@ from kiq.kafka.writer import AsyncProducer, ProduceFailed
 from kiq.metrics import NodeMetrics
 from kiq.node import Node, store_opener
 from kiq.node_catalog import CatalogWriter, NodeCatalog
-from kiq.progress import ProgressReader
+from kiq.progress import ProgressMetrics, ProgressReader
 from kiq.replicas import Materializer
 from kiq.replicas.expiry import ExpirySweeper, Outgoing
 from kiq.security import Security, security_for
@@ -102,6 +102,9 @@ def build_node(settings: NodeSettings) -> BuiltNode:
         default_standby=serve.standby_replicas,
     )
     node.follow(follower)
+    # The application's queries, as their drivers publish them: GET /v1/pipelines, /metrics.
+    progress = ProgressReader(serve.bootstrap, settings.app.name, security=kafka)
+    node.metrics.registry.register(ProgressMetrics(progress))
     app = create_app(
         node,
         writer,
@@ -109,8 +112,7 @@ def build_node(settings: NodeSettings) -> BuiltNode:
         limits=settings.limits,
         security=security,
         peer_ssl=peer_context,
-        # GET /v1/pipelines: the application's queries, as their drivers publish them
-        progress=ProgressReader(serve.bootstrap, settings.app.name, security=kafka),
+        progress=progress,
         catalog=CatalogWriter(settings.app.name, writer, follower, serve.bootstrap, security=kafka),
     )
     return BuiltNode(

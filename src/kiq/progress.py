@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from kiq.catalog import PROGRESS_TOPIC
 from kiq.kafka import PLAINTEXT, KafkaSecurity, compacted
@@ -26,6 +28,7 @@ from kiq.tables import checks
 STALE_S = 15.0
 
 State = Literal["running", "stopped", "failed"]
+STATES: tuple[State, ...] = ("running", "stopped", "failed")
 
 
 class SourceProgress(msgspec.Struct, frozen=True):
@@ -144,6 +147,7 @@ class ProgressReader:
         self._read_at = float("-inf")
         self._queries: list[QueryProgress] = []
         self._error = ""
+        self._reading = threading.Event()  # a read started by ``latest`` runs
 
     def queries(self) -> tuple[list[QueryProgress], str]:
         """The queries' progress by key, and why the last read failed ("" if it did not; the
@@ -159,6 +163,21 @@ class ProgressReader:
                     self._error = str(exc) or type(exc).__name__
                 self._read_at = time.monotonic()
             return self._queries, self._error
+
+    def latest(self) -> list[QueryProgress]:
+        """The last read's queries, without waiting: when that read is older than ``ttl_s``,
+        the topic is read again in the background, for the next call. What a node's /metrics
+        shows, so that a scrape never waits on Kafka (none read yet: none)."""
+        if time.monotonic() - self._read_at >= self._ttl_s and not self._reading.is_set():
+            self._reading.set()
+            threading.Thread(target=self._read, name="kiq-progress-read", daemon=True).start()
+        return self._queries
+
+    def _read(self) -> None:
+        try:
+            self.queries()
+        finally:
+            self._reading.clear()
 
     def summary(self) -> dict[str, Any]:
         """What GET /v1/pipelines answers: each query's progress, whether it is stale, and
@@ -182,3 +201,51 @@ def _now_ms() -> int:
 
 def _age(progress: QueryProgress, now_ms: int) -> float:
     return round(max(0, now_ms - progress.published_ms) / 1000, 1)
+
+
+class ProgressMetrics(Collector):
+    """The queries' progress in a node's /metrics, as ``reader`` last read it
+    (``ProgressReader.latest``: a scrape never waits on Kafka), its ages and staleness as of
+    the scrape: what the stalled and failed pipeline alerts watch
+    (``deploy/prometheus/kiq-alerts.yml``).
+
+    Each series is labelled ``app``, ``pipeline``, ``query``. Every node reads the same topic,
+    so every node shows the same queries: alerts aggregate them by those labels."""
+
+    def __init__(self, reader: ProgressReader) -> None:
+        self._reader = reader
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        queries = self._reader.latest()
+        now = _now_ms()
+        labels = ["app", "pipeline", "query"]
+        age = GaugeMetricFamily(
+            "kiq_pipeline_progress_age_seconds",
+            "seconds since the query's driver last published its progress",
+            labels=labels,
+        )
+        stale = GaugeMetricFamily(
+            "kiq_pipeline_stale",
+            f"1 when a running query's progress is older than {STALE_S:.0f} s: its driver "
+            "is gone or cut off",
+            labels=labels,
+        )
+        state = GaugeMetricFamily(
+            "kiq_pipeline_state",
+            "1 for the query's state as its driver last published it",
+            labels=[*labels, "state"],
+        )
+        behind = GaugeMetricFamily(
+            "kiq_pipeline_behind_records",
+            "records waiting in Kafka for the query at its last batch (when known)",
+            labels=labels,
+        )
+        for q in queries:
+            names = [q.app, q.pipeline, q.query]
+            age.add_metric(names, max(0, now - q.published_ms) / 1000)
+            stale.add_metric(names, 1 if q.stale(now) else 0)
+            for each in STATES:
+                state.add_metric([*names, each], 1 if q.state == each else 0)
+            if q.behind is not None:
+                behind.add_metric(names, q.behind)
+        return [age, stale, state, behind]

@@ -178,13 +178,16 @@ class KiqApp:
         self._routes = dispatch
         # The raw path: its rule and limit as declared (LOOKUP), each only when this node has
         # it; unwrapped on a node without either.
+        # Their refusals count under the path's name in /metrics, as its answers do.
         self._lookup: Lookup = self.lookups.get
         if self.tenants is not None and LOOKUP.limited:
             self._lookup = gate_lookups(self.tenants, self._lookup)
         if self.limiter is not None and LOOKUP.limited:
-            self._lookup = limit_lookups(self.limiter, self._lookup)
+            self._lookup = limit_lookups(self.limiter, self._lookup, self.lookups.stats)
         if self.access is not None:
-            self._lookup = guard_lookup(self.access, LOOKUP.access, self._lookup)
+            self._lookup = guard_lookup(
+                self.access, LOOKUP.access, self._lookup, self.lookups.stats
+            )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]

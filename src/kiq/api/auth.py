@@ -29,6 +29,7 @@ verified caller goes into the ASGI scope as ``kiq.principal`` (a ``VerifiedCalle
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,7 @@ from kiq.api.errors import (
 )
 from kiq.api.limits import Asgi, Lookup, RateLimiter, client_address
 from kiq.api.spec import Rule
+from kiq.metrics import RouteStats
 from kiq.peers.wire import PRINCIPAL as PRINCIPAL_HEADER
 from kiq.security import (
     ADMIN,
@@ -258,9 +260,10 @@ class Guard:
         await self._app(scope, receive, send)
 
 
-def guard_lookup(access: Access, rule: Rule, lookup: Lookup) -> Lookup:
+def guard_lookup(access: Access, rule: Rule, lookup: Lookup, stats: RouteStats) -> Lookup:
     """The raw lookup path behind ``rule`` (``READ``: of the table it names); unchanged when
-    the rule needs nothing on this node. Answers its own refusals, as ``Lookups.get`` does."""
+    the rule needs nothing on this node. Answers its own refusals, as ``Lookups.get`` does,
+    and counts them in the path's ``stats``, as every route's rule's are (api/counted.py)."""
     if rule is not Rule.READ:
         raise ValueError(f"the raw lookup path takes its table from the path, not {rule}")
     if access.check(rule) is None:
@@ -268,10 +271,11 @@ def guard_lookup(access: Access, rule: Rule, lookup: Lookup) -> Lookup:
     read = access.read
 
     async def guarded(scope: dict[str, Any], send: Send, table: str, key: bytes) -> None:
+        started = time.perf_counter()
         try:
             read(scope, table)
         except Exception as exc:
-            await send_error(send, exc, scope)
+            stats.record(await send_error(send, exc, scope), time.perf_counter() - started)
             return
         await lookup(scope, send, table, key)
 

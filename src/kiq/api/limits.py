@@ -37,6 +37,7 @@ from typing import Any
 from kiq.api.asgi import Receive, Scope, Send
 from kiq.api.errors import RateLimited, send_error
 from kiq.api.node_buckets import Buckets, BucketTable
+from kiq.metrics import RouteStats
 from kiq.settings import LimitsSettings
 
 SWEEP_INTERVAL_S = 10.0
@@ -185,14 +186,17 @@ def refusal(wait_s: float) -> RateLimited:
     return RateLimited(f"too many requests: try again in {seconds} s", seconds)
 
 
-def limit_lookups(limiter: RateLimiter, get: Lookup) -> Lookup:
-    """The lookup path behind the limiter (``Lookups.get`` answers its own errors)."""
+def limit_lookups(limiter: RateLimiter, get: Lookup, stats: RouteStats) -> Lookup:
+    """The lookup path behind the limiter (``Lookups.get`` answers its own errors); its
+    refusals counted in the path's ``stats``, as every route's are (api/counted.py)."""
     retry_after = limiter.retry_after
 
     async def limited(scope: dict[str, Any], send: Send, table: str, key: bytes) -> None:
+        started = time.perf_counter()
         wait = retry_after(caller_of(scope))
         if wait:
-            await send_error(send, refusal(wait), scope)
+            status = await send_error(send, refusal(wait), scope)
+            stats.record(status, time.perf_counter() - started)
             return
         await get(scope, send, table, key)
 

@@ -38,6 +38,7 @@ from kiq.api.limits import caller_of
 from kiq.api.names import resolve, version_header
 from kiq.api.params import bool_param, check_key, int_param, key_from_path
 from kiq.errors import StoreClosedError
+from kiq.metrics import RouteStats
 from kiq.node import NodeView
 from kiq.ops.proven import may_redirect
 from kiq.peers import FORWARDED, LookupResult, Outcome, Peers
@@ -84,6 +85,11 @@ class Lookups:
         m = node.metrics
         self._stats = m.route("get")
         self._internal_stats = m.route("internal_lookups")
+
+    @property
+    def stats(self) -> RouteStats:
+        """The raw path's counts (``get`` in /metrics): its refusals are counted there too."""
+        return self._stats
 
     async def get(
         self,

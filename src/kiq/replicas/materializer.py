@@ -78,6 +78,8 @@ class Materializer:
         self._open_store = open_store
         self._dlq = dead_letters
         self._metrics = metrics
+        for name in tables:
+            self._count_from_zero(name)
         self._linger_s = linger_s
         self._watermark_interval_s = watermark_interval_s
         self._retry_s = retry_s
@@ -110,7 +112,14 @@ class Materializer:
 
     def add_table(self, runtime: TableRuntime) -> None:
         """Read ``runtime``'s topic too (the caller added it to the tables this was given)."""
+        self._count_from_zero(runtime.spec.name)
         self._by_topic = {**self._by_topic, runtime.spec.topic: runtime}
+
+    def _count_from_zero(self, table: str) -> None:
+        """``table``'s counters in /metrics at 0 from the start: Prometheus sees no increase
+        in a series that first appears at 1, so an alert would miss the first dead letter."""
+        self._metrics.dead_letters.labels(table)
+        self._metrics.records_applied.labels(table)
 
     def drop_table(self, table: str) -> threading.Event:
         """Close every replica of ``table`` (on the thread, soon); the event is set then."""

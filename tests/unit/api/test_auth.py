@@ -7,6 +7,7 @@ either node is local for some keys and forwarded for the others.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -222,6 +223,34 @@ def test_the_rate_limit_counts_the_verified_subject(tmp_path):
             bob = [get(node, target, hs256(sub=f"bob{target}")).status for _ in range(3)]
             assert bob == [200, 200, 429], target
             assert get(node, target, hs256(sub=f"alice{target}")).status == 200, target
+    finally:
+        node.node.stop()
+
+
+def raw_path_counts(node: LocalNode) -> dict[str, float]:
+    """The raw lookup path's answers by status, as /metrics shows them (``get``)."""
+    text = get(node, "/metrics", hs256(scope="kiq:admin")).body.decode()
+    found = re.findall(r'^kiq_requests_total\{route="get",status="(\d+)"\} (\S+)$', text, re.M)
+    return {status: float(n) for status, n in found}
+
+
+def test_the_raw_paths_refusals_count_in_metrics_as_every_routes_do(tmp_path):
+    # What the token refusals alert (deploy/prometheus/kiq-alerts.yml) counts: a refused
+    # lookup on the hot path is answered before the lookup itself, and counted all the same.
+    cluster = Cluster()
+    cluster.join("n1", "http://n1.test")
+    cluster.assign("n1", [("t", 0)])
+    limits = LimitsSettings(rate_limit=1, rate_burst=1)
+    node = start_node(tmp_path, cluster, {"t=t": 1}, security=security(tmp_path), limits=limits)
+    try:
+        wait_until(serving(node.node, ReplicaState.ACTIVE), what="n1 active")
+        node.put("t", "k", b"{}", 0)
+        target = "/v1/tables/t/keys/k"
+        assert get(node, target).status == 401  # no token
+        assert get(node, target, "not-a-jwt").status == 401
+        assert get(node, target, hs256(scope="kiq:read:other")).status == 403
+        assert [get(node, target, hs256(sub="bob")).status for _ in range(2)] == [200, 429]
+        assert raw_path_counts(node) == {"200": 1, "401": 2, "403": 1, "429": 1}
     finally:
         node.node.stop()
 

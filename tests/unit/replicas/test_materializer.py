@@ -293,3 +293,24 @@ def test_closing_lingering_replicas_gives_their_memory_back_once():
     assert released == [1]  # once, after both closed
     m._expire_lingering(lingering + 60)
     assert released == [1]  # nothing closed, nothing to give back
+
+
+def counted(metrics: NodeMetrics) -> dict[tuple[str, str], float]:
+    return {
+        (s.name, s.labels["table"]): s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.name in ("kiq_dead_letters_total", "kiq_records_applied_total")
+    }
+
+
+def test_every_table_counts_its_dead_letters_and_records_from_zero():
+    # A counter first seen at 1 shows no increase to Prometheus: the first dead letter of a
+    # table would never raise an alert (deploy/prometheus/kiq-alerts.yml).
+    metrics = NodeMetrics()
+    tables = {n: TableRuntime(TableSpec(name=n, topic=f"topic-{n}"), JsonCodec(), 1) for n in "ab"}
+    m = Materializer(StandInReader(), tables, lambda t, p: MemoryPartitionStore(), None, metrics)  # type: ignore[arg-type]
+    names = ("kiq_dead_letters_total", "kiq_records_applied_total")
+    assert counted(metrics) == {(n, t): 0.0 for n in names for t in "ab"}
+    m.add_table(TableRuntime(TableSpec(name="c", topic="topic-c"), JsonCodec(), 1))
+    assert counted(metrics) == {(n, t): 0.0 for n in names for t in "abc"}
