@@ -5,8 +5,8 @@ renamed, dropped or moved breaks one of these."""
 from __future__ import annotations
 
 import shutil
-from base64 import b64decode
 import tomllib
+from base64 import b64decode
 from pathlib import Path
 
 import msgspec
