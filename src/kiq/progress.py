@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from kiq import formats
 from kiq.catalog import PROGRESS_TOPIC
 from kiq.kafka import PLAINTEXT, KafkaSecurity, compacted
 from kiq.tables import checks
@@ -63,6 +64,8 @@ class QueryProgress(msgspec.Struct, frozen=True, kw_only=True):
     reported_ms: int = 0
     published_ms: int = 0
     error: str = ""
+    # The record's format (``kiq.formats``): absent in 0.1.0's, which is version 1.
+    format_version: int = formats.PROGRESS
 
     @property
     def key(self) -> str:
