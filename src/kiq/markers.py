@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from kiq import formats
 
 FORMAT_HEADER = "kiq-format"
-HEADERS = [(FORMAT_HEADER, str(formats.MARKER).encode())]  # what a marker is written with
+HEADERS: list[tuple[str, str | bytes | None]] = [
+    (FORMAT_HEADER, str(formats.MARKER).encode())
+]  # what a marker is written with
 MARKER_KEY = b"\x00kiq.batch"  # no key kiq's pipelines write starts with NUL
 _MAX_DIGITS = 18  # a batch id below 10**18: Spark's are counted from 0, one per trigger
 
