@@ -7,7 +7,7 @@ turn leaves the rotation, stops, starts on the current code, is waited for (read
 replica it holds serving) and rejoins; then each is rolled back the same way. Every read
 must answer, and while versions are mixed a read sent to a node of one version for a
 partition another node of the other version is active for is answered by that node: a
-forward between versions, both ways.
+forward between versions, both ways; the hellos agreed on each pair's wire version.
 """
 
 from __future__ import annotations
@@ -182,3 +182,7 @@ def test_rolling_upgrade_and_rollback_fail_no_read(bootstrap: str, make_topic, t
     assert stats.failures == [], stats.failures[:5]
     assert stats.ok > 1_000, stats.summary()
     assert mixed == {(released, "current"), ("current", released)}, mixed
+    # The current code's hellos agreed on the release's wire with its nodes, on its own with
+    # each other's (kiq.formats.WIRE).
+    said = "".join(n.log_file.read_text(errors="replace") for n in nodes)
+    assert "peer wire agreed" in said and "version=1" in said and "version=2" in said

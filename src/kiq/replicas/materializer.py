@@ -351,7 +351,10 @@ class Materializer:
         """Batch ``marker``'s id is now applied: held to read as of it, once the replica
         serves (``replicas.snapshots``). A marker whose value is no batch id is a bad record;
         one of a newer format than this kiq reads is skipped (``kiq.formats``)."""
-        written = format_of(marker.headers())
+        try:
+            written = format_of(marker.headers())
+        except Exception:  # confluent-kafka decodes names: a non-UTF-8 one raises
+            written = None
         where = f"{runtime.spec.topic}[{replica.partition}]@{marker.offset()}"
         if written is not None and formats.too_new("batch marker", where, written, formats.MARKER):
             return
