@@ -186,3 +186,47 @@ def test_rolling_upgrade_and_rollback_fail_no_read(bootstrap: str, make_topic, t
     # each other's (kiq.formats.WIRE).
     said = "".join(n.log_file.read_text(errors="replace") for n in nodes)
     assert "peer wire agreed" in said and "version=1" in said and "version=2" in said
+
+
+_READ_BY_RELEASE = """
+import sys, msgspec
+from kiq.catalog import CATALOG_TOPIC, PROGRESS_TOPIC
+from kiq.markers import batch_of
+from kiq.progress import QueryProgress
+from kiq.tables import checks
+from kiq.tables.declared import Declared
+from kiq.tables.versions import Alias
+declared, alias, progress, marker = msgspec.json.decode(sys.stdin.buffer.read(), type=list[bytes])
+d = checks.decode(CATALOG_TOPIC, "table:stocks/quotes@v2", declared, Declared)
+a = checks.decode(CATALOG_TOPIC, "alias:stocks/quotes", alias, Alias)
+p = checks.decode(PROGRESS_TOPIC, "stocks/stocks/quotes", progress, QueryProgress)
+print(d.topic, d.rank_by, a.version, p.batch, batch_of(marker))
+"""
+
+
+def test_the_release_reads_what_the_current_code_writes(tmp_path: Path):
+    """The catalog and progress records now carry ``format_version``, a field the release's
+    decoders skip; its markers a header it never reads: the release reads them as before."""
+    import msgspec
+
+    from kiq.markers import marker_value
+    from kiq.progress import QueryProgress
+    from kiq.tables.declared import Declared
+    from kiq.tables.versions import Alias
+
+    released, old_src = release_tree(tmp_path / "release")
+    release = ROOT / "tests" / "golden" / released
+    declared = msgspec.json.decode((release / "catalog-table.json").read_bytes(), type=Declared)
+    progress = msgspec.json.decode((release / "progress.json").read_bytes(), type=QueryProgress)
+    alias = Alias(table="quotes", version="v2", app="stocks")
+    records = [declared.encode(), alias.encode(), progress.encode(), marker_value(42)]
+    assert all(b'"format_version":1' in r for r in records[:3])  # what is new in them
+    done = subprocess.run(
+        [sys.executable, "-c", _READ_BY_RELEASE],
+        input=msgspec.json.encode(records),
+        env={"PYTHONPATH": str(old_src)},
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["stock-quotes", "price", "v2", "12", "42"]
