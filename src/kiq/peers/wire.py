@@ -56,7 +56,8 @@ an index read's answer echoes its ``field`` and ``reverse``, and its ``count`` w
 Versions (``kiq.formats.WIRE``): every request carries ``X-Kiq-Wire: OLDEST-NEWEST``, the
 wire versions its sender speaks; a request without it is from 0.1.0, version 1. A node
 refuses a request whose OLDEST is newer than its own version (400 ``wire_too_new``, said
-once in its log), never reads it. At the hello the two agree: the answer's challenge is
+once in its log), never reads it. At the hello (with a cluster secret, before anything
+else is sent) the two agree: the answer's challenge is
 followed by ``;wire=N``, N the newest both speak; an answer of the bare challenge is from
 0.1.0 (version 1), which ignores the header. A peer the asker cannot speak with is treated
 as one that cannot prove it is a member: its partitions are read from other replicas.
