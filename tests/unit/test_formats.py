@@ -149,3 +149,41 @@ def test_a_store_of_a_newer_layout_is_not_opened(tmp_path: Path, caplog: pytest.
     (path / LAYOUT_FILE).write_text("two\n")
     with pytest.raises(Exception, match="not a version"):
         open_partition_store("rocksdb", tmp_path / "data", "quotes", 3, MemoryBudget())
+
+
+def test_a_node_leaves_a_store_of_a_newer_layout_closed_and_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    from kiq.metrics import NodeMetrics
+    from kiq.replicas.materializer import Materializer
+    from kiq.replicas.state import Role
+    from kiq.tables import TableRuntime, TableSpec
+    from kiq.tables.codecs import JsonCodec
+    from tests.unit.replicas.test_materializer import StandInDeadLetters, StandInReader
+
+    data = tmp_path / "data"
+    for partition in (0, 1):
+        open_partition_store("rocksdb", data, "t", partition, MemoryBudget()).close()
+    newer = data / "tables" / "t" / "1" / LAYOUT_FILE
+    newer.write_text(f"{formats.STORE_LAYOUT + 1}\n")
+    m = Materializer(
+        StandInReader(),
+        {"t": TableRuntime(TableSpec(name="t", topic="topic-t"), JsonCodec(), 2)},
+        lambda table, partition: open_partition_store(
+            "rocksdb", data, table, partition, MemoryBudget()
+        ),
+        StandInDeadLetters(),  # type: ignore[arg-type]
+        NodeMetrics(),
+    )
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            m.reconcile({("t", 0): Role.ACTIVE, ("t", 1): Role.STANDBY})
+            m._apply_wanted()
+    try:
+        assert set(m.replicas) == {("t", 0)}
+        assert len(_refusals(caplog)) == 1
+        assert not [r for r in caplog.records if r.exc_info], "no traceback for a newer store"
+        assert newer.read_text() == "2\n"
+    finally:
+        for replica in m.replicas.values():
+            replica.store.close()
