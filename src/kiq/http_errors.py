@@ -3,6 +3,7 @@
     KiqError (kiq.errors)                       retriable  owner_moved
     └── ApiError           500 internal             -          -
         ├── BadRequest     400 bad_request          -          -
+        │   └── WireTooNew 400 wire_too_new                     a peer's wire this node cannot read
         ├── Unauthorized   401 unauthorized         -          -   no bearer token
         │   └── InvalidToken  401 invalid_token     -          -   a token we do not accept
         ├── Forbidden      403 forbidden            -          -
@@ -51,6 +52,12 @@ class ApiError(KiqError):
 
 class BadRequest(ApiError):
     status, code = 400, "bad_request"
+
+
+class WireTooNew(BadRequest):
+    """A node-to-node request in a peer wire newer than this node reads (``kiq.formats``)."""
+
+    code = "wire_too_new"
 
 
 class Unauthorized(ApiError):

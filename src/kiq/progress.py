@@ -19,6 +19,7 @@ import msgspec
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from kiq import formats
 from kiq.catalog import PROGRESS_TOPIC
 from kiq.kafka import PLAINTEXT, KafkaSecurity, compacted
 from kiq.tables import checks
@@ -66,6 +67,8 @@ class QueryProgress(msgspec.Struct, frozen=True, kw_only=True):
     reported_ms: int = 0
     published_ms: int = 0
     error: str = ""
+    # The record's format (``kiq.formats``): absent in 0.1.0's, which is version 1.
+    format_version: int = formats.PROGRESS
 
     @property
     def key(self) -> str:

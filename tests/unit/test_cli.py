@@ -155,3 +155,12 @@ def test_kiq_demo_hands_its_feed_only_the_flags_given():
     assert _feeds(False, 700.0, 5) == []
     assert _feeds(True, 700.0, None) == [["kiq", "feed", "stocks", "--rate", "700"]]
     assert _feeds(True, None, 5) == [["kiq", "feed", "stocks", "--symbols", "5"]]
+
+
+def test_version_prints_the_installed_version_and_exits():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"kiq {version('kiq')}\n"
+    assert runner.invoke(app, ["--version", "serve", "--help"]).output == result.output

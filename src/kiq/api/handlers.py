@@ -16,8 +16,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from kiq import formats
 from kiq.api import bodies, sse
-from kiq.api.asgi import query
+from kiq.api.asgi import header, query
 from kiq.api.auth import Access, caller, forwarded_caller
 from kiq.api.batches import Answer, Batches
 from kiq.api.consistency import ReadAt, read_at
@@ -27,11 +28,21 @@ from kiq.api.lookups import Lookups
 from kiq.api.names import VERSION, resolve
 from kiq.api.request_body import read_body
 from kiq.api.watch import SubscriptionFrames, WatchApi, keys_of, keys_of_body
+from kiq.http_errors import WireTooNew
 from kiq.node import NodeView
 from kiq.ops import admin, dashboard
 from kiq.ops.versions import VersionsApi
 from kiq.peers import Peers
-from kiq.peers.wire import MSGPACK, decode_changes, encode
+from kiq.peers.wire import (
+    FORWARDED,
+    MSGPACK,
+    SPOKEN,
+    WIRE,
+    decode_changes,
+    encode,
+    hello_answer,
+    wire_range,
+)
 from kiq.positions import AFTER_HEADER
 from kiq.tables import TableRuntime
 
@@ -97,6 +108,7 @@ class Handlers:
         body = await read_body(request.receive, self._max_body)
         if self._access is not None:
             self._access.member(request.scope, body, admin, for_caller)
+        _wire_of(request)
         return body
 
     def _sealed(self, request: Request, answer: bytes) -> Response:
@@ -311,7 +323,26 @@ class Handlers:
         challenge = await self._from_member(request, for_caller=False)
         if len(challenge) > 64:
             raise BadRequest("a challenge is at most 64 bytes")
-        return self._sealed(request, challenge)
+        asked = _wire_of(request) if header(request.scope, _WIRE) is not None else None
+        return self._sealed(request, hello_answer(challenge, asked))
+
+
+_WIRE = WIRE.encode()
+
+
+def _wire_of(request: Request) -> tuple[int, int]:
+    """The wire versions a peer's request says it speaks (``X-Kiq-Wire``); ``WireTooNew``
+    when this node speaks none of them, said once in the log (``kiq.formats``)."""
+    spoken = wire_range(header(request.scope, _WIRE))
+    if spoken is None:
+        raise BadRequest("X-Kiq-Wire must be OLDEST-NEWEST, two versions")
+    sender = header(request.scope, FORWARDED.encode()) or "(unnamed)"
+    if formats.too_new("peer wire of node", sender, spoken[0], formats.WIRE):
+        raise WireTooNew(
+            f"this node speaks peer wire {SPOKEN}, the request {spoken[0]}-{spoken[1]}",
+            spoken=SPOKEN,
+        )
+    return spoken
 
 
 class _Stream(Response):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated
 
@@ -52,6 +53,21 @@ app.command("switch")(versions.switch)
 app.command("retire")(versions.retire)
 
 
+def installed_version() -> str:
+    """kiq's version as its installation records it ("unknown" for a source tree never
+    installed)."""
+    try:
+        return version("kiq")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"kiq {installed_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
@@ -62,6 +78,12 @@ def main(
     log_level: Annotated[str, typer.Option(envvar="KIQ_LOG_LEVEL", help="DEBUG, INFO, ...")] = (
         "INFO"
     ),
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print kiq's version."
+        ),
+    ] = False,
 ) -> None:
     setup_logging(log_level)
     ctx.obj = CliState(config=config)

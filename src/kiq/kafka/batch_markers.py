@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from kiq.errors import KiqError
 from kiq.kafka.config import producer_config
 from kiq.kafka.security import PLAINTEXT, KafkaSecurity
-from kiq.markers import MARKER_KEY, marker_value
+from kiq.markers import HEADERS, MARKER_KEY, marker_value
 
 # How long a batch waits for its markers (and for a topic's partitions) before it fails.
 MARKER_TIMEOUT_S = 30.0
@@ -78,7 +78,12 @@ class MarkerProducer:
         for topic, partition, key, value in records:
             try:
                 self._producer.produce(
-                    topic, key=key, value=value, partition=partition, on_delivery=delivered
+                    topic,
+                    key=key,
+                    value=value,
+                    partition=partition,
+                    headers=HEADERS,
+                    on_delivery=delivered,
                 )
             except (BufferError, KafkaException) as exc:
                 raise MarkerFailed(f"batch {batch_id}'s marker to {topic}: {exc}") from exc

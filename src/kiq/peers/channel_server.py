@@ -28,6 +28,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any, Protocol
 
+from kiq import formats
+from kiq.peers import wire
 from kiq.peers.frames import GOING_AWAY, POLICY_VIOLATION, UNSUPPORTED_DATA
 from kiq.peers.wire import (
     INTERNAL_CHANNEL,
@@ -160,7 +162,15 @@ class LookupChannels:
                 await send({"type": "websocket.send", "bytes": answer})
 
     def _admitted(self, scope: Scope) -> bool:
-        """The upgrade, checked as any internal request: a member's credential for it."""
+        """The upgrade, checked as any internal request: a member's credential for it, in a
+        wire this node speaks (``kiq.formats``)."""
+        spoken = wire.wire_range(_header(scope, _WIRE))
+        if spoken is None:
+            return False
+        if formats.too_new(
+            "peer wire of node", _header(scope, _SENDER) or "?", spoken[0], formats.WIRE
+        ):
+            return False
         access = self._access
         if access is None:
             return True
@@ -241,3 +251,14 @@ def _as_request(ask: ChannelAsk) -> dict[str, Any]:
         "query_string": b"",
         "headers": headers,
     }
+
+
+_WIRE = wire.WIRE.encode()
+_SENDER = wire.FORWARDED.encode()
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None

@@ -29,8 +29,9 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol, TypeVar
+from typing import NoReturn, Protocol, TypeVar
 
+from kiq import formats
 from kiq.peers.channel import ChannelRefused, Channels
 from kiq.peers.errors import PeerError
 from kiq.peers.wire import (
@@ -41,9 +42,12 @@ from kiq.peers.wire import (
     INTERNAL_LOOKUPS,
     MSGPACK,
     PRINCIPAL,
+    SPOKEN,
+    WIRE,
     DecodeError,
     Lookup,
     LookupResult,
+    agreed,
     decode_results,
     encode,
 )
@@ -107,8 +111,10 @@ class Sender:
         self._proven: set[str] = set()
         self._refused: dict[str, float] = {}
         self._proving: dict[str, asyncio.Task[None]] = {}
-        self._with_body = {FORWARDED: node_id, "content-type": MSGPACK}
-        self._without_body = {FORWARDED: node_id}
+        # The peer wire each proven peer agreed on at its hello (``kiq.formats``).
+        self.wire: dict[str, int] = {}
+        self._with_body = {FORWARDED: node_id, WIRE: SPOKEN, "content-type": MSGPACK}
+        self._without_body = {FORWARDED: node_id, WIRE: SPOKEN}
 
     def close(self) -> None:
         """Closes the channels and the idle connections; requests still out finish on theirs."""
@@ -202,6 +208,8 @@ class Sender:
         self._health.succeeded(target)
         cluster = self._cluster
         if status != 200:
+            if b"wire_too_new" in payload[:200]:
+                _cannot_read_us(target, payload)
             raise PeerError(target, f"{path} answered {status}: {payload[:200]!r}", status)
         if cluster is not None:
             assert credential is not None
@@ -276,13 +284,24 @@ class Sender:
         except ConnectionError as exc:
             self._health.failed(target)
             raise PeerError(target, f"{INTERNAL_HELLO}: {exc}") from exc
+        if status != 200 and b"wire_too_new" in payload[:200]:
+            _cannot_read_us(target, payload)
+            self._not_a_member(target, f"speaks none of this node's peer wire {SPOKEN}")
+        version = None
         try:
-            if status != 200 or cluster.open(credential, payload) != challenge:
+            if status == 200:
+                version = agreed(challenge, cluster.open(credential, payload))
+            if version is None:
                 raise CredentialRejected("no sealed answer to the challenge")
         except CredentialRejected:
             self._not_a_member(target, f"answered the challenge with {status}, unsealed")
+        if version < formats.WIRE_OLDEST or version > formats.WIRE:
+            self._not_a_member(target, f"agreed on peer wire {version}, this node speaks {SPOKEN}")
+        if self.wire.get(target) != version:
+            log.info("peer wire agreed url=%s version=%d", target, version)
+        self.wire[target] = version
 
-    def _not_a_member(self, target: str, why: str) -> None:
+    def _not_a_member(self, target: str, why: str) -> NoReturn:
         """A peer without the cluster secret: like a dead one, asked again only later."""
         if target not in self._refused:
             log.error(
@@ -295,6 +314,21 @@ class Sender:
         self._refused[target] = time.monotonic() + PROOF_RETRY_S
         self._health.failed(target)
         raise PeerError(target, "has not proven it is a cluster member")
+
+
+_told: set[str] = set()
+
+
+def _cannot_read_us(target: str, payload: bytes) -> None:
+    """A peer that refused this node's wire as newer than it reads: said once per peer."""
+    if target not in _told and len(_told) < 10_000:
+        _told.add(target)
+        log.error(
+            "peer refused: it cannot read this node's peer wire url=%s answer=%.200r; its "
+            "partitions are read from their other replicas (upgrade it)",
+            target,
+            payload,
+        )
 
 
 def decoded(target: str, decode: Callable[[bytes], T], body: bytes) -> T:

@@ -11,7 +11,8 @@ decoded into the records below (``peers/sender.py`` sends them, ``api/`` answers
     POST /v1/internal/by-index-many  ByIndexMany     → IndexResults (one per read, in order)
     POST /v1/internal/changes   Changes              → ChangesResult (a watch relayed)
     GET  /v1/internal/metadata  (no body)            → NodeStatus
-    POST /v1/internal/hello     16 random bytes      → the same bytes (sealed: a member's proof)
+    POST /v1/internal/hello     16 random bytes      → the same bytes (sealed: a member's proof),
+                                                       then ";wire=N" when the asker named its wire
     GET  /v1/internal/channel   WebSocket upgrade: ChannelAsk messages → ChannelAnswer messages
 
 A channel (``peers/channel.py``) carries lookup batches: each ``ChannelAsk`` holds the
@@ -52,6 +53,15 @@ scanned forwards, and is not taken; a top asked within a window whose answer doe
 echo that ``window`` came from a node that ranked every window, and is not taken either;
 an index read's answer echoes its ``field`` and ``reverse``, and its ``count`` when asked.
 
+Versions (``kiq.formats.WIRE``): every request carries ``X-Kiq-Wire: OLDEST-NEWEST``, the
+wire versions its sender speaks; a request without it is from 0.1.0, version 1. A node
+refuses a request whose OLDEST is newer than its own version (400 ``wire_too_new``, said
+once in its log), never reads it. At the hello (with a cluster secret, before anything
+else is sent) the two agree: the answer's challenge is
+followed by ``;wire=N``, N the newest both speak; an answer of the bare challenge is from
+0.1.0 (version 1), which ignores the header. A peer the asker cannot speak with is treated
+as one that cannot prove it is a member: its partitions are read from other replicas.
+
 A lookup's ``Outcome`` travels as a small int (one byte); HTTP statuses are the API's own
 business (``api/errors.py`` maps outcomes to them). What the receiver answers per item:
 
@@ -78,6 +88,8 @@ from typing import Any, Final
 
 import msgspec
 
+from kiq import formats
+
 INTERNAL_LOOKUPS: Final = "/v1/internal/lookups"
 INTERNAL_MULTIGET: Final = "/v1/internal/multiget"
 INTERNAL_SCAN: Final = "/v1/internal/scan"
@@ -102,6 +114,44 @@ FORWARDED: Final = "x-kiq-forwarded"  # the sending node's id: answer locally, n
 # The caller the sending node verified (``kiq.security.VerifiedCaller.statement``), covered by
 # the cluster credential: the caller's own token never leaves the node it reached.
 PRINCIPAL: Final = "x-kiq-principal"
+# The peer wire versions the sender speaks, OLDEST-NEWEST (absent: 0.1.0's, version 1).
+WIRE: Final = "x-kiq-wire"
+SPOKEN: Final = f"{formats.WIRE_OLDEST}-{formats.WIRE}"
+_AGREED = b";wire="
+
+
+def wire_range(value: str | None) -> tuple[int, int] | None:
+    """The (oldest, newest) wire versions an ``X-Kiq-Wire`` header names; (1, 1) when there
+    is none (0.1.0), None when it is malformed."""
+    if value is None:
+        return formats.UNVERSIONED, formats.UNVERSIONED
+    oldest, dash, newest = value.partition("-")
+    if not dash or not (0 < len(oldest) <= 6 and oldest.isdigit()):
+        return None
+    if not (0 < len(newest) <= 6 and newest.isdigit()) or int(oldest) > int(newest):
+        return None
+    return int(oldest), int(newest)
+
+
+def hello_answer(challenge: bytes, asked: tuple[int, int] | None) -> bytes:
+    """What the hello answers (sealed, by the caller): the challenge, and the wire version
+    agreed when the asker named its own (``X-Kiq-Wire``: 0.1.0 names none and takes the
+    bare challenge)."""
+    if asked is None:
+        return challenge
+    return challenge + _AGREED + str(min(asked[1], formats.WIRE)).encode()
+
+
+def agreed(challenge: bytes, answer: bytes) -> int | None:
+    """The wire version a hello's (opened) answer agrees on: 1 for the bare challenge (a node
+    of 0.1.0), None when it answers another challenge or is malformed."""
+    if answer == challenge:
+        return formats.UNVERSIONED
+    head = challenge + _AGREED
+    version = answer[len(head) :]
+    if not answer.startswith(head) or not (0 < len(version) <= 6 and version.isdigit()):
+        return None
+    return int(version)
 
 
 class Outcome(IntEnum):

@@ -36,10 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import cast
 
+from kiq import formats
 from kiq.errors import BadRecord, StoreClosedError
 from kiq.kafka.dlq import DeadLetters
 from kiq.kafka.reader import Fetched, PartitionReader, Record
-from kiq.markers import MARKER_KEY, batch_of
+from kiq.markers import MARKER_KEY, batch_of, format_of
 from kiq.metrics import NodeMetrics
 from kiq.replicas.aging import Aging, guard
 from kiq.replicas.headers import tombstone_guard
@@ -47,7 +48,7 @@ from kiq.replicas.reads import entry
 from kiq.replicas.replica import Replica
 from kiq.replicas.state import ReplicaState, Role
 from kiq.replicas.taps import Tap, Taps
-from kiq.stores import PartitionStore
+from kiq.stores import PartitionStore, StoreTooNew
 from kiq.stores.base import Change
 from kiq.stores.heap import release_freed_memory
 from kiq.tables import MAX_KEY_BYTES, TableRuntime
@@ -230,6 +231,8 @@ class Materializer:
         def open_one(key: tuple[str, int]) -> PartitionStore | None:
             try:
                 return self._open_store(*key)
+            except StoreTooNew:
+                return None  # said once in the log; left closed, as it is
             except Exception:
                 log.exception("store open failed table=%s partition=%d; will retry", *key)
                 return None
@@ -355,8 +358,16 @@ class Materializer:
 
     def _marked(self, runtime: TableRuntime, replica: Replica, marker: Record) -> None:
         """Batch ``marker``'s id is now applied: held to read as of it, once the replica
-        serves (``replicas.snapshots``). A marker whose value is no batch id is a bad record."""
-        batch = batch_of(marker.value())
+        serves (``replicas.snapshots``). A marker whose value is no batch id is a bad record;
+        one of a newer format than this kiq reads is skipped (``kiq.formats``)."""
+        try:
+            written = format_of(marker.headers())
+        except Exception:  # confluent-kafka decodes names: a non-UTF-8 one raises
+            written = None
+        where = f"{runtime.spec.topic}[{replica.partition}]@{marker.offset()}"
+        if written is not None and formats.too_new("batch marker", where, written, formats.MARKER):
+            return
+        batch = batch_of(marker.value()) if written is not None else None
         if batch is None:
             self._dead_letter(
                 runtime,

@@ -16,7 +16,7 @@ from kiq.errors import ConfigError, KiqError
 from kiq.stores.base import PartitionStore
 from kiq.stores.budget import MemoryBudget
 from kiq.stores.memory import MemoryPartitionStore
-from kiq.stores.rocksdb import RocksDBPartitionStore
+from kiq.stores.rocksdb import RocksDBPartitionStore, StoreTooNew
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ __all__ = [
     "MemoryPartitionStore",
     "PartitionStore",
     "RocksDBPartitionStore",
+    "StoreTooNew",
     "open_partition_store",
     "remove_table_stores",
     "table_dir",

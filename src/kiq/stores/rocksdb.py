@@ -19,6 +19,11 @@ number is the field's position in the declared tuple, one byte) and ``kiq-index-
 (key → its current entries, one per field, msgpack), so a write knows which entries to
 remove with one multi-get per batch and no parsing of the old value. The meta family
 records the declared fields; a store opened with others rebuilds its index (or drops it).
+
+The layout of all this has a version (``kiq.formats.STORE_LAYOUT``) in a ``KIQ-LAYOUT`` file
+in the store's directory, beside RocksDB's own files (which RocksDB leaves alone): written
+when missing (a store of 0.1.0, which kept none, is layout 1). A store of a newer layout
+than this kiq reads is not opened: ``StoreTooNew``, before RocksDB touches it.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ from rocksdict import (
     WriteOptions,
 )
 
-from kiq.errors import StoreClosedError
+from kiq import formats
+from kiq.errors import KiqError, StoreClosedError
 from kiq.stores.base import Change, PartitionStore, prefix_end
 from kiq.stores.budget import MemoryBudget
 from kiq.stores.index import Extractor, key_of
@@ -131,6 +137,44 @@ def _options(budget: MemoryBudget, write_buffer: int = 16 * _MIB) -> Options:
     return opts
 
 
+LAYOUT_FILE = "KIQ-LAYOUT"
+
+
+class StoreTooNew(KiqError):
+    """A store written in a newer layout than this kiq reads: left closed, as it is."""
+
+
+def check_layout(path: Path) -> int:
+    """The layout version of the store at ``path`` (``formats.UNVERSIONED`` when it names
+    none, a new store's when there is none yet); ``StoreTooNew`` when this kiq cannot read
+    it, which the log says once."""
+    try:
+        text = (path / LAYOUT_FILE).read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        return formats.STORE_LAYOUT if not path.exists() else formats.UNVERSIONED
+    except (OSError, UnicodeError) as exc:
+        raise KiqError(f"store {path}: {LAYOUT_FILE} unreadable: {exc}") from exc
+    if not text.isdigit() or len(text) > 6:
+        raise KiqError(f"store {path}: {LAYOUT_FILE} holds {text[:20]!r}, not a version")
+    layout = int(text)
+    if formats.too_new("store", str(path), layout, formats.STORE_LAYOUT):
+        raise StoreTooNew(
+            f"store {path} is layout {layout}, newer than this kiq reads "
+            f"({formats.STORE_LAYOUT}): not opened"
+        )
+    return layout
+
+
+def _write_layout(path: Path) -> None:
+    """Records the layout this code writes, once: renamed into place whole."""
+    target = path / LAYOUT_FILE
+    if target.exists():
+        return
+    temporary = path / f"{LAYOUT_FILE}.tmp"
+    temporary.write_text(f"{formats.STORE_LAYOUT}\n", encoding="ascii")
+    temporary.replace(target)
+
+
 class RocksDBPartitionStore(PartitionStore):
     """Persistent store: data and applied offset survive restarts together.
 
@@ -157,6 +201,7 @@ class RocksDBPartitionStore(PartitionStore):
         # ``index_scan`` read without the lock and keep what they read only if no write
         # began or ended meanwhile (a seqlock).
         self._rank_seq = 0
+        check_layout(path)
         families = {_META_CF: _options(budget, _MIB)}
         present = _families_of(path)
         indexed = rank_by is not None or _RANK_CF in present
@@ -181,6 +226,7 @@ class RocksDBPartitionStore(PartitionStore):
                 self._reindex()
             if with_index and (fields is None or _decode_fields(fields) != self._index):
                 self._rebuild_index()
+            _write_layout(path)
         except BaseException:
             self._db.close()
             raise

@@ -19,6 +19,9 @@ from typing import Protocol, TypeVar
 
 import msgspec
 
+from kiq import formats
+from kiq.catalog import CATALOG_TOPIC, PROGRESS_TOPIC
+
 log = logging.getLogger(__name__)
 
 # A table's own name: 1-100 of A-Z a-z 0-9 . _ -, never "." or ".." or with ".." in it (a
@@ -191,6 +194,17 @@ _said: set[tuple[str, str, bytes, str]] = set()
 _SAID_MAX = 4096
 
 
+class _Versioned(msgspec.Struct):
+    """Any record's format version: read before the record itself, which a newer kiq may
+    have reshaped (``kiq.formats``)."""
+
+    format_version: int = formats.UNVERSIONED
+
+
+# The newest format version of each topic's records this kiq reads.
+_KNOWN = {CATALOG_TOPIC: formats.CATALOG, PROGRESS_TOPIC: formats.PROGRESS}
+
+
 def decode(
     topic_name: str, record_key: str, value: bytes, kind: type[_R], where: str = ""
 ) -> _R | None:
@@ -202,6 +216,11 @@ def decode(
             raise Refused("its value is not bytes")
         if len(value) > MAX_RECORD_BYTES:
             raise Refused(f"its value is over {MAX_RECORD_BYTES} bytes")
+        written = msgspec.json.decode(value, type=_Versioned).format_version
+        if written < 1:
+            raise Refused(f"format_version {written} is not a version")
+        if formats.too_new(f"{topic_name} record", _short(record_key), written, _KNOWN[topic_name]):
+            return None
         record = msgspec.json.decode(value, type=kind)
         record.check(record_key)
     except (msgspec.DecodeError, Refused, ValueError, TypeError, RecursionError) as exc:

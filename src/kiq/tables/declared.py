@@ -18,6 +18,7 @@ from typing import Literal
 
 import msgspec
 
+from kiq import formats
 from kiq.catalog import CATALOG_TOPIC, PROGRESS_TOPIC
 from kiq.errors import ConfigError
 from kiq.tables import checks
@@ -109,6 +110,8 @@ class Declared(msgspec.Struct, frozen=True, kw_only=True):
     key_types: tuple[str, ...] = ()
     value_fields: tuple[ValueField, ...] | None = None
     value_type: str | None = None
+    # The record's format (``kiq.formats``): absent in 0.1.0's, which is version 1.
+    format_version: int = formats.CATALOG
 
     @property
     def name(self) -> str:
@@ -197,6 +200,7 @@ class Started(msgspec.Struct, frozen=True, kw_only=True):
     tables: tuple[str, ...] = ()
     started_at_ms: int = 0
     app: str = "kiq"
+    format_version: int = formats.CATALOG  # as ``Declared.format_version``
 
     @property
     def catalog_key(self) -> str:

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import msgspec
 
+from kiq import formats
 from kiq.catalog import CATALOG_TOPIC
 from kiq.errors import ConfigError
 from kiq.tables import checks
@@ -80,6 +81,7 @@ class Alias(msgspec.Struct, frozen=True, kw_only=True):
     app: str = "kiq"
     switched_at_ms: int = 0
     previous: str | None = None
+    format_version: int = formats.CATALOG  # as ``Declared.format_version``
 
     @property
     def catalog_key(self) -> str:

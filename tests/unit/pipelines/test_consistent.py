@@ -62,7 +62,10 @@ class FakeProducer:
         found = {topic: _Topic(self.topics[topic])} if topic in self.topics else {}
         return type("Metadata", (), {"topics": found})()
 
-    def produce(self, topic: str, *, key: bytes, value: bytes, partition: int, on_delivery):
+    def produce(
+        self, topic: str, *, key: bytes, value: bytes, partition: int, headers, on_delivery
+    ):
+        assert headers == [("kiq-format", b"1")]  # the marker's format (kiq.formats)
         self.produced.append((topic, partition, key, value))
         self._pending.append((on_delivery, _Message(topic, partition)))
 

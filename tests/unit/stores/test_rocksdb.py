@@ -131,6 +131,7 @@ def test_exports():
         "MemoryPartitionStore",
         "PartitionStore",
         "RocksDBPartitionStore",
+        "StoreTooNew",
         "open_partition_store",
         "remove_table_stores",
         "table_dir",
