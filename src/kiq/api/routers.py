@@ -26,12 +26,14 @@ from kiq.api.errors import NoRoute
 from kiq.api.handlers import Handlers
 from kiq.api.holds import Held, Holds
 from kiq.api.limits import Asgi, Limit, RateLimiter
+from kiq.api.paced import Paced
 from kiq.api.precedence import specificity
 from kiq.api.routes import CORE, MEMBERS
 from kiq.api.spec import RouteSpec, Rule
-from kiq.api.tenants import TenantGate, Tenants, kind_of
+from kiq.api.tenants import SCAN, TenantGate, Tenants, kind_of
 from kiq.metrics import NodeMetrics
 from kiq.peers.wire import INTERNAL_LOOKUPS
+from kiq.routing.turns import ScanGate
 
 
 class _Route(Route):
@@ -56,6 +58,7 @@ def _checks(
     holds: Holds | None = None,
     tenants: Tenants | None = None,
     path: str = "",
+    gate: ScanGate | None = None,
 ) -> list[Middleware]:
     """What runs before a handler, outermost first: its rule, then the limit, which counts
     the caller the rule verified, then the caller's cap on requests in flight (api/holds.py),
@@ -70,6 +73,8 @@ def _checks(
         stack.append(Middleware(Held, holds))
     if limited and tenants is not None:
         stack.append(Middleware(TenantGate, tenants, kind_of(path)))
+    if limited and gate is not None and kind_of(path) == SCAN:
+        stack.append(Middleware(Paced, gate))
     return stack
 
 
@@ -81,10 +86,11 @@ def route(
     holds: Holds | None = None,
     metrics: NodeMetrics | None = None,
     tenants: Tenants | None = None,
+    gate: ScanGate | None = None,
 ) -> _Route:
     """``spec``'s route to ``endpoint`` (a Starlette handler, or an ASGI app), behind its
     rule and limits; counted in ``metrics`` under its declared pattern (api/counted.py)."""
-    stack = _checks(spec.access, spec.limited, access, limiter, holds, tenants, spec.path)
+    stack = _checks(spec.access, spec.limited, access, limiter, holds, tenants, spec.path, gate)
     if metrics is not None:
         stack.insert(0, Middleware(Counted, metrics, route_label(spec.method, spec.path)))
     return _Route(spec.method, spec.path, endpoint, stack)
@@ -122,6 +128,7 @@ def core_router(
     holds: Holds | None = None,
     metrics: NodeMetrics | None = None,
     tenants: Tenants | None = None,
+    gate: ScanGate | None = None,
 ) -> Router:
     """The core routes but the raw lookup path: every path under ``RESERVED`` is answered
     here. Peers' lookup batches are counted by ``Lookups`` itself, as ``internal_lookups``,
@@ -135,6 +142,7 @@ def core_router(
             holds,
             metrics if spec.path != INTERNAL_LOOKUPS else None,
             tenants,
+            gate,
         )
         for spec in CORE
         if spec.endpoint is not None
@@ -149,11 +157,13 @@ def app_router(
     holds: Holds | None = None,
     metrics: NodeMetrics | None = None,
     tenants: Tenants | None = None,
+    gate: ScanGate | None = None,
 ) -> Router:
     """An application's routes, for paths outside ``RESERVED``: each spec with its ASGI
     endpoint, an object (Starlette takes a plain function for a request handler)."""
     built = [
-        route(spec, endpoint, access, limiter, holds, metrics, tenants) for spec, endpoint in routes
+        route(spec, endpoint, access, limiter, holds, metrics, tenants, gate)
+        for spec, endpoint in routes
     ]
     return _router(built, unmatched(access, limiter))
 

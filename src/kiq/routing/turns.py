@@ -18,11 +18,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 # Rows one slice of a range reads from a store: about 0.1 ms of a RocksDB scan.
 SLICE_ROWS = 128
 # Scan work one event-loop iteration runs before the sockets are looked at again.
 BUDGET_S = 0.0005
+# While lookups are being answered, scan pages take at most this share of the time.
+SHARE = 0.5
 
 
 class Turns:
@@ -78,3 +82,41 @@ class Turns:
             if not waiter.done():
                 waiter.set_result(None)
                 return
+
+
+class ScanGate:
+    """Scan pages of one process one at a time, first come, first served; while lookups are
+    being answered, pages take at most ``share`` of the time.
+
+    Slices bound how long a page holds the event loop at once, but a page is work all the
+    same: four clients paging flat out keep a core busy, and on a busy core the server's
+    own threads (those that read the lookups off their sockets) wait their turn too. So a
+    page that saw lookups answered while it ran (``served`` moved) keeps the next page
+    waiting for as long again, by ``share``: scans yield half the time to lookups when
+    there are any, and run flat out when there are none.
+    """
+
+    __slots__ = ("_free_at", "_lock", "_rest", "_served")
+
+    def __init__(self, served: Callable[[], int], share: float = SHARE) -> None:
+        if not 0 < share <= 1:
+            raise ValueError("share must be in (0, 1]")
+        self._served = served  # how many lookups this process has answered, ever
+        self._rest = (1 - share) / share
+        self._lock = asyncio.Lock()
+        self._free_at = 0.0
+
+    @asynccontextmanager
+    async def page(self) -> AsyncIterator[None]:
+        async with self._lock:
+            wait = self._free_at - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            seen = self._served()
+            started = time.monotonic()
+            try:
+                yield
+            finally:
+                now = time.monotonic()
+                busy = self._served() != seen
+                self._free_at = now + (now - started) * self._rest if busy else now

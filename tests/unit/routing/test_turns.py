@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import zlib
 
 from kiq.api.batches import merge_pages, per_partition
-from kiq.routing.turns import Turns
+from kiq.routing.turns import ScanGate, Turns
 
 
 def test_a_slice_waits_for_a_later_iteration_once_the_budget_is_spent() -> None:
@@ -115,3 +116,49 @@ def test_a_range_in_one_partition_comes_in_shorter_pages_not_wrong_ones() -> Non
     pages = [[(k, b"v") for k in keys[:share]]] + [[] for _ in range(11)]
     rows, more = merge_pages(pages, [len(page) >= share for page in pages], 100, False)
     assert [k for k, _ in rows] == keys[:share] and more
+
+
+def test_a_page_that_saw_lookups_keeps_the_next_waiting_by_its_share() -> None:
+    served = [0]
+
+    async def main() -> list[float]:
+        gate = ScanGate(lambda: served[0], share=0.5)
+        took: list[float] = []
+
+        async def page(lookups: int) -> None:
+            async with gate.page():
+                started = time.monotonic()
+                await asyncio.sleep(0.05)  # a page's work
+                served[0] += lookups  # lookups answered meanwhile
+                took.append(time.monotonic() - started)
+
+        started = time.monotonic()
+        await page(3)  # lookups were answered: the next page waits as long again
+        await page(0)
+        first_two = time.monotonic() - started
+        started = time.monotonic()
+        await page(0)  # none while the last ran: no wait
+        await page(0)
+        idle_two = time.monotonic() - started
+        return [first_two, idle_two]
+
+    busy, idle = asyncio.run(main())
+    assert busy >= 0.145  # 0.05 + 0.05 of rest + 0.05
+    assert idle < 0.14
+
+
+def test_pages_go_one_at_a_time_first_come_first_served() -> None:
+    async def main() -> list[str]:
+        gate = ScanGate(lambda: 0)
+        order: list[str] = []
+
+        async def page(name: str) -> None:
+            async with gate.page():
+                order.append(f"{name}+")
+                await asyncio.sleep(0.01)
+                order.append(f"{name}-")
+
+        await asyncio.gather(page("a"), page("b"), page("c"))
+        return order
+
+    assert asyncio.run(main()) == ["a+", "a-", "b+", "b-", "c+", "c-"]
