@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain, takewhile
 from typing import Any, TypeVar
@@ -416,29 +416,18 @@ class Batches:
 
         pages = await _per_partition(name, asked, at, _each(page))
         await self.reader.here.turns()  # the merge: a page's worth of rows
-        rows = {p: list(page.items) for p, page in zip(asked, pages, strict=True)}
-        open_ = {p: len(page.items) >= share for p, page in zip(asked, pages, strict=True)}
         sources = [page.source for page in pages if page.source is not None]
-        merged, more = merge_pages(list(rows.values()), list(open_.values()), limit, reverse)
-        for _ in range(MAX_SCAN_ROUNDS):
-            again = [p for p, may in open_.items() if may]
-            if len(merged) >= limit or not again:
-                break
-            need = limit - len(merged)
 
-            def rest(p: int, batch: int | None, need: int = need) -> Awaitable[ScanResult | None]:
-                last = rows[p][-1][0]
-                low, high = (start, last) if reverse else (last + b"\x00", end)
+        async def past(again: list[int], need: int, last: dict[int, bytes]) -> list[ScanResult]:
+            def rest(p: int, batch: int | None) -> Awaitable[ScanResult | None]:
+                low, high = (start, last[p]) if reverse else (last[p] + b"\x00", end)
                 return self.reader.scan(
                     name, p, low, high, need, auth, reverse, max_lag, batch, at.after.get(p)
                 )
 
-            for p, got in zip(
-                again, await _per_partition(name, again, at, _each(rest)), strict=True
-            ):
-                rows[p].extend(got.items)
-                open_[p] = len(got.items) >= need
-            merged, more = merge_pages(list(rows.values()), list(open_.values()), limit, reverse)
+            return await _per_partition(name, again, at, _each(rest))
+
+        merged, more = await filled(asked, pages, share, limit, reverse, past)
         return merged, (merged[-1][0] if more and merged else None), sources
 
     async def internal_scan(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
@@ -660,20 +649,11 @@ class Batches:
         sources = [p.source for p in pages if p.source is not None]
         if limit <= 0:
             return IndexPage([], None, total, sources)
-        rows = {p: list(page.items) for p, page in zip(partitions, pages, strict=True)}
-        open_ = {p: len(page.items) >= share for p, page in zip(partitions, pages, strict=True)}
-        merged, more = merge_pages(list(rows.values()), list(open_.values()), limit, reverse)
-        for _ in range(MAX_SCAN_ROUNDS):
-            again = [p for p, may in open_.items() if may]
-            if len(merged) >= limit or not again:
-                break
-            need = limit - len(merged)
-            after = {p: rows[p][-1][0] for p in again}
-            more_pages = await _per_partition(name, again, at, reading(need, False, after), what)
-            for p, got in zip(again, more_pages, strict=True):
-                rows[p].extend(got.items)
-                open_[p] = len(got.items) >= need
-            merged, more = merge_pages(list(rows.values()), list(open_.values()), limit, reverse)
+
+        async def past(again: list[int], need: int, last: dict[int, bytes]) -> list[IndexResult]:
+            return await _per_partition(name, again, at, reading(need, False, last), what)
+
+        merged, more = await filled(partitions, pages, share, limit, reverse, past)
         return IndexPage(merged, merged[-1][0] if more and merged else None, total, sources)
 
     async def top_by(
@@ -917,6 +897,34 @@ def merge_pages(
             high = min(ends)
             rows = list(takewhile(lambda row: row[0] <= high, rows))
     return rows[:limit], more
+
+
+async def filled(
+    partitions: list[int],
+    pages: Sequence[_Page],
+    share: int,
+    limit: int,
+    reverse: bool,
+    past: Callable[[list[int], int, dict[int, bytes]], Awaitable[list[_Page]]],
+) -> tuple[list[Any], bool]:
+    """``pages`` (each partition's first, up to ``share`` rows) merged into up to ``limit``
+    rows, and whether there may be more: while the merge is short, the partitions that may
+    hold more are read again past their last row (``past(partitions, need, last rows)``),
+    at most ``MAX_SCAN_ROUNDS`` times."""
+    rows = {p: list(page.items) for p, page in zip(partitions, pages, strict=True)}
+    open_ = {p: len(page.items) >= share for p, page in zip(partitions, pages, strict=True)}
+    merged, more = merge_pages(list(rows.values()), list(open_.values()), limit, reverse)
+    for _ in range(MAX_SCAN_ROUNDS):
+        again = [p for p, may in open_.items() if may]
+        if len(merged) >= limit or not again:
+            break
+        need = limit - len(merged)
+        got = await past(again, need, {p: rows[p][-1][0] for p in again})
+        for p, page in zip(again, got, strict=True):
+            rows[p].extend(page.items)
+            open_[p] = len(page.items) >= need
+        merged, more = merge_pages(list(rows.values()), list(open_.values()), limit, reverse)
+    return merged, more
 
 
 def _key_of(row: tuple[bytes, ...]) -> bytes:

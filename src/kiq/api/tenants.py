@@ -31,7 +31,7 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -229,18 +229,8 @@ class TenantGate:
         tenants, kind = self._tenants, self._kind
         tenant = tenants.tenant_of(scope)
         quota = tenants.admit(tenant, kind)
-        sent = 0
-
-        async def counting(message: Any) -> None:
-            nonlocal sent
-            if message["type"] == "http.response.body":
-                sent += len(message.get("body", b""))
-            await send(message)
-
-        try:
-            await self._app(scope, receive, counting if quota.bytes_interval else send)
-        finally:
-            tenants.done(tenant, kind, quota, sent)
+        app = self._app
+        await _answered(tenants, tenant, kind, quota, lambda out: app(scope, receive, out), send)
 
 
 def gate_lookups(tenants: Tenants, get: Lookup) -> Lookup:
@@ -253,24 +243,41 @@ def gate_lookups(tenants: Tenants, get: Lookup) -> Lookup:
         except QuotaExceeded as refused:
             await send_error(send, refused, scope)
             return
-        if not quota.bytes_interval:
-            await get(scope, send, table, key)
-            tenants.done(tenant, REQUEST, quota, 0)
-            return
-        sent = 0
-
-        async def counting(message: Any) -> None:
-            nonlocal sent
-            if message["type"] == "http.response.body":
-                sent += len(message.get("body", b""))
-            await send(message)
-
-        try:
-            await get(scope, counting, table, key)
-        finally:
-            tenants.done(tenant, REQUEST, quota, sent)
+        await _answered(
+            tenants, tenant, REQUEST, quota, lambda out: get(scope, out, table, key), send
+        )
 
     return gated
+
+
+async def _answered(
+    tenants: Tenants,
+    tenant: str,
+    kind: str,
+    quota: Quota,
+    answer: Callable[[Send], Awaitable[None]],
+    send: Send,
+) -> None:
+    """``answer(send)`` for a request ``admit`` let through, then ``done``: with the bytes
+    it sent counted when the tenant's quota has a ``bytes_rate``."""
+    if not quota.bytes_interval:
+        try:
+            await answer(send)
+        finally:
+            tenants.done(tenant, kind, quota, 0)
+        return
+    sent = 0
+
+    async def counting(message: Any) -> None:
+        nonlocal sent
+        if message["type"] == "http.response.body":
+            sent += len(message.get("body", b""))
+        await send(message)
+
+    try:
+        await answer(counting)
+    finally:
+        tenants.done(tenant, kind, quota, sent)
 
 
 class _Local:

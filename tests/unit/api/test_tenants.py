@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from kiq.api.limits import REGIONS, count_node_wide
 from kiq.api.node_buckets import BucketTable
-from kiq.api.tenants import REQUEST, SCAN, WATCH, QuotaExceeded, Tenants, kind_of
+from kiq.api.tenants import REQUEST, SCAN, WATCH, QuotaExceeded, Tenants, gate_lookups, kind_of
 from kiq.metrics import NodeMetrics
 from kiq.settings import LimitsSettings, TenantLimits, TenantQuota, load
 
@@ -163,3 +164,25 @@ def test_quotas_come_from_the_toml_file(tmp_path: Path) -> None:
     assert limits.quotas["acme"].rate == 1000 and limits.quotas["acme"].scans is None
     assert limits.enabled and not TenantLimits().enabled
     assert Tenants.of(TenantLimits(), None, authenticated=False) is None
+
+
+def test_the_lookup_path_counts_an_answers_bytes_and_refuses_past_them() -> None:
+    clock = Clock()
+    tenants = Tenants(TenantLimits(bytes_rate=100), clock=clock)
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    async def get(scope: dict[str, object], out, table: str, key: bytes) -> None:
+        await out({"type": "http.response.start", "status": 200, "headers": []})
+        await out({"type": "http.response.body", "body": b"x" * 250})
+
+    gated = gate_lookups(tenants, get)
+    asyncio.run(gated(scope(), send, "t", b"k"))  # 250 bytes: 2.5 s of its rate
+    assert sent[-1]["body"] == b"x" * 250
+    asyncio.run(gated(scope(), send, "t", b"k"))
+    assert sent[-2]["status"] == 429 and b"tenant_quota" in sent[-1]["body"]  # type: ignore[operator]
+    clock.now += 2
+    asyncio.run(gated(scope(), send, "t", b"k"))
+    assert sent[-1]["body"] == b"x" * 250
