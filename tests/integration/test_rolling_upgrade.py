@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 import kiq
+from kiq.bench.chaos_nodes import Rotation
 from kiq.bench.cluster import actives, wait_applied, wait_settled
 from kiq.bench.reader import ReaderLoad
 from kiq.runtime.nodes import LocalNode
@@ -60,22 +61,6 @@ def release_tree(into: Path) -> tuple[str, Path]:
     with tarfile.open(fileobj=BytesIO(done.stdout)) as tar:
         tar.extractall(into, filter="data")
     return release["version"], into / "src"
-
-
-class Rotation:
-    """The nodes the readers go through, as a load balancer keeps them."""
-
-    def __init__(self, nodes: list[LocalNode]) -> None:
-        self.urls = [n.url for n in nodes]
-
-    def __call__(self) -> list[str]:
-        return self.urls
-
-    def without(self, node: LocalNode) -> None:
-        self.urls = [u for u in self.urls if u != node.url]
-
-    def adding(self, node: LocalNode) -> None:
-        self.urls = [*self.urls, node.url]
 
 
 def _serving(nodes: list[LocalNode], timeout_s: float = 60) -> None:

@@ -29,6 +29,8 @@ import hashlib
 import mmap
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 MAGIC = b"kiqbkt1\0"
@@ -158,61 +160,50 @@ class Buckets:
     def charge(self, caller: str, interval: float, now: float) -> None:
         """``interval`` taken from ``caller``'s bucket whatever it holds (work already done,
         such as the bytes of an answer sent): ``take`` refuses it until it has refilled."""
-        fp = self._table.fingerprint(caller)
-        at = self._base + (fp & self._mask) * _SET_BYTES
-        view = self._view
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            entries = _SET.unpack_from(view, at)
-            way, full_at = -1, now
-            for i in range(0, 2 * WAYS, 2):
-                if entries[i] == fp:
-                    way, full_at = i, entries[i + 1]
-                    break
+        fp, at = self._set_of(caller)
+        with self._locked():
+            entries = _SET.unpack_from(self._view, at)
+            way, full_at = _find(entries, fp, now)
             if way < 0:
                 way = _free_way(entries, now)
-            _ENTRY.pack_into(view, at + way * 8, fp, (full_at if full_at > now else now) + interval)
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            after = (full_at if full_at > now else now) + interval
+            _ENTRY.pack_into(self._view, at + way * 8, fp, after)
 
     def enter(self, caller: str, most: int) -> bool:
         """One more of ``caller``'s at once, unless it has ``most`` already (False). Kept as
         a count in the entry's second field; ``leave`` gives it back."""
-        fp = self._table.fingerprint(caller)
-        at = self._base + (fp & self._mask) * _SET_BYTES
-        view = self._view
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            entries = _SET.unpack_from(view, at)
-            way, count = -1, 0.0
-            for i in range(0, 2 * WAYS, 2):
-                if entries[i] == fp:
-                    way, count = i, entries[i + 1]
-                    break
+        fp, at = self._set_of(caller)
+        with self._locked():
+            entries = _SET.unpack_from(self._view, at)
+            way, count = _find(entries, fp, 0.0)
             if count >= most:
                 return False
             if way < 0:
                 way = _free_count(entries)
                 if way < 0:  # every entry of the set held by others: refuse, never evict
                     return False
-            _ENTRY.pack_into(view, at + way * 8, fp, count + 1)
+            _ENTRY.pack_into(self._view, at + way * 8, fp, count + 1)
             return True
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def leave(self, caller: str) -> None:
         """Gives back one ``enter``ed; an entry back at 0 is free for any caller."""
+        fp, at = self._set_of(caller)
+        with self._locked():
+            way, count = _find(_SET.unpack_from(self._view, at), fp, 0.0)
+            if way >= 0:
+                left = count - 1
+                _ENTRY.pack_into(self._view, at + way * 8, fp if left > 0 else 0, max(left, 0.0))
+
+    def _set_of(self, caller: str) -> tuple[int, int]:
+        """``caller``'s fingerprint, and where its set starts in the file."""
         fp = self._table.fingerprint(caller)
-        at = self._base + (fp & self._mask) * _SET_BYTES
-        view = self._view
+        return fp, self._base + (fp & self._mask) * _SET_BYTES
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            entries = _SET.unpack_from(view, at)
-            for i in range(0, 2 * WAYS, 2):
-                if entries[i] == fp:
-                    left = entries[i + 1] - 1
-                    _ENTRY.pack_into(view, at + i * 8, fp if left > 0 else 0, max(left, 0.0))
-                    return
+            yield
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -246,6 +237,14 @@ def _free_way(entries: tuple[float, ...], now: float) -> int:
         if entries[i + 1] < best_at:
             best, best_at = i, entries[i + 1]
     return best
+
+
+def _find(entries: tuple[float, ...], fp: int, absent: float) -> tuple[int, float]:
+    """The way of ``fp`` in a set and its value; (-1, ``absent``) when it holds none."""
+    for i in range(0, 2 * WAYS, 2):
+        if entries[i] == fp:
+            return i, entries[i + 1]
+    return -1, absent
 
 
 def _free_count(entries: tuple[float, ...]) -> int:

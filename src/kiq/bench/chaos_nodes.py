@@ -65,7 +65,7 @@ class NodeChaosConfig:
     visible_within_s: float = 30.0
 
 
-class _Rotation:
+class Rotation:
     """The nodes the readers go through; changed by the scenario as a load balancer would."""
 
     def __init__(self, nodes: list[LocalNode]) -> None:
@@ -99,7 +99,7 @@ def run_node_chaos(cfg: NodeChaosConfig, progress: Reporter | None = None) -> di
         _settled_after(nodes, time.monotonic())
         show.phase("catching up")
         wait_applied(nodes, TABLE, last)
-        rotation = _Rotation(nodes)
+        rotation = Rotation(nodes)
         run = _Run(stack, nodes, rotation, cfg, env, show)
         with ReaderLoad(rotation, TABLE, keys, cfg.rate, concurrency=cfg.readers) as load:
             watch_reads(show, load)
@@ -136,7 +136,7 @@ class _Run:
         self,
         stack: Stack,
         nodes: list[LocalNode],
-        rotation: _Rotation,
+        rotation: Rotation,
         cfg: NodeChaosConfig,
         env: dict[str, str],
         show: Reporter,
