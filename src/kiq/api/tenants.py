@@ -28,13 +28,10 @@ another is a peer's and not counted again.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 from prometheus_client import Counter
 
 from kiq.api.asgi import Receive, Scope, Send
@@ -50,8 +47,7 @@ from kiq.api.limits import (
 )
 from kiq.api.node_buckets import Buckets
 from kiq.metrics import NodeMetrics
-from kiq.security.errors import TokenRejected
-from kiq.security.tokens import bearer_token
+from kiq.security.tokens import verified_claims
 from kiq.settings import TenantLimits, TenantQuota
 
 SUBJECT = "kiq.subject"  # as api/auth.py sets it
@@ -331,12 +327,8 @@ class _Local:
 
 def _claim_of(authorization: bytes, claim: str) -> str | None:
     """The (verified) bearer token's ``claim`` as text; None when it has none."""
-    try:
-        payload = bearer_token(authorization).split(".")[1]
-        claims = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (IndexError, ValueError, binascii.Error, TokenRejected, orjson.JSONDecodeError):
-        return None
-    value = claims.get(claim) if isinstance(claims, dict) else None
+    claims = verified_claims(authorization)
+    value = claims.get(claim) if claims is not None else None
     if isinstance(value, str) and value:
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):

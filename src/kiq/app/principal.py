@@ -15,18 +15,13 @@ statement, never the token) has its subject, kiq's scopes and expiry, and no cla
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-import orjson
-
 from kiq.security import VerifiedCaller
-from kiq.security.errors import TokenRejected
-from kiq.security.tokens import bearer_token
+from kiq.security.tokens import verified_claims
 
 _NO_CLAIMS: Mapping[str, Any] = MappingProxyType({})
 
@@ -54,13 +49,8 @@ class Principal:
 def _claims(authorization: str) -> Mapping[str, Any]:
     """The payload of the (verified) bearer token in ``authorization``, frozen; empty when
     there is none to read."""
-    try:
-        payload = bearer_token(authorization.encode("latin-1")).split(".")[1]
-        raw = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
-        claims = orjson.loads(raw)
-    except (IndexError, ValueError, binascii.Error, TokenRejected, orjson.JSONDecodeError):
-        return _NO_CLAIMS
-    frozen = _frozen(claims)
+    claims = verified_claims(authorization.encode("latin-1"))
+    frozen = _frozen(claims) if claims is not None else None
     return frozen if isinstance(frozen, Mapping) else _NO_CLAIMS
 
 
