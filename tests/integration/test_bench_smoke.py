@@ -215,7 +215,7 @@ def test_tables_measures_rank_index_ttl_top_windows_and_equalities():
         result,
         [
             "ingest_plain_records_per_s",
-            "ingest_ranked_ratio",
+            "restore_ranked_vs_plain",
             "ingest_ttl_ratio",
             "expiry_keys_per_s",
             "lookup_p99_ms",
