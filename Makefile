@@ -50,7 +50,7 @@ lock-jars: $(BIN)/.installed
 	$(BIN)/python scripts/lock_jars.py
 
 test: setup docs
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest --durations=30 $(PYTEST_ARGS)
 
 # Unit tests only: no broker, no Spark.
 test-fast: setup

@@ -231,3 +231,29 @@ def test_tables_measures_rank_index_ttl_top_windows_and_equalities():
     assert result["expiry_keys"] == cfg.keys
     assert result["lookup_errors"] == result["top10_errors"] == result["windows_errors"] == 0
     assert result["by_equal_errors"] == 0
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed: `make deps`")
+def test_tenants_refuses_the_flood_and_measures_the_other_tenant():
+    from kiq.bench.tenants import TenantsConfig, run_tenants
+
+    cfg = TenantsConfig(
+        keys=200, quota=50, flood=10, background=100, rounds=1, duration_s=2, pin=False
+    )
+    result = run_tenants(cfg)  # raises when blue, within its quota, was refused
+    assert_figures(
+        result,
+        [
+            "blue_alone_p99_ms",
+            "blue_beside_p99_ms",
+            "p99_vs_alone",
+            "red_asked_per_s",
+            "red_answered_per_s",
+            "red_refused",
+        ],
+    )
+    # Red asked far past its quota: what went through is about the quota, the rest refused.
+    assert result["red_asked_per_s"] > 5 * cfg.quota
+    assert 0 < result["red_answered_per_s"] < 2 * cfg.quota
+    assert result["red_refused"] > 0 and result["red_socket_errors"] == 0
+    assert result["blue_rps"] > 0

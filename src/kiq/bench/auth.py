@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jwt
@@ -23,10 +23,15 @@ AUDIENCE = "kiq-bench"
 class BenchAuth:
     env: dict[str, str]  # what every node is started with
     token: str
+    jwt_secret: str = field(default="", repr=False)
 
     @property
     def authorization(self) -> str:
         return f"Bearer {self.token}"
+
+    def authorization_for(self, subject: str, scope: str = "kiq:read") -> str:
+        """An ``Authorization`` value of a token for ``subject`` (a tenant of its own)."""
+        return f"Bearer {_token(self.jwt_secret, subject, scope)}"
 
 
 def bench_auth(directory: Path) -> BenchAuth:
@@ -38,12 +43,15 @@ def bench_auth(directory: Path) -> BenchAuth:
         path = directory / name
         path.write_text(value)
         os.chmod(path, 0o600)
-    now = int(time.time())
-    claims = {"sub": "bench", "aud": AUDIENCE, "exp": now + 86_400, "scope": "kiq:read kiq:admin"}
     env = {
         "KIQ_AUTH_MODE": "jwt",
         "KIQ_AUTH_JWT_SECRET_FILE": str(directory / "jwt.secret"),
         "KIQ_AUTH_JWT_AUDIENCE": AUDIENCE,
         "KIQ_AUTH_CLUSTER_SECRET_FILE": str(directory / "cluster.secret"),
     }
-    return BenchAuth(env, jwt.encode(claims, jwt_secret.encode(), algorithm="HS256"))
+    return BenchAuth(env, _token(jwt_secret, "bench", "kiq:read kiq:admin"), jwt_secret)
+
+
+def _token(jwt_secret: str, subject: str, scope: str) -> str:
+    claims = {"sub": subject, "aud": AUDIENCE, "exp": int(time.time()) + 86_400, "scope": scope}
+    return jwt.encode(claims, jwt_secret.encode(), algorithm="HS256")

@@ -6,7 +6,9 @@ so the stack stops every node, and reading only the HTTP API, as any client woul
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from kiq.bench.stack import CLUSTER, Stack
 from kiq.errors import KiqError
@@ -97,3 +99,19 @@ def _actives_by_table(node: LocalNode) -> dict[tuple[str, int], str]:
         for p in table["partitions"]
         if p["active"] is not None
     }
+
+
+def pin_apart(node_pids: list[int]) -> bool:
+    """The node's threads onto the last core, this process (and what it starts) onto the
+    others; False, and nothing moved, on a machine of one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return False
+    for pid in node_pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                os.sched_setaffinity(int(task.name), {cores[-1]})
+            except OSError:  # a thread that ended meanwhile
+                continue
+    os.sched_setaffinity(0, set(cores[:-1]))
+    return True

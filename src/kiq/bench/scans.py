@@ -16,16 +16,14 @@ figure would measure the machine's scheduler rather than the node.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import orjson
 
-from kiq.bench.cluster import start_nodes, wait_applied, wait_settled
+from kiq.bench.cluster import pin_apart, start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import TABLE, key_of, load_quotes
 from kiq.bench.progress import Reporter, reporter
 from kiq.bench.stack import local_stack
@@ -71,7 +69,7 @@ def run_scans(cfg: ScansConfig, progress: Reporter | None = None) -> dict[str, o
         wait_applied(nodes, TABLE, last)
         node = nodes[0]
         pids = with_children([node.proc.pid if node.proc else None])
-        pinned = cfg.pin and _pin([pid for pid in pids if pid is not None])
+        pinned = cfg.pin and pin_apart([pid for pid in pids if pid is not None])
         directory = stack.home / "wrk-scans"
         directory.mkdir(parents=True, exist_ok=True)
         targets = [("127.0.0.1", node.port)]
@@ -166,19 +164,3 @@ def _next_cursor(body: bytes) -> str | None:
         raise ValueError(f"a range page without next_cursor: {body[:200]!r}")
     cursor = orjson.loads(body[at + len(b'"next_cursor":') :].split(b",", 1)[0].rstrip(b"}"))
     return cursor if isinstance(cursor, str) else None
-
-
-def _pin(node_pids: list[int]) -> bool:
-    """The node's threads onto the last core, this process (and what it starts) onto the
-    others; False, and nothing moved, on a machine of one core."""
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        return False
-    for pid in node_pids:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                os.sched_setaffinity(int(task.name), {cores[-1]})
-            except OSError:  # a thread that ended meanwhile
-                continue
-    os.sched_setaffinity(0, set(cores[:-1]))
-    return True

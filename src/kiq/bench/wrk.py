@@ -46,7 +46,7 @@ end
 function request()
   return wrk.format("GET", paths[math.random(#paths)])
 end
-{response}
+{delay}{response}
 function done(summary, latency, requests)
   local total = 0
   for _, thread in ipairs(threads) do total = total + (thread:get("redirects") or 0) end
@@ -98,18 +98,25 @@ def write_script(
     paths: Sequence[Sequence[str]],
     targets: list[tuple[str, int]],
     count_redirects: bool,
+    delay_ms: float = 0.0,
+    name: str = "wrk",
 ) -> Path:
     """The Lua script and its path files in ``directory``; one target per wrk thread,
-    and ``paths[i]`` the paths of the threads on target ``i`` (one set: all of them)."""
+    and ``paths[i]`` the paths of the threads on target ``i`` (one set: all of them).
+
+    ``delay_ms``: each connection waits that long after an answer before its next request,
+    so ``connections`` ask about ``connections * 1000 / delay_ms`` requests a second, not
+    as many as the server can answer. ``name`` tells apart scripts in one directory."""
     files = []
     for i, each in enumerate(paths):
-        files.append(directory / f"paths{i}.txt")
+        files.append(directory / f"{name}-paths{i}.txt")
         files[-1].write_text("".join(p + "\n" for p in each))
-    script = directory / ("wrk-redirect.lua" if count_redirects else "wrk.lua")
+    script = directory / (f"{name}-redirect.lua" if count_redirects else f"{name}.lua")
     script.write_text(
         _SCRIPT.format(
             targets=", ".join(f'{{"{host}", "{port}"}}' for host, port in targets),
             paths=", ".join(f'"{f}"' for f in files),
+            delay=f"\nfunction delay()\n  return {delay_ms:g}\nend\n" if delay_ms > 0 else "",
             response=_COUNT_307 if count_redirects else "",
         )
     )

@@ -241,6 +241,38 @@ def scans(
 
 
 @app.command()
+def tenants(
+    quota: Annotated[float, typer.Option(help="requests/s every tenant may ask")] = 200.0,
+    flood: Annotated[float, typer.Option(help="red asks this many times its quota")] = 10.0,
+    blue_share: Annotated[float, typer.Option(help="blue asks this share of its quota")] = 0.5,
+    background: Annotated[
+        float, typer.Option(help="a third tenant's requests/s in both ways (0: none)")
+    ] = 2_000.0,
+    rounds: Annotated[int, typer.Option(help="rounds of blue alone, then beside the flood")] = 4,
+    duration: Annotated[float, typer.Option(help="seconds of each way in each round")] = 8,
+    pin: Annotated[
+        bool, typer.Option(help="the node on the last core, the load generators on the others")
+    ] = True,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """One tenant asking 10x its quota beside another within it: the other's p99, alone and
+    beside."""
+    from kiq.bench.tenants import TenantsConfig, run_tenants
+
+    cfg = TenantsConfig(
+        quota=quota,
+        flood=flood,
+        blue_share=blue_share,
+        background=background,
+        rounds=rounds,
+        duration_s=duration,
+        pin=pin,
+    )
+    what = f"quota {quota:g}/s, red at {flood:g}x, 1 node"
+    _measure("tenants", what, lambda: run_tenants(cfg), json_out)
+
+
+@app.command()
 def watch(
     subscribers: Annotated[int, typer.Option(help="SSE connections, one key each")] = 10_000,
     keys: Annotated[
