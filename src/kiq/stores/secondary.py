@@ -40,6 +40,7 @@ from kiq.stores.rocksdb import (
     _decode_fields,
     _families_of,
     _options,
+    check_layout,
 )
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ class SecondaryStore(RocksDBPartitionStore):
         self._rank_seq = 0
         self._hot: dict[bytes, tuple[bytes, int]] = {}  # unused: nothing tells it changes
         self._generation = 0
+        # The writer never opens a store newer than it reads, but a worker must not either:
+        # a store moved in by hand, or a writer of another version (``StoreTooNew``).
+        check_layout(path)
         own_dir.mkdir(parents=True, exist_ok=True)
         families = {_META_CF: _secondary_options(budget)}
         present = _families_of(path)

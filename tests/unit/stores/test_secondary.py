@@ -138,3 +138,16 @@ def test_a_secondary_follows_the_primarys_fields_when_it_rebuilds(tmp_path: Path
     finally:
         secondary.close()
         primary.close()
+
+
+def test_a_store_of_a_newer_layout_is_not_opened_by_a_reader(tmp_path: Path, budget):
+    from kiq import formats
+    from kiq.stores import StoreTooNew
+    from kiq.stores.rocksdb import LAYOUT_FILE
+
+    path = tmp_path / "t" / "0"
+    RocksDBPartitionStore(path, budget).close()
+    (path / LAYOUT_FILE).write_text(f"{formats.STORE_LAYOUT + 1}\n")
+    with pytest.raises(StoreTooNew, match="newer than this kiq reads"):
+        SecondaryStore(path, tmp_path / "own", budget)
+    assert not (tmp_path / "own").exists()  # refused before anything was made
