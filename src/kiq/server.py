@@ -192,7 +192,7 @@ class KiqApp:
         # Their refusals count under the path's name in /metrics, as its answers do.
         self._lookup: Lookup = self.lookups.get
         if self.tenants is not None and LOOKUP.limited:
-            self._lookup = gate_lookups(self.tenants, self._lookup)
+            self._lookup = gate_lookups(self.tenants, self._lookup, self.lookups.stats)
         if self.limiter is not None and LOOKUP.limited:
             self._lookup = limit_lookups(self.limiter, self._lookup, self.lookups.stats)
         if self.access is not None:

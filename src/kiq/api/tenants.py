@@ -46,7 +46,7 @@ from kiq.api.limits import (
     node_wide,
 )
 from kiq.api.node_buckets import Buckets
-from kiq.metrics import NodeMetrics
+from kiq.metrics import NodeMetrics, RouteStats
 from kiq.security.tokens import verified_claims
 from kiq.settings import TenantLimits, TenantQuota
 
@@ -229,15 +229,17 @@ class TenantGate:
         await _answered(tenants, tenant, kind, quota, lambda out: app(scope, receive, out), send)
 
 
-def gate_lookups(tenants: Tenants, get: Lookup) -> Lookup:
-    """The raw lookup path behind the tenants' quotas (refusals answered as errors are)."""
+def gate_lookups(tenants: Tenants, get: Lookup, stats: RouteStats) -> Lookup:
+    """The raw lookup path behind the tenants' quotas: refusals answered as errors are, and
+    counted in the path's ``stats`` as its other refusals are."""
 
     async def gated(scope: dict[str, Any], send: Send, table: str, key: bytes) -> None:
+        started = time.perf_counter()
         tenant = tenants.tenant_of(scope)
         try:
             quota = tenants.admit(tenant, REQUEST)
         except QuotaExceeded as refused:
-            await send_error(send, refused, scope)
+            stats.record(await send_error(send, refused, scope), time.perf_counter() - started)
             return
         await _answered(
             tenants, tenant, REQUEST, quota, lambda out: get(scope, out, table, key), send

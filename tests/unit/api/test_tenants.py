@@ -13,7 +13,7 @@ import pytest
 from kiq.api.limits import REGIONS, count_node_wide
 from kiq.api.node_buckets import BucketTable
 from kiq.api.tenants import REQUEST, SCAN, WATCH, QuotaExceeded, Tenants, gate_lookups, kind_of
-from kiq.metrics import NodeMetrics
+from kiq.metrics import NodeMetrics, RouteStats
 from kiq.settings import LimitsSettings, TenantLimits, TenantQuota, load
 
 
@@ -178,11 +178,13 @@ def test_the_lookup_path_counts_an_answers_bytes_and_refuses_past_them() -> None
         await out({"type": "http.response.start", "status": 200, "headers": []})
         await out({"type": "http.response.body", "body": b"x" * 250})
 
-    gated = gate_lookups(tenants, get)
+    stats = RouteStats()
+    gated = gate_lookups(tenants, get, stats)
     asyncio.run(gated(scope(), send, "t", b"k"))  # 250 bytes: 2.5 s of its rate
     assert sent[-1]["body"] == b"x" * 250
     asyncio.run(gated(scope(), send, "t", b"k"))
     assert sent[-2]["status"] == 429 and b"tenant_quota" in sent[-1]["body"]  # type: ignore[operator]
+    assert stats.statuses == {429: 1}  # its refusals counted as the path's (its answers are get's)
     clock.now += 2
     asyncio.run(gated(scope(), send, "t", b"k"))
     assert sent[-1]["body"] == b"x" * 250
