@@ -54,7 +54,7 @@ from kiq.errors import KiqError, StoreClosedError
 from kiq.stores.base import Change, PartitionStore, prefix_end
 from kiq.stores.budget import MemoryBudget
 from kiq.stores.index import Extractor, key_of
-from kiq.stores.rank import SCORE_SIZE, score_of, starts_window
+from kiq.stores.rank import SCORE_SIZE, scorer_of, starts_window
 
 log = logging.getLogger(__name__)
 
@@ -333,18 +333,19 @@ class RocksDBPartitionStore(PartitionStore):
         now: dict[bytes, bytes | None] = dict(zip(keys, found, strict=True))
         score_cf = self._handles[_SCORE_CF]
         rank_cf = self._handles[_RANK_CF]
-        for key, value, _ in batch:
+        scores = scorer_of(field).many([value for _, value, _ in batch])
+        put, delete = wb.put, wb.delete
+        for (key, _, _), new in zip(batch, scores, strict=True):
             old = now[key]
-            new = None if value is None else score_of(field, value)
             if new == old:
                 continue
             if old is not None:
-                wb.delete(old + key, rank_cf)
+                delete(old + key, rank_cf)
             if new is None:
-                wb.delete(key, score_cf)
+                delete(key, score_cf)
             else:
-                wb.put(new + key, b"", rank_cf)
-                wb.put(key, new, score_cf)
+                put(new + key, b"", rank_cf)
+                put(key, new, score_cf)
             now[key] = new
 
     def _reindex_batch(self, wb: WriteBatch, batch: Sequence[Change], extract: Extractor) -> None:
@@ -403,8 +404,10 @@ class RocksDBPartitionStore(PartitionStore):
         score_cf = self._db.get_column_family_handle(_SCORE_CF)
         rank_cf = self._db.get_column_family_handle(_RANK_CF)
 
+        score_of = scorer_of(field)
+
         def entries(wb: WriteBatch, key: bytes, value: bytes) -> None:
-            score = score_of(field, value)
+            score = score_of(value)
             if score is not None:
                 wb.put(score + key, b"", rank_cf)
                 wb.put(key, score, score_cf)
