@@ -62,6 +62,7 @@ class SecondaryStore(RocksDBPartitionStore):
         self._closed = False
         self._rank_seq = 0
         self._hot: dict[bytes, tuple[bytes, int]] = {}  # unused: nothing tells it changes
+        self._tops = {}  # heads kept until the next ``catch_up`` (which moves ``_rank_seq``)
         self._generation = 0
         own_dir.mkdir(parents=True, exist_ok=True)
         families = {_META_CF: _secondary_options(budget)}

@@ -170,6 +170,39 @@ def test_top_of_a_closed_store_raises(store: PartitionStore):
         store.top(1)
 
 
+def test_rocksdb_keeps_small_heads_until_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    store = RocksDBPartitionStore(tmp_path / "s", BUDGET, rank_by="count")
+    store.apply([(f"k{i}".encode(), _value(i), i) for i in range(20)], 19)
+    reads: list[int] = []
+    read = store._top
+    monkeypatch.setattr(store, "_top", lambda n, p, w: reads.append(n) or read(n, p, w))
+    first = store.top(3)
+    assert [k for k, _, _ in first] == [b"k19", b"k18", b"k17"]
+    assert store.top(3) == first and store.top(3, b"k1") == store.top(3, b"k1")
+    assert reads == [3, 3]  # the second of each answered from what the first kept
+    store.top(3).clear()  # a caller's list is its own
+    assert store.top(3) == first
+    # A write, even one that moves no score, and the next read reads the order again.
+    store.apply([(b"k19", _value(19, more=1), 20), (b"k0", _value(99), 21)], 21)
+    assert store.top(3) == [(b"k0", _value(99), 21), (b"k19", _value(19, more=1), 20), first[1]]
+    assert reads == [3, 3, 3]
+    store.apply([(b"k0", None, 22)], 22)
+    assert [k for k, _, _ in store.top(3)] == [b"k19", b"k18", b"k17"]
+    store.wipe()
+    assert store.top(3) == []
+    # Larger heads are read each time.
+    store.apply([(f"k{i}".encode(), _value(i), i) for i in range(200)], 199)
+    reads.clear()
+    store.top(150)
+    store.top(150)
+    assert reads == [150, 150]
+    store.close()
+    with pytest.raises(StoreClosedError):
+        store.top(3)
+
+
 def test_rocksdb_order_survives_a_reopen(tmp_path: Path):
     path = tmp_path / "p"
     store = RocksDBPartitionStore(path, BUDGET, rank_by="count")
