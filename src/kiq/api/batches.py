@@ -25,6 +25,7 @@ import asyncio
 import base64
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import chain, takewhile
 from typing import Any, TypeVar
@@ -76,6 +77,7 @@ from kiq.peers.wire import (
     encode,
 )
 from kiq.routing import ReplicaReader
+from kiq.routing.turns import SMALL_PAGE, unpaced
 from kiq.security import VerifiedCaller, read_scope
 from kiq.stores.base import prefix_end
 from kiq.stores.index import equal_bounds, range_bounds, value_of
@@ -557,19 +559,22 @@ class Batches:
             if not 1 <= asked.n <= MAX_TOP:
                 raise BadRequest(f"n must be between 1 and {MAX_TOP}")
         here = self.reader.here
-        heads = [
-            await here.top(
-                asked.table,
-                asked.partition,
-                asked.n,
-                asked.prefix,
-                asked.max_lag,
-                asked.window,
-                asked.batch,
-                asked.min_offset,
-            )
-            for asked in request.reads
-        ]
+        # Small plain heads (a top-10's) as the node that asked runs them: no turns taken.
+        small = all(r.n <= SMALL_PAGE and not r.prefix and not r.window for r in request.reads)
+        with unpaced() if small else nullcontext():
+            heads = [
+                await here.top(
+                    asked.table,
+                    asked.partition,
+                    asked.n,
+                    asked.prefix,
+                    asked.max_lag,
+                    asked.window,
+                    asked.batch,
+                    asked.min_offset,
+                )
+                for asked in request.reads
+            ]
         return encode(TopResults(heads))
 
     # -- secondary indexes (api/indexes.py) ------------------------------------------------

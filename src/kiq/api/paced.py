@@ -12,7 +12,7 @@ and a page of at most ``SMALL_PAGE`` of one key's windows (one partition). Each 
 most ``SMALL_PAGE`` rows of a partition, a hundredth of the keys one multiget takes
 ungated; behind the gate it waited for every page before it, each holding the gate over
 its round trips to peers (`kiq bench tables`: a top-10's p50 was 20 lookups', the node
-idle most of the time). Their store reads still go in slices (``Turns``).
+idle most of the time). They run ``unpaced``: their slices take no turns either.
 """
 
 from __future__ import annotations
@@ -21,10 +21,8 @@ from collections.abc import Callable
 
 from kiq.api.asgi import Receive, Scope, Send, query
 from kiq.api.limits import Asgi
-from kiq.routing.turns import ScanGate
+from kiq.routing.turns import SMALL_PAGE, ScanGate, unpaced
 
-# The most rows of a partition a page may read and pass the gate by.
-SMALL_PAGE = 100
 TOP = "/v1/tables/{table}/top"
 WINDOWS = "/v1/tables/{table}/keys/{key}/windows"
 
@@ -69,7 +67,8 @@ class Paced:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._small is not None and self._small(scope):
-            await self._app(scope, receive, send)
+            with unpaced():
+                await self._app(scope, receive, send)
             return
         async with self._gate.page():
             await self._app(scope, receive, send)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from kiq.api.paced import TOP, WINDOWS, Paced, bounded
-from kiq.routing.turns import ScanGate
+from kiq.routing.turns import ScanGate, Turns
 
 
 def _scope(query: str) -> dict[str, Any]:
@@ -33,11 +35,17 @@ def test_a_small_plain_top_and_a_small_window_page_are_bounded() -> None:
 
 def test_a_small_page_passes_a_gate_another_page_holds() -> None:
     ran: list[str] = []
+    spent = Turns(budget_s=0.0)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         ran.append(scope["query_string"].decode())
+        if scope["query_string"] == b"n=10":  # a small page takes no turns
+            turn = spent()
+            with pytest.raises(StopIteration):
+                turn.send(None)  # done at once: it did not wait
 
     async def main() -> None:
+        await spent()  # the loop's turn taken: the next slice paced would wait for one
         gate = ScanGate(lambda: 0)
         paced = Paced(app, gate, bounded(TOP))
         async with gate.page():  # a page under way
