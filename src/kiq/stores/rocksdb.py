@@ -339,11 +339,17 @@ class RocksDBPartitionStore(PartitionStore):
         """Adds to ``wb`` what moves each key of ``batch`` in the rank order (under the lock)."""
         keys: list[Any] = list(dict.fromkeys(key for key, _, _ in batch))
         found: list[bytes | None] = self._families[_SCORE_CF].get(keys) or []  # one multi-get
-        now: dict[bytes, bytes | None] = dict(zip(keys, found, strict=True))
         score_cf = self._handles[_SCORE_CF]
         rank_cf = self._handles[_RANK_CF]
         scores = scorer_of(field).many([value for _, value, _ in batch])
         put, delete = wb.put, wb.delete
+        if len(keys) == len(batch) and not any(found):  # each key once, none ranked yet
+            for key, new in zip(keys, scores, strict=True):  # (a restore's batches)
+                if new is not None:
+                    put(new + key, b"", rank_cf)
+                    put(key, new, score_cf)
+            return
+        now: dict[bytes, bytes | None] = dict(zip(keys, found, strict=True))
         for (key, _, _), new in zip(batch, scores, strict=True):
             old = now[key]
             if new == old:
