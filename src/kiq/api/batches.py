@@ -14,9 +14,9 @@ replica answered (``Source``: what ``kiq.Tables`` tells of staleness). Values st
 the stored bytes until the response is rendered.
 
 Another node's ``Peers.multiget``, ``Peers.scan``, ``Peers.top``, ``Peers.by_index`` and
-``Peers.by_index_many`` are answered by ``internal_multiget``, ``internal_scan``,
-``internal_top``, ``internal_by_index`` and ``internal_by_index_many``, from local replicas
-only.
+``Peers.by_index_many`` (and ``Peers.top_many``) are answered by ``internal_multiget``,
+``internal_scan``, ``internal_top``, ``internal_by_index`` and ``internal_by_index_many``
+(and ``internal_top_many``), from local replicas only.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import asyncio
 import base64
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import chain, takewhile
 from typing import Any, TypeVar
@@ -65,14 +66,18 @@ from kiq.peers.wire import (
     IndexResults,
     MultigetResult,
     ScanResult,
+    Top,
+    TopResults,
     decode_by_index,
     decode_by_index_many,
     decode_multiget,
     decode_scan,
     decode_top,
+    decode_top_many,
     encode,
 )
 from kiq.routing import ReplicaReader
+from kiq.routing.turns import SMALL_PAGE, unpaced
 from kiq.security import VerifiedCaller, read_scope
 from kiq.stores.base import prefix_end
 from kiq.stores.index import equal_bounds, range_bounds, value_of
@@ -493,10 +498,11 @@ class Batches:
     ) -> tuple[list[Item], list[Source]]:
         """The table's first ``n`` (key, stored value) in its rank order (only keys starting
         with ``prefix``, of windows starting at ``window`` when given: ``top_window``), and
-        the replica that answered for each partition: every partition
-        asked once for its own first ``n``, concurrently, each from its best replica, and the
-        heads merged (``kiq.stores.rank.merge_heads``). ``Unavailable`` when a partition has
-        no replica that answers; a 400 for a table that is not ranked."""
+        the replica that answered for each partition: every partition asked once for its own
+        first ``n``, concurrently, each from its best replica (a peer once for all the
+        partitions it is the first choice for), and the heads merged
+        (``kiq.stores.rank.merge_heads``). ``Unavailable`` when a partition has no replica
+        that answers; a 400 for a table that is not ranked."""
         field = rank_field(runtime)
         table = runtime.spec.name
         fixed = runtime.spec.partition_key(prefix.decode()) if prefix else None
@@ -504,12 +510,11 @@ class Batches:
         if fixed is not None and fixed != prefix.decode():  # the prefix names its partition
             partitions = [self.node.partition_of(runtime, prefix.decode())]
 
-        def head(p: int, batch: int | None) -> Awaitable[ScanResult | None]:
-            return self.reader.top(
-                table, p, n, prefix, auth, max_lag, window, batch, at.after.get(p)
-            )
+        def heads_of(ps: list[int], batch: int | None) -> Awaitable[list[ScanResult | None]]:
+            reads = [Top(table, p, n, prefix, max_lag, window, batch, at.after.get(p)) for p in ps]
+            return self.reader.top_many(reads, auth)  # one request per peer, not per partition
 
-        heads = await _per_partition(table, list(partitions), at, _each(head), "rank its keys")
+        heads = await _per_partition(table, list(partitions), at, heads_of, "rank its keys")
         merged = merge_heads((h.items for h in heads), n, field)
         return merged, [h.source for h in heads if h.source is not None]
 
@@ -539,6 +544,38 @@ class Batches:
                 f"{self.node.node_id} holds no usable ranked replica of {table}[{partition}]"
             )
         return encode(head)
+
+    async def internal_top_many(self, body: bytes, caller: VerifiedCaller | None = None) -> bytes:
+        """Another node's ``Peers.top_many``: each head answered as ``internal_top`` would, in
+        order, None for a 421; ``caller`` as for ``internal_multiget``."""
+        try:
+            request = decode_top_many(body)
+        except DecodeError as exc:
+            raise BadRequest(f"malformed tops: {exc}") from exc
+        if len(request.reads) > MAX_INDEX_READS:
+            raise BadRequest(f"at most {MAX_INDEX_READS} tops per request")
+        for asked in request.reads:
+            _may_read(caller, asked.table)
+            if not 1 <= asked.n <= MAX_TOP:
+                raise BadRequest(f"n must be between 1 and {MAX_TOP}")
+        here = self.reader.here
+        # Small plain heads (a top-10's) as the node that asked runs them: no turns taken.
+        small = all(r.n <= SMALL_PAGE and not r.prefix and not r.window for r in request.reads)
+        with unpaced() if small else nullcontext():
+            heads = [
+                await here.top(
+                    asked.table,
+                    asked.partition,
+                    asked.n,
+                    asked.prefix,
+                    asked.max_lag,
+                    asked.window,
+                    asked.batch,
+                    asked.min_offset,
+                )
+                for asked in request.reads
+            ]
+        return encode(TopResults(heads))
 
     # -- secondary indexes (api/indexes.py) ------------------------------------------------
 

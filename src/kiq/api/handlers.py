@@ -304,6 +304,11 @@ class Handlers:
         answer = await self._batches.internal_top(body, caller(request.scope))
         return self._sealed(request, answer)
 
+    async def internal_top_many(self, request: Request) -> Response:
+        body = await self._from_member(request)
+        answer = await self._batches.internal_top_many(body, caller(request.scope))
+        return self._sealed(request, answer)
+
     async def internal_by_index(self, request: Request) -> Response:
         body = await self._from_member(request)
         answer = await self._batches.internal_by_index(body, caller(request.scope))

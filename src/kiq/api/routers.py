@@ -26,7 +26,7 @@ from kiq.api.errors import NoRoute
 from kiq.api.handlers import Handlers
 from kiq.api.holds import Held, Holds
 from kiq.api.limits import Asgi, Limit, RateLimiter
-from kiq.api.paced import Paced
+from kiq.api.paced import Paced, bounded
 from kiq.api.precedence import specificity
 from kiq.api.routes import CORE, MEMBERS
 from kiq.api.spec import RouteSpec, Rule
@@ -74,7 +74,7 @@ def _checks(
     if limited and tenants is not None:
         stack.append(Middleware(TenantGate, tenants, kind_of(path)))
     if limited and gate is not None and kind_of(path) == SCAN:
-        stack.append(Middleware(Paced, gate))
+        stack.append(Middleware(Paced, gate, bounded(path)))
     return stack
 
 

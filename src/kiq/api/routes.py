@@ -36,6 +36,7 @@ from kiq.peers.wire import (
     INTERNAL_MULTIGET,
     INTERNAL_SCAN,
     INTERNAL_TOP,
+    INTERNAL_TOP_MANY,
     MSGPACK,
 )
 
@@ -631,6 +632,14 @@ CORE: tuple[RouteSpec[CoreEndpoint], ...] = (
         Rule.CLUSTER,
         limited=False,
         doc=_internal("Several partitions' index entries", wire.ByIndexMany, wire.IndexResults),
+    ),
+    RouteSpec(
+        "POST",
+        INTERNAL_TOP_MANY,
+        Handlers.internal_top_many,
+        Rule.CLUSTER,
+        limited=False,
+        doc=_internal("Several partitions' heads of one top", wire.TopMany, wire.TopResults),
     ),
     RouteSpec(
         "POST",

@@ -39,6 +39,7 @@ from kiq.peers.wire import (
     INTERNAL_MULTIGET,
     INTERNAL_SCAN,
     INTERNAL_TOP,
+    INTERNAL_TOP_MANY,
     NOT_COUNTED,
     ByIndex,
     ByIndexMany,
@@ -52,12 +53,14 @@ from kiq.peers.wire import (
     Scan,
     ScanResult,
     Top,
+    TopMany,
     decode_changes_result,
     decode_index_result,
     decode_index_results,
     decode_multiget_result,
     decode_node_status,
     decode_scan_result,
+    decode_top_results,
     encode,
 )
 from kiq.security import ClusterKey
@@ -199,6 +202,25 @@ class Peers:
         if head.window != window:
             raise PeerError(target, f"{INTERNAL_TOP}: ranked every window; an older kiq?")
         return head
+
+    async def top_many(
+        self, target: str, reads: list[Top], caller: str | None
+    ) -> list[ScanResult | None]:
+        """Several partitions' heads of the target's replicas in one request (``TopMany``):
+        one answer per read, in order, None where the target holds no usable ranked replica
+        for it or answered another window than asked (as ``top`` would refuse it).
+        ``PeerError`` when no usable answer came at all: 404 from a node of an older kiq,
+        which has no such path."""
+        body = await self._sender.call(
+            target, "POST", INTERNAL_TOP_MANY, encode(TopMany(reads)), caller
+        )
+        answers = decoded(target, decode_top_results, body).answers
+        if len(answers) != len(reads):
+            raise PeerError(target, f"{INTERNAL_TOP_MANY}: {len(answers)} answers")
+        return [
+            head if head is not None and head.window == asked.window else None
+            for asked, head in zip(reads, answers, strict=True)
+        ]
 
     async def by_index(
         self,

@@ -97,6 +97,8 @@ INTERNAL_TOP: Final = "/v1/internal/top"
 INTERNAL_BY_INDEX: Final = "/v1/internal/by-index"
 # Several index reads in one request: a query's partitions a peer is the first choice for.
 INTERNAL_BY_INDEX_MANY: Final = "/v1/internal/by-index-many"
+# Several partitions' heads of one top in one request, as the index reads above.
+INTERNAL_TOP_MANY: Final = "/v1/internal/top-many"
 INTERNAL_METADATA: Final = "/v1/internal/metadata"
 INTERNAL_CHANGES: Final = "/v1/internal/changes"
 # A challenge (16 random bytes) answered sealed: a peer proves it holds the cluster secret
@@ -285,6 +287,20 @@ class Top(msgspec.Struct, array_like=True, frozen=True, gc=False):
     min_offset: int | None = None  # the offset the replica must have applied
 
 
+class TopMany(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The heads of one top, each as ``Top``, answered in one ``TopResults``: a node asks a
+    peer once for every partition it is the first choice for, not once each."""
+
+    reads: list[Top] = []
+
+
+class TopResults(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """One answer per read of a ``TopMany``, in its order: None where the receiver holds
+    no usable ranked replica for that read (a ``Top`` would have been a 421)."""
+
+    answers: list[ScanResult | None] = []
+
+
 # (index entry, key, value as stored): an index read's item (``kiq.stores.index``)
 IndexItem = tuple[bytes, bytes, bytes]
 NOT_COUNTED = -1  # ``IndexResult.count`` when no count was asked
@@ -449,6 +465,8 @@ _top = msgspec.msgpack.Decoder(Top)
 _by_index = msgspec.msgpack.Decoder(ByIndex)
 _index_result = msgspec.msgpack.Decoder(IndexResult)
 _by_index_many = msgspec.msgpack.Decoder(ByIndexMany)
+_top_many = msgspec.msgpack.Decoder(TopMany)
+_top_results = msgspec.msgpack.Decoder(TopResults)
 _index_results = msgspec.msgpack.Decoder(IndexResults)
 _node_status = msgspec.msgpack.Decoder(NodeStatus)
 _changes = msgspec.msgpack.Decoder(Changes)
@@ -491,6 +509,14 @@ def decode_scan_result(body: bytes) -> ScanResult:
 
 def decode_top(body: bytes) -> Top:
     return _top.decode(body)
+
+
+def decode_top_many(body: bytes) -> TopMany:
+    return _top_many.decode(body)
+
+
+def decode_top_results(body: bytes) -> TopResults:
+    return _top_results.decode(body)
 
 
 def decode_by_index(body: bytes) -> ByIndex:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from kiq.cluster import ClusterView
@@ -36,6 +36,7 @@ from kiq.peers.wire import (
     Outcome,
     ScanResult,
     Source,
+    Top,
 )
 from kiq.replicas import ReplicaState
 from kiq.replicas.replica import ReadOnlyReplica
@@ -45,6 +46,7 @@ from kiq.settings import LimitsSettings
 
 log = logging.getLogger(__name__)
 _Page = TypeVar("_Page", ScanResult, IndexResult)
+_Read = TypeVar("_Read", Top, ByIndex)  # a partition read ``_many`` spreads
 
 FOUND, MISSING, MOVED, FAILED = Outcome.FOUND, Outcome.MISSING, Outcome.MOVED, Outcome.FAILED
 _ACTIVE = ReplicaState.ACTIVE
@@ -321,12 +323,64 @@ class ReplicaReader:
         self, reads: list[ByIndex], caller: str | None
     ) -> list[IndexResult | None]:
         """``by_index`` of each of ``reads``, in order, each answer the one it would give, in
-        fewer requests: the reads whose best replica is this node's are read here, and each
-        peer is asked once for all the reads it is the first choice for (``ByIndexMany``;
-        a lone read as ``ByIndex``), concurrently. A read it could not answer, or whose
-        peer failed, goes on to its next replicas as ``by_index`` would; every read, to
-        the same peer too, when the peer has no such path (404: an older kiq)."""
-        answers: list[IndexResult | None] = [None] * len(reads)
+        fewer requests (``_many``: ``ByIndexMany``)."""
+        return await self._many(
+            "index read",
+            reads,
+            self.here.by_index,
+            lambda url, read: self._peers.by_index(url, read, caller),
+            lambda url, some: self._peers.by_index_many(url, some, caller),
+        )
+
+    async def top_many(self, reads: list[Top], caller: str | None) -> list[ScanResult | None]:
+        """``top`` of each of ``reads`` (one per partition of a top), in order, each answer the
+        one it would give, in fewer requests (``_many``: ``TopMany``)."""
+        return await self._many(
+            "top",
+            reads,
+            self._top_here,
+            lambda url, read: self._peers.top(
+                url,
+                read.table,
+                read.partition,
+                read.n,
+                read.prefix,
+                caller,
+                read.max_lag,
+                read.window,
+                read.batch,
+                read.min_offset,
+            ),
+            lambda url, some: self._peers.top_many(url, some, caller),
+        )
+
+    def _top_here(self, read: Top) -> Awaitable[ScanResult | None]:
+        return self.here.top(
+            read.table,
+            read.partition,
+            read.n,
+            read.prefix,
+            read.max_lag,
+            read.window,
+            read.batch,
+            read.min_offset,
+        )
+
+    async def _many(
+        self,
+        what: str,
+        reads: Sequence[_Read],
+        here: Callable[[_Read], Awaitable[_Page | None]],
+        one: Callable[[str, _Read], Awaitable[_Page]],
+        many: Callable[[str, list[_Read]], Awaitable[list[_Page | None]]],
+    ) -> list[_Page | None]:
+        """Partition reads of one query (``what``), in order, each answer the one its own
+        read would give, in fewer requests: the reads whose best replica is this node's are
+        read ``here``, and each peer is asked once for all the reads it is the first choice
+        for (``many``; a lone read by ``one``), concurrently. A read it could not answer,
+        or whose peer failed, goes on to its next replicas as its own read would; every
+        read, to the same peer too, when the peer has no such path (404: an older kiq)."""
+        answers: list[_Page | None] = [None] * len(reads)
         targets = [self._targets(r.table, r.partition, r.max_lag) for r in reads]
         firsts: dict[str, list[int]] = defaultdict(list)
         for i, ordered in enumerate(targets):
@@ -336,17 +390,17 @@ class ReplicaReader:
         async def ask(target: str, some: list[int]) -> None:
             if target == LOCAL:
                 for i in some:
-                    answers[i] = await self.here.by_index(reads[i])
+                    answers[i] = await here(reads[i])
             elif len(some) == 1:
-                later[some[0]] = targets[some[0]]  # as ``by_index``, from its first replica
+                later[some[0]] = targets[some[0]]  # as its own read, from its first replica
                 return
             else:
                 try:
-                    got = await self._peers.by_index_many(target, [reads[i] for i in some], caller)
+                    got = await many(target, [reads[i] for i in some])
                 except (PeerError, TimeoutError) as exc:
-                    log.warning("index reads failed table=%s error=%s", reads[some[0]].table, exc)
+                    log.warning("%ss failed table=%s error=%s", what, reads[some[0]].table, exc)
                     if isinstance(exc, PeerError) and exc.status == 404:
-                        later.update((i, targets[i]) for i in some)  # each read as ByIndex
+                        later.update((i, targets[i]) for i in some)  # each read on its own
                         return
                     got = [None] * len(some)
                 for i, page in zip(some, got, strict=True):
@@ -355,26 +409,22 @@ class ReplicaReader:
 
         await asyncio.gather(*(ask(target, some) for target, some in firsts.items()))
         if later:
-            pages = await asyncio.gather(
-                *(self._index_read(reads[i], caller, rest) for i, rest in later.items())
-            )
+
+            def alone(read: _Read, rest: list[str]) -> Awaitable[_Page | None]:
+                return self._first_answer(
+                    what,
+                    read.table,
+                    read.partition,
+                    read.max_lag,
+                    lambda: here(read),
+                    lambda url: one(url, read),
+                    rest,
+                )
+
+            pages = await asyncio.gather(*(alone(reads[i], rest) for i, rest in later.items()))
             for i, page in zip(later, pages, strict=True):
                 answers[i] = page
         return answers
-
-    def _index_read(
-        self, asked: ByIndex, caller: str | None, targets: list[str]
-    ) -> Awaitable[IndexResult | None]:
-        """``by_index`` of ``asked`` from ``targets`` (its replicas not yet asked), in order."""
-        return self._first_answer(
-            "index read",
-            asked.table,
-            asked.partition,
-            asked.max_lag,
-            lambda: self.here.by_index(asked),
-            lambda url: self._peers.by_index(url, asked, caller),
-            targets,
-        )
 
     async def changes(self, asked: Changes, caller: str | None) -> ChangesResult | None:
         """A relayed watch's next answer (``Changes``), from the best replica that answers,

@@ -11,6 +11,10 @@ page), each after ``await turns()``. A loop iteration runs slices until they hav
 sockets and run what they brought (the lookups). Waiting slices go first come, first
 served, one iteration each, so a large scan cannot starve a small one. A lone scan pays
 one loop iteration per ``budget_s`` of its work.
+
+A small bounded page (``SMALL_PAGE`` rows of a partition at most, ``api/paced.py``) runs
+``unpaced``: its slices take no turns. It is a slice or a few, less work than a multiget,
+and each turn it waited for was a loop iteration of everything else's work added to it.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 
 # Rows one slice of a range reads from a store: about 0.1 ms of a RocksDB scan.
 SLICE_ROWS = 128
@@ -29,6 +34,21 @@ BUDGET_S = 0.0005
 # half, four pagers still took 60% of a one-core node (their answers' sending too) and
 # the lookups' p99 doubled; at 0.3 they kept 64% of their throughput (`kiq bench scans`).
 SHARE = 0.3
+# The most rows of a partition a small bounded page reads: it runs ``unpaced`` (and passes
+# the ScanGate, api/paced.py).
+SMALL_PAGE = 100
+
+_UNPACED: ContextVar[bool] = ContextVar("kiq_unpaced", default=False)
+
+
+@contextmanager
+def unpaced() -> Iterator[None]:
+    """The slices of the page read within (this task and those it starts) take no turns."""
+    token = _UNPACED.set(True)
+    try:
+        yield
+    finally:
+        _UNPACED.reset(token)
 
 
 class Turns:
@@ -44,7 +64,9 @@ class Turns:
         self._waiting: deque[asyncio.Future[None]] = deque()
 
     async def __call__(self) -> None:
-        """Returns when the caller may run one slice."""
+        """Returns when the caller may run one slice (at once when ``unpaced``)."""
+        if _UNPACED.get():
+            return
         began = self._began
         if not self._waiting:
             if began is None:

@@ -16,11 +16,13 @@ keeps the keys of windows starting at that time, reading on until it has ``n`` o
 
 from __future__ import annotations
 
+import functools
 import heapq
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-import orjson
+import msgspec
 
 from kiq.stores.index import number_of
 
@@ -29,14 +31,18 @@ _DOUBLE = struct.Struct(">d")
 _BITS = struct.Struct(">Q")
 _SIGN = 1 << 63
 _ALL = (1 << 64) - 1
+_COMPLEMENT = bytes(255 - b for b in range(256))
 
 
 def encode_score(score: float) -> bytes:
     """``score`` as 8 bytes whose ascending byte order is descending score."""
-    (bits,) = _BITS.unpack(_DOUBLE.pack(score + 0.0))  # + 0.0: -0.0 ranks as 0.0
     # Order-preserving: negatives flipped, positives with the sign bit set; then complemented.
-    # Together: a negative keeps its bits, a positive has all but the sign bit flipped.
-    return _BITS.pack(bits if bits & _SIGN else (bits | _SIGN) ^ _ALL)
+    # Together: a negative keeps its bits, a positive's are those of its negation (the sign
+    # bit set) complemented. Bytes, not a 64-bit integer: that arithmetic cost 0.3 µs.
+    score += 0.0  # -0.0 ranks as 0.0
+    if score < 0.0:
+        return _DOUBLE.pack(score)
+    return _DOUBLE.pack(-score).translate(_COMPLEMENT)
 
 
 def decode_score(raw: bytes) -> float:
@@ -45,16 +51,58 @@ def decode_score(raw: bytes) -> float:
     return float(_DOUBLE.unpack(_BITS.pack(bits if bits & _SIGN else (bits ^ _ALL) & ~_SIGN))[0])
 
 
+class Scorer:
+    """The encoded score of a stored JSON value by one field, the rest of the value skipped
+    unparsed (msgspec decodes into a struct of that field alone): a restore of a ranked
+    table parsed every value whole for one number, which cost more than storing it."""
+
+    __slots__ = ("_decode", "field")
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        shape = msgspec.defstruct("Ranked", [("f0", Any, None)], rename={"f0": field}, gc=False)
+        self._decode: Callable[[bytes], Any] = msgspec.json.Decoder(shape).decode
+
+    def __call__(self, value: bytes) -> bytes | None:
+        """None: not ranked (not a JSON object, the field missing or not a finite number)."""
+        return self.many((value,))[0]
+
+    def many(self, values: Iterable[bytes | None]) -> list[bytes | None]:
+        """Each value's score (None for a tombstone too), in one call: per value, a call
+        cost as much as the decode."""
+        decode, pack, complement = self._decode, _DOUBLE.pack, _COMPLEMENT
+        out: list[bytes | None] = []
+        for value in values:
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                found = decode(value).f0
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                out.append(None)
+                continue
+            if type(found) is float:  # the common case inline, as encode_score
+                if found - found != 0.0:  # inf - inf and nan - nan are nan
+                    out.append(None)
+                elif found < 0.0:
+                    out.append(pack(found))
+                else:
+                    out.append(pack(-(found + 0.0)).translate(complement))
+                continue
+            score = number_of(found)
+            out.append(None if score is None else encode_score(score))
+        return out
+
+
+@functools.lru_cache(maxsize=256)
+def scorer_of(field: str) -> Scorer:
+    """One ``Scorer`` per field (building one defines a msgspec struct: tens of µs)."""
+    return Scorer(field)
+
+
 def score_of(field: str, value: bytes) -> bytes | None:
     """The encoded score of ``value`` (a stored JSON object) by ``field``; None: not ranked."""
-    try:
-        doc = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(doc, dict):
-        return None
-    score = number_of(doc.get(field))
-    return None if score is None else encode_score(score)
+    return scorer_of(field)(value)
 
 
 def starts_window(key: bytes, start: bytes) -> bool:
@@ -75,9 +123,10 @@ def merge_heads(
     that ranks differently) is left out.
     """
     ranked: list[tuple[bytes, bytes, bytes]] = []
+    scorer = scorer_of(field)
     for head in heads:
         for key, value in head:
-            score = score_of(field, value)
+            score = scorer(value)
             if score is not None:
                 ranked.append((score + key, key, value))
     return [(key, value) for _, key, value in heapq.nsmallest(n, ranked)]

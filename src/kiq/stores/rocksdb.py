@@ -11,6 +11,7 @@ its encoded score) and ``kiq-rank`` (score + key → empty), whose byte order is
 order ``top`` reads. The meta family records which field the index ranks by; a store
 opened with another field (or a store that was unranked) rebuilds its index from the
 data before it opens, and one opened unranked drops the index. ``get`` never touches it.
+A few small heads ``top`` read are kept until the next write (``_keep_top``).
 
 A store with secondary indexes (``index``: value fields, ``stores/index.py``) has two more
 families for all its indexed fields together, written in that same WriteBatch too:
@@ -54,7 +55,7 @@ from kiq.errors import KiqError, StoreClosedError
 from kiq.stores.base import Change, PartitionStore, prefix_end
 from kiq.stores.budget import MemoryBudget
 from kiq.stores.index import Extractor, key_of
-from kiq.stores.rank import SCORE_SIZE, score_of, starts_window
+from kiq.stores.rank import SCORE_SIZE, scorer_of, starts_window
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,13 @@ MIN_FREE_BYTES = 8 * _MIB
 # otherwise make it 8 GiB); larger values come from RocksDB's block cache.
 READ_CACHE_ENTRIES = 8192
 READ_CACHE_MAX_VALUE = 16 * 1024
+
+# Heads of the rank order a store keeps until its next write (``_keep_top``): a few small
+# ones, so what they hold is bounded (at most 8 x 256 KiB of values a store).
+TOP_CACHE_ENTRIES = 8
+TOP_CACHE_ROWS = 100
+TOP_CACHE_BYTES = 256 * 1024
+_Head = tuple[int, tuple[tuple[bytes, bytes, int], ...]]  # (``_rank_seq`` read at, rows)
 
 # A closed Rdict raises DbClosedError; one closing under a reader's call raises
 # pyo3's RuntimeError ("Already mutably borrowed"). Readers turn either into
@@ -233,6 +241,7 @@ class RocksDBPartitionStore(PartitionStore):
         self._open_families()
         self._hot: dict[bytes, tuple[bytes, int]] = {}
         self._generation = 0  # bumped by every write, under the lock
+        self._tops: dict[tuple[int, bytes | None, bytes | None], _Head] = {}  # ``_keep_top``
 
     def _open_families(self) -> None:
         """Keeps a handle of each column family for the store's life: dropping a family's
@@ -330,21 +339,28 @@ class RocksDBPartitionStore(PartitionStore):
         """Adds to ``wb`` what moves each key of ``batch`` in the rank order (under the lock)."""
         keys: list[Any] = list(dict.fromkeys(key for key, _, _ in batch))
         found: list[bytes | None] = self._families[_SCORE_CF].get(keys) or []  # one multi-get
-        now: dict[bytes, bytes | None] = dict(zip(keys, found, strict=True))
         score_cf = self._handles[_SCORE_CF]
         rank_cf = self._handles[_RANK_CF]
-        for key, value, _ in batch:
+        scores = scorer_of(field).many([value for _, value, _ in batch])
+        put, delete = wb.put, wb.delete
+        if len(keys) == len(batch) and not any(found):  # each key once, none ranked yet
+            for key, new in zip(keys, scores, strict=True):  # (a restore's batches)
+                if new is not None:
+                    put(new + key, b"", rank_cf)
+                    put(key, new, score_cf)
+            return
+        now: dict[bytes, bytes | None] = dict(zip(keys, found, strict=True))
+        for (key, _, _), new in zip(batch, scores, strict=True):
             old = now[key]
-            new = None if value is None else score_of(field, value)
             if new == old:
                 continue
             if old is not None:
-                wb.delete(old + key, rank_cf)
+                delete(old + key, rank_cf)
             if new is None:
-                wb.delete(key, score_cf)
+                delete(key, score_cf)
             else:
-                wb.put(new + key, b"", rank_cf)
-                wb.put(key, new, score_cf)
+                put(new + key, b"", rank_cf)
+                put(key, new, score_cf)
             now[key] = new
 
     def _reindex_batch(self, wb: WriteBatch, batch: Sequence[Change], extract: Extractor) -> None:
@@ -403,8 +419,10 @@ class RocksDBPartitionStore(PartitionStore):
         score_cf = self._db.get_column_family_handle(_SCORE_CF)
         rank_cf = self._db.get_column_family_handle(_RANK_CF)
 
+        score_of = scorer_of(field)
+
         def entries(wb: WriteBatch, key: bytes, value: bytes) -> None:
-            score = score_of(field, value)
+            score = score_of(value)
             if score is not None:
                 wb.put(score + key, b"", rank_cf)
                 wb.put(key, score, score_cf)
@@ -553,15 +571,39 @@ class RocksDBPartitionStore(PartitionStore):
         under the lock, so the answer is always one moment's."""
         if n <= 0 or self._rank_by is None:
             return []
+        asked = (n, prefix, window)
+        cached = self._tops.get(asked)
+        if cached is not None and cached[0] == self._rank_seq and not self._closed:
+            return list(cached[1])
         for _ in range(_TOP_TRIES):
             seq = self._rank_seq
             if seq % 2 == 0:
                 out = self._top(n, prefix, window)
                 if self._rank_seq == seq:
+                    self._keep_top(asked, seq, out)
                     return out
         with self._lock:
             self._check_open()
-            return self._top(n, prefix, window)
+            out = self._top(n, prefix, window)
+            self._keep_top(asked, self._rank_seq, out)
+            return out
+
+    def _keep_top(
+        self,
+        asked: tuple[int, bytes | None, bytes | None],
+        seq: int,
+        out: list[tuple[bytes, bytes, int]],
+    ) -> None:
+        """Keeps a small head read at ``seq`` for the reads after it until the next write
+        (which moves ``_rank_seq``): a top-10 asked over and over read the order and ten
+        values each time. At most ``TOP_CACHE_ENTRIES`` heads, each of at most
+        ``TOP_CACHE_ROWS`` rows and ``TOP_CACHE_BYTES`` of values."""
+        if asked[0] > TOP_CACHE_ROWS or sum(len(v) for _, v, _ in out) > TOP_CACHE_BYTES:
+            return
+        tops = self._tops
+        if asked not in tops and len(tops) >= TOP_CACHE_ENTRIES:
+            tops.pop(next(iter(tops)), None)  # the oldest; another reader may have taken it
+        tops[asked] = (seq, tuple(out))
 
     def _top(
         self, n: int, prefix: bytes | None, window: bytes | None

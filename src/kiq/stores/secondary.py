@@ -63,6 +63,7 @@ class SecondaryStore(RocksDBPartitionStore):
         self._closed = False
         self._rank_seq = 0
         self._hot: dict[bytes, tuple[bytes, int]] = {}  # unused: nothing tells it changes
+        self._tops = {}  # heads kept until the next ``catch_up`` (which moves ``_rank_seq``)
         self._generation = 0
         # The writer never opens a store newer than it reads, but a worker must not either:
         # a store moved in by hand, or a writer of another version (``StoreTooNew``).

@@ -16,7 +16,16 @@ import orjson
 import pytest
 
 from kiq import BadRequest, Page, Tables, Unavailable
-from kiq.peers.wire import INTERNAL_TOP, Top, decode_top, encode
+from kiq.peers.wire import (
+    INTERNAL_TOP,
+    INTERNAL_TOP_MANY,
+    MAX_INDEX_READS,
+    Top,
+    TopMany,
+    decode_top,
+    decode_top_results,
+    encode,
+)
 from kiq.replicas import ReplicaState
 from kiq.tables import parse_table
 from tests.unit import stand_ins
@@ -97,12 +106,65 @@ def test_the_top_is_exact_from_either_node(pair):
     assert run(tables(n1).top("t")).keys() == reference(10)
 
 
-def test_each_remote_partition_is_asked_once(pair):
+def test_each_peer_is_asked_once_for_its_partitions(pair):
     cluster, n1, _ = pair
     cluster.transport.sent.clear()
     run(tables(n1).top("t", 5))
     asked = [(url, path) for url, path, _ in cluster.transport.sent]
-    assert asked == [("http://n2.test", INTERNAL_TOP)] * 2  # partitions 2 and 3; 0, 1 local
+    assert asked == [("http://n2.test", INTERNAL_TOP_MANY)]  # partitions 2 and 3; 0, 1 local
+
+
+def _reads() -> list[Top]:
+    reads = [Top("t", p, 1 + p, b"w" if p % 2 else b"") for p in (3, 0, 2, 1)]
+    reads.append(Top("u", 0, 5))  # not ranked: no replica answers it
+    return reads
+
+
+def test_many_tops_answer_as_each_top_alone(pair):
+    _, n1, n2 = pair
+    for node in (n1, n2):
+        reader = node.app.batches.reader
+        reads = _reads()
+        alone = [
+            run(reader.top(r.table, r.partition, r.n, r.prefix, None, r.max_lag, r.window))
+            for r in reads
+        ]
+        assert alone[-1] is None and all(head is not None for head in alone[:-1])
+        assert {head.source.served_by for head in alone[:-1]} == {b"n1", b"n2"}
+        assert run(reader.top_many(reads, None)) == alone
+
+
+def test_a_peer_without_the_many_path_is_asked_each_partition_alone(pair, monkeypatch):
+    cluster, n1, _ = pair
+    transport = cluster.transport
+    passed_on = transport.request
+
+    async def older(base_url, method, path, body, headers, timeout_s):
+        if path == INTERNAL_TOP_MANY:  # a node of the previous release
+            transport.sent.append((base_url, path, dict(headers)))
+            return 404, b'{"error":"not_found"}'
+        return await passed_on(base_url, method, path, body, headers, timeout_s)
+
+    monkeypatch.setattr(transport, "request", older)
+    transport.sent.clear()
+    assert run(tables(n1).top("t", 7)).keys() == reference(7)
+    asked = [(url, path) for url, path, _ in transport.sent]
+    n2 = "http://n2.test"
+    assert asked == [(n2, INTERNAL_TOP_MANY), (n2, INTERNAL_TOP), (n2, INTERNAL_TOP)]
+
+
+def test_the_many_tops_are_bounded_and_checked(pair):
+    _, _, n2 = pair
+    batches = n2.app.batches
+    answers = decode_top_results(run(batches.internal_top_many(encode(TopMany(_reads())))))
+    assert [head is None for head in answers.answers] == [False] * 4 + [True]
+    with pytest.raises(BadRequest, match="at most"):
+        run(batches.internal_top_many(encode(TopMany([Top("t", 0)] * (MAX_INDEX_READS + 1)))))
+    for n in (0, 1001):
+        with pytest.raises(BadRequest, match="n must be"):
+            run(batches.internal_top_many(encode(TopMany([Top("t", 0, n)]))))
+    with pytest.raises(BadRequest, match="malformed"):
+        run(batches.internal_top_many(b"\x91\x91\x01"))
 
 
 def test_prefix(pair):

@@ -17,7 +17,14 @@ import pytest
 
 from kiq import BadRequest, Tables
 from kiq.peers.errors import PeerError
-from kiq.peers.wire import ScanResult, decode_scan_result, encode
+from kiq.peers.wire import (
+    ScanResult,
+    Top,
+    TopResults,
+    decode_scan_result,
+    decode_top_results,
+    encode,
+)
 from kiq.tables import parse_table
 from tests.unit import stand_ins
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
@@ -136,9 +143,19 @@ def test_an_answer_that_ranked_every_window_is_not_taken(pair, monkeypatch):
         answer = decode_scan_result(await older(body, caller))
         return encode(ScanResult(answer.items, answer.source, answer.reverse))
 
+    older_many = n2.app.batches.internal_top_many
+
+    async def many_ignore_window(body: bytes, caller: Any = None) -> bytes:
+        answers = decode_top_results(await older_many(body, caller)).answers
+        return encode(TopResults([a and ScanResult(a.items, a.source, a.reverse) for a in answers]))
+
     monkeypatch.setattr(n2.app.batches, "internal_top", ignores_window)
+    monkeypatch.setattr(n2.app.batches, "internal_top_many", many_ignore_window)
     with pytest.raises(PeerError, match="ranked every window"):
         asyncio.run(n1.peers.top("http://n2.test", "w", 2, 5, b"", None, None, b"x" * 24))
+    many = [Top("w", 2, 5, window=b"x" * 24), Top("w", 3, 5)]
+    heads = asyncio.run(n1.peers.top_many("http://n2.test", many, None))
+    assert heads[0] is None and heads[1] is not None  # the head of every window not taken
     # n1's own standby copies of n2's partitions answer instead: still exact.
     top = asyncio.run(tables(n1).top("w", 6, window=HOURS[0]))
     assert top.keys() == reference(6, HOURS[0]) and top.stale

@@ -8,7 +8,7 @@ import time
 import zlib
 
 from kiq.api.batches import merge_pages, per_partition
-from kiq.routing.turns import ScanGate, Turns
+from kiq.routing.turns import ScanGate, Turns, unpaced
 
 
 def test_a_slice_waits_for_a_later_iteration_once_the_budget_is_spent() -> None:
@@ -162,3 +162,27 @@ def test_pages_go_one_at_a_time_first_come_first_served() -> None:
         return order
 
     assert asyncio.run(main()) == ["a+", "a-", "b+", "b-", "c+", "c-"]
+
+
+def test_an_unpaced_page_takes_no_turns() -> None:
+    order: list[str] = []
+
+    async def scan(name: str, turns: Turns) -> None:
+        for i in range(3):
+            await turns()
+            order.append(f"{name}{i}")
+
+    async def small(turns: Turns) -> None:
+        with unpaced():
+            await scan("s", turns)
+        await turns()  # out of it, turns again
+        order.append("after")
+
+    async def main() -> None:
+        turns = Turns(budget_s=0.0)
+        await asyncio.gather(scan("a", turns), small(turns))
+
+    asyncio.run(main())
+    # The small page's slices ran back to back, ahead of a's that waited their turns.
+    assert order[:4] == ["a0", "s0", "s1", "s2"]
+    assert order.index("after") > order.index("a1")

@@ -8,6 +8,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from kiq.errors import StoreClosedError
@@ -18,7 +19,8 @@ from kiq.stores import (
     RocksDBPartitionStore,
     open_partition_store,
 )
-from kiq.stores.rank import decode_score, encode_score, merge_heads, score_of
+from kiq.stores.index import number_of
+from kiq.stores.rank import decode_score, encode_score, merge_heads, score_of, scorer_of
 
 BUDGET = MemoryBudget()
 
@@ -168,6 +170,39 @@ def test_top_of_a_closed_store_raises(store: PartitionStore):
         store.top(1)
 
 
+def test_rocksdb_keeps_small_heads_until_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    store = RocksDBPartitionStore(tmp_path / "s", BUDGET, rank_by="count")
+    store.apply([(f"k{i}".encode(), _value(i), i) for i in range(20)], 19)
+    reads: list[int] = []
+    read = store._top
+    monkeypatch.setattr(store, "_top", lambda n, p, w: reads.append(n) or read(n, p, w))
+    first = store.top(3)
+    assert [k for k, _, _ in first] == [b"k19", b"k18", b"k17"]
+    assert store.top(3) == first and store.top(3, b"k1") == store.top(3, b"k1")
+    assert reads == [3, 3]  # the second of each answered from what the first kept
+    store.top(3).clear()  # a caller's list is its own
+    assert store.top(3) == first
+    # A write, even one that moves no score, and the next read reads the order again.
+    store.apply([(b"k19", _value(19, more=1), 20), (b"k0", _value(99), 21)], 21)
+    assert store.top(3) == [(b"k0", _value(99), 21), (b"k19", _value(19, more=1), 20), first[1]]
+    assert reads == [3, 3, 3]
+    store.apply([(b"k0", None, 22)], 22)
+    assert [k for k, _, _ in store.top(3)] == [b"k19", b"k18", b"k17"]
+    store.wipe()
+    assert store.top(3) == []
+    # Larger heads are read each time.
+    store.apply([(f"k{i}".encode(), _value(i), i) for i in range(200)], 199)
+    reads.clear()
+    store.top(150)
+    store.top(150)
+    assert reads == [150, 150]
+    store.close()
+    with pytest.raises(StoreClosedError):
+        store.top(3)
+
+
 def test_rocksdb_order_survives_a_reopen(tmp_path: Path):
     path = tmp_path / "p"
     store = RocksDBPartitionStore(path, BUDGET, rank_by="count")
@@ -241,6 +276,12 @@ def test_score_bytes_order_is_descending_score():
     assert all(len(e) == 8 for e in encoded)
     assert [decode_score(e) for e in encoded] == scores
     assert encode_score(-0.0) == encode_score(0.0)
+    # Against the 64-bit arithmetic it spells with bytes.
+    rng = random.Random(7)
+    for score in [*scores[1:-1], *(rng.uniform(-1e12, 1e12) for _ in range(1000))]:
+        (bits,) = struct.unpack(">Q", struct.pack(">d", score + 0.0))
+        flipped = bits if bits & (1 << 63) else (bits | 1 << 63) ^ (2**64 - 1)
+        assert encode_score(score) == struct.pack(">Q", flipped)
     # The complement of the order-preserving double: 1.0's IEEE bits are 0x3FF0...
     assert encode_score(1.0) == struct.pack(">Q", (0x3FF0 << 48 | 1 << 63) ^ (2**64 - 1))
 
@@ -250,6 +291,48 @@ def test_score_of():
     assert score_of("n", b'{"n": -1.5}') == encode_score(-1.5)
     for value in (b'{"n": true}', b'{"n": "3"}', b'{"m": 3}', b"[3]", b"3", b"{", b'{"n": null}'):
         assert score_of("n", value) is None, value
+
+
+def _parsed_score(field: str, value: bytes) -> bytes | None:
+    """The score as a whole parse of the value gives it: what ``Scorer`` must agree with."""
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    score = number_of(doc.get(field)) if isinstance(doc, dict) else None
+    return None if score is None else encode_score(score)
+
+
+def test_scorer_agrees_with_a_whole_parse():
+    rng = random.Random(44)
+    values = [
+        b'{"n": 3}',
+        b'{"n": -0.0}',
+        b'{"n": 0}',
+        b'{"n": 1e400}',
+        b'{"n": -1e400}',
+        b'{"n": 123456789012345678901234567890}',
+        b'{"n": 1' + b"0" * 400 + b"}",
+        b'{"n": false}',
+        b'{"n": {"n": 1}}',
+        b'{"m": {"n": 1}, "n": 2.5}',
+        b'{"n": [1]}',
+        b'{"n": 1, "n": 2}',
+        b'{"n": 1} x',
+        b'{"n": "\\u0041"}',
+        b'{"n": 1, "s": "\\ud800"}',
+        b"\xef\xbb\xbf{}",
+        b'  {\n"n" : 7 }  ',
+        b"null",
+        b"",
+    ]
+    for _ in range(300):
+        n = rng.choice([rng.uniform(-1e9, 1e9), rng.randint(-(2**62), 2**62), rng.random()])
+        values.append(orjson.dumps({"a": rng.random(), "n": n, "z": [1, {"n": "x"}]}))
+    scorer = scorer_of("n")
+    assert scorer.many([*values, None]) == [*(_parsed_score("n", v) for v in values), None]
+    for value in values:
+        assert scorer(value) == score_of("n", value) == _parsed_score("n", value), value
 
 
 def test_merge_heads_is_the_exact_top():
