@@ -58,7 +58,16 @@ async def send_stream(
     One task per stream besides this one: it waits for the client to go and then cancels
     this one wherever it waits (``Frames.next`` must be safe to cancel)."""
     writer = asyncio.current_task()
-    gone = asyncio.get_running_loop().create_task(_disconnected(receive))
+    loop = asyncio.get_running_loop()
+    gone = loop.create_task(_disconnected(receive))
+    stuck = False  # a write outlived SEND_TIMEOUT_S: the writer was cancelled for it
+
+    def too_slow() -> None:
+        nonlocal stuck
+        stuck = True
+        if writer is not None:
+            writer.cancel()
+
     if writer is not None:
         gone.add_done_callback(lambda _: writer.cancel())
     try:
@@ -69,18 +78,21 @@ async def send_stream(
             batch = await frames.next(heartbeat_s)
             body = HEARTBEAT if batch == [] else b"".join(batch or ())
             if body:
+                # A bare timer, not ``asyncio.timeout``: one per write, and a write seldom waits.
+                timer = loop.call_later(SEND_TIMEOUT_S, too_slow)
                 try:
-                    async with asyncio.timeout(SEND_TIMEOUT_S):
-                        await send({"type": "http.response.body", "body": body, "more_body": True})
-                except TimeoutError:
-                    log.info(
-                        "event stream dropped: the client took nothing for %.0fs", SEND_TIMEOUT_S
-                    )
-                    return
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                finally:
+                    timer.cancel()
             if batch is None:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
     except asyncio.CancelledError:
+        if stuck and not gone.done():
+            if writer is not None:
+                writer.uncancel()
+            log.info("event stream dropped: the client took nothing for %.0fs", SEND_TIMEOUT_S)
+            return
         if not gone.done():
             raise  # not the client going: the server stopping
     except OSError:

@@ -41,6 +41,15 @@ class TooManyWatches(ApiError):
 
 
 def event_json(runtime: TableRuntime, event: Event) -> bytes:
+    """``event`` as its ``data:`` line, encoded once for all the subscribers it reaches."""
+    wire = event.wire
+    if wire is None:
+        wire = _encode(runtime, event)
+        object.__setattr__(event, "wire", wire)  # a cache of the frozen event's own fields
+    return wire
+
+
+def _encode(runtime: TableRuntime, event: Event) -> bytes:
     return orjson.dumps(
         {
             "table": event.table,

@@ -61,7 +61,13 @@ def run_watch(cfg: WatchConfig, progress: Reporter | None = None) -> dict[str, o
         show.phase(f"loading {cfg.keys:,} keys")
         last = load_quotes(stack.bootstrap, "bench-watch", keys)
         show.phase("starting the node")
-        env = {"KIQ_LIMITS_MAX_CONNECTIONS": str(cfg.subscribers + 256)}
+        # Every subscriber is one caller (this process's address), and a stream holds a
+        # request slot all its life (api/holds.py): the caller's caps are theirs.
+        env = {
+            "KIQ_LIMITS_MAX_CONNECTIONS": str(cfg.subscribers + 256),
+            "KIQ_LIMITS_MAX_WATCHES_PER_CALLER": str(cfg.subscribers),
+            "KIQ_LIMITS_MAX_REQUESTS_PER_CALLER": str(cfg.subscribers + 128),
+        }
         (node,) = start_nodes(stack, 1, ["watched=bench-watch"], env=env)
         node.wait_ready(120)
         wait_applied([node], "watched", last)

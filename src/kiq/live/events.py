@@ -8,7 +8,7 @@ point up to which every change of its keys in that partition was sent (``Cursor`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -31,6 +31,9 @@ class Event:
     stale: bool  # from a replica that is not the partition's active one
     lag: int  # records that replica was behind its log end when it answered (-1: unknown)
     snapshot: bool = False  # the state found when the watch began (or resumed)
+    # Its encoding on the wire, made by the first stream that sends it and reused by every
+    # other subscriber of the change (``replace`` starts a copy without it).
+    wire: bytes | None = field(default=None, init=False, compare=False, repr=False)
 
 
 class BadCursor(ValueError):

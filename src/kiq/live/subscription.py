@@ -24,7 +24,7 @@ class Subscription:
     __slots__ = (
         "_pending",
         "_resume",
-        "_wake",
+        "_waiter",
         "dropped",
         "ended",
         "keys",
@@ -65,7 +65,8 @@ class Subscription:
         self.on_end: Callable[[], None] | None = None
         self._resume = resume
         self._pending: dict[bytes, Event] = {}
-        self._wake = asyncio.Event()
+        # The stream's writer waiting in ``take``: a bare future, woken by the first offer.
+        self._waiter: asyncio.Future[None] | None = None
 
     @property
     def single(self) -> bool:
@@ -101,23 +102,34 @@ class Subscription:
         self._pending[key] = event
         if len(self._pending) > self.max_pending:
             self.drop(f"more than {self.max_pending} keys changed and not yet taken")
-        self._wake.set()
+        self._wakeup()
 
     def drop(self, reason: str) -> None:
         if self.dropped is None:
             self.dropped = reason
-        self._wake.set()
+        self._wakeup()
+
+    def _wakeup(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def take(self, timeout_s: float) -> list[Event]:
         """The events waiting, oldest key first; ``[]`` after ``timeout_s`` with none (or once
-        dropped)."""
+        dropped).
+
+        A future and a timer handle, not ``asyncio.timeout`` around an ``asyncio.Event``: a
+        node waits here once per event per subscriber, and those cost several times more
+        (kiq bench watch)."""
         if not self._pending and self.dropped is None:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout_s, _expire, waiter)
             try:
-                async with asyncio.timeout(timeout_s):
-                    await self._wake.wait()
-            except TimeoutError:
-                return []
-        self._wake.clear()
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
         events = list(self._pending.values())
         self._pending.clear()
         return events
@@ -141,3 +153,8 @@ class Subscription:
                 through = max(through, self._resume.floor(p) or -1)
             pairs.append((p, through))
         return Cursor(partitions=tuple(pairs)).text()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

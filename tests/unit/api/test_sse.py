@@ -58,3 +58,27 @@ def test_a_client_that_goes_ends_the_stream_and_closes_the_source():
 
 def test_a_frame_without_id_or_event_is_data_alone():
     assert sse.frame(b"{}") == b"data: {}\n\n"
+
+
+def test_a_client_that_takes_no_write_is_dropped(monkeypatch):
+    monkeypatch.setattr(sse, "SEND_TIMEOUT_S", 0.05)
+    frames = Script([[b"data: 1\n\n"], [b"data: 2\n\n"]])
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+        if message.get("body") == b"data: 2\n\n":
+            await asyncio.sleep(3600)  # the client's socket is full
+
+    async def receive() -> Any:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def main() -> None:
+        task = asyncio.create_task(sse.send_stream(send, receive, frames))
+        await asyncio.wait_for(task, 5)
+        assert not task.cancelled() and task.cancelling() == 0
+
+    asyncio.run(main())
+    assert [m.get("body") for m in sent[1:]] == [b"data: 1\n\n", b"data: 2\n\n"]
+    assert frames.closed
