@@ -32,6 +32,9 @@ POSITION = "x-kiq-position"
 MULTIGET_CHUNK = 1000  # keys per multiget request (a node takes 10,000 by default)
 Consistent = Literal["batch"] | None  # what a read across partitions reflects
 Plan = Callable[[], list[str]]
+# A first attempt already made outside the flow (``direct.py``): the URL asked and what
+# came of it, taken by ``read`` as its attempt 0.
+Attempt = tuple[str, httpx.Response | httpx.TransportError]
 
 
 def segment(text: str) -> str:
@@ -68,33 +71,41 @@ def read(
     plan: Plan,
     request: Callable[[str], Send],
     position: SessionPosition | None = None,
+    first: Attempt | None = None,
 ) -> Flow[httpx.Response]:
     """The answer of the first replica in ``plan`` that gives one worth keeping: a success,
     an error no retry mends, or the last error once ``policy``'s attempts are spent.
-    ``Unavailable`` when the last attempt had no answer at all."""
+    ``Unavailable`` when the last attempt had no answer at all. ``first``: attempt 0,
+    made already to the URL this loop would have asked (``direct.py``)."""
     tried: list[str] = []
     for attempt in range(policy.attempts):
-        if router.due():
-            yield REFRESH
-        targets = plan()
-        if not targets:
-            raise Unavailable("no node of the cluster is known")
-        url = next((u for u in targets if u not in tried), targets[attempt % len(targets)])
+        if attempt == 0 and first is not None:
+            url, outcome = first
+        else:
+            if router.due():
+                yield REFRESH
+            targets = plan()
+            if not targets:
+                raise Unavailable("no node of the cluster is known")
+            url = next((u for u in targets if u not in tried), targets[attempt % len(targets)])
+            send = request(url)
+            if position is not None:
+                asking = position.asking(send.headers)
+                if asking is not send.headers:
+                    send = replace(send, headers=asking)
+            try:
+                outcome = yield from call(send)
+            except httpx.TransportError as failed:
+                outcome = failed
         tried.append(url)
         last = attempt + 1 == policy.attempts
-        send = request(url)
-        if position is not None:
-            asking = position.asking(send.headers)
-            if asking is not send.headers:
-                send = replace(send, headers=asking)
-        try:
-            response = yield from call(send)
-        except httpx.TransportError as exc:
+        if isinstance(outcome, httpx.TransportError):
             router.mark_stale()
             if last:
-                raise Unavailable(f"no answer from {url}: {exc!r}", url=url) from exc
+                raise Unavailable(f"no answer from {url}: {outcome!r}", url=url) from outcome
             yield Sleep(policy.delay(attempt))
             continue
+        response = outcome
         status = response.status_code
         if position is not None:
             position.seen(headers_of(response))
@@ -165,6 +176,7 @@ def lookup(
     wait_ms: int | None = None,
     headers: Mapping[str, str] | None = None,
     position: SessionPosition | None = None,
+    first: Attempt | None = None,
 ) -> Flow[Lookup]:
     path = f"/v1/tables/{segment(table)}/keys/{segment(key)}"
     params = _params(max_lag=max_lag, min_offset=min_offset, wait_ms=wait_ms)
@@ -181,9 +193,15 @@ def lookup(
                 plan,
                 lambda url: Send("GET", url + path, params, headers=headers, extra_timeout_s=extra),
                 position,
+                first,
             )
         )
     )
+    return lookup_of(table, key, response)
+
+
+def lookup_of(table: str, key: str, response: httpx.Response) -> Lookup:
+    """A lookup's answer (a success) as a ``Lookup``."""
     h = headers_of(response)
     return Lookup(
         table=table,

@@ -62,9 +62,19 @@ class ClientCore:
         max_lag: int | None,
         min_offset: int | None,
         wait_ms: int | None,
+        first: calls.Attempt | None = None,
     ) -> Flow[Lookup]:
         return calls.lookup(
-            self.router, self.retry, table, key, max_lag, min_offset, wait_ms, None, self.position
+            self.router,
+            self.retry,
+            table,
+            key,
+            max_lag,
+            min_offset,
+            wait_ms,
+            None,
+            self.position,
+            first,
         )
 
     def multiget(

@@ -10,7 +10,8 @@ from typing import Any
 
 import httpx
 
-from kiq.client.calls import Consistent
+from kiq.client import direct
+from kiq.client.calls import Attempt, Consistent, lookup_of, value_of
 from kiq.client.core import DEFAULT_TIMEOUT_S, ClientCore, Order, http_options
 from kiq.client.indexes import IndexValue
 from kiq.client.results import Change, Item, Lookup, Many, Page, Window
@@ -74,7 +75,13 @@ class Client:
         ``min_offset``: once the replica applied this offset (read your writes), waiting
         up to ``wait_ms`` for it.
         """
-        return self.lookup(table, key, max_lag, min_offset, wait_ms).value
+        first: Attempt | None = None
+        if max_lag is None and min_offset is None and wait_ms is None:
+            made = self._first(table, key)
+            if isinstance(made, httpx.Response):
+                return value_of(made)
+            first = made
+        return self._run(self._core.lookup(table, key, max_lag, min_offset, wait_ms, first)).value
 
     def lookup(
         self,
@@ -85,7 +92,29 @@ class Client:
         wait_ms: int | None = None,
     ) -> Lookup:
         """As ``get``, with where the value was read: offset, partition, node, lag."""
-        return self._run(self._core.lookup(table, key, max_lag, min_offset, wait_ms))
+        first: Attempt | None = None
+        if max_lag is None and min_offset is None and wait_ms is None:
+            made = self._first(table, key)
+            if isinstance(made, httpx.Response):
+                return lookup_of(table, key, made)
+            first = made
+        return self._run(self._core.lookup(table, key, max_lag, min_offset, wait_ms, first))
+
+    def _first(self, table: str, key: str) -> httpx.Response | Attempt | None:
+        """A plain lookup's first attempt (``direct.py``): its answer when it ends the
+        lookup, else what the flow takes as its attempt 0; None: the flow makes it."""
+        core = self._core
+        to = direct.aim(core.router, core.position, table, key)
+        if to is None:
+            return None
+        http = self._http
+        try:
+            response = http.send(http.build_request("GET", to.url, headers=to.headers))
+        except httpx.TransportError as exc:
+            return to.node, exc
+        if direct.finished(core.router, to.node, response, core.position):
+            return response
+        return to.node, response
 
     def multiget(self, table: str, keys: Iterable[str], consistent: Consistent = None) -> Many:
         """Many keys: each node asked once, for the keys it holds; ``consistent="batch"``:
