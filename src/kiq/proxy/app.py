@@ -193,7 +193,7 @@ class ProxyApp:
             where.plan,
             lambda url: Send(method, url + path, content=body or None, headers=headers),
         )
-        relay = self._relayer() if method == "GET" else None
+        relay = self._relayer() if method == "GET" and where.one_key else None
         try:
             if relay is not None:
                 answer = await relay.run(flow, path, self._refresh)

@@ -9,9 +9,11 @@ other routes use: ``Relay.run`` only carries out its steps, each ``Send`` first 
 caller's address sealed for the node), and answers it with a ``Relayed``, which reads as
 the httpx response the loop and the proxy read before.
 
-Only GETs travel here (a HEAD's answer names a body that never comes; the other methods
-are rare and keep httpx). The pool holds no connection cap of its own: at most one per
-request in flight, and those are bounded by ``ProxyLimits.max_requests``.
+Only GETs of one key travel here (a lookup, a key's windows): a HEAD's answer names a
+body that never comes, and a page of a range or a top may pass the pool's cap on an
+answer (``MAX_BODY_BYTES``), which httpx does not have; those keep httpx. The pool holds
+no connection cap of its own: at most one per request in flight, and those are bounded
+by ``ProxyLimits.max_requests``.
 """
 
 from __future__ import annotations
