@@ -12,7 +12,8 @@ reconnects with ``Last-Event-ID`` as it would to a node. The caller's ``Authoriz
 goes along; the proxy's own token only reads the metadata (``GET /v1/metadata`` and
 ``GET /v1/tables``). Both go only to the nodes the proxy was given or that they vouch
 for (``trust.Vouched``), with the caller's address sealed when the proxy has the
-cluster secret.
+cluster secret. A GET of one key travels over pooled keep-alive connections
+(``relay.py``: httpx cost most of the proxy's CPU per lookup), the rest through httpx.
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ class ProxyApp:
     and ``GET /v1/tables`` (any valid token), never sent on a caller's behalf; ``limits``:
     what it admits; ``callers``: the cluster secret's seal for callers' addresses (None:
     the nodes count every caller as the proxy's own address); ``transport``: a stand-in
-    for the nodes (tests), which every request then goes through, GETs too (else they
-    go over the pool, ``relay.py``)."""
+    for the nodes (tests), which every request then goes through (else a GET of one key
+    goes over the pool, ``relay.py``)."""
 
     def __init__(
         self,
@@ -210,7 +211,7 @@ class ProxyApp:
         await _respond(send, response.status_code, response.content, kept)
 
     def _relayer(self) -> Relay | None:
-        """The pooled relay of GETs, made on first use; None when a stand-in transport or
+        """The pooled relay of GETs of one key, made on first use; None when a stand-in transport or
         ``verify=False`` sends everything through httpx."""
         if self._pooled is None and self._transport is None:
             context = tls_context(self._verify)
