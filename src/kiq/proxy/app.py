@@ -41,12 +41,13 @@ from kiq.http_client import (
     async_client,
     async_transport,
     send_stream,
+    ssl_context,
 )
 from kiq.peers.pool import ConnectionPool
 from kiq.positions import AFTER_HEADER, HEADER, BadPosition
 from kiq.proxy.destinations import Destination, destination
 from kiq.proxy.limits import Admission, Body, ProxyLimits, RequestRefused
-from kiq.proxy.relay import Relay, tls_context
+from kiq.proxy.relay import Relay
 from kiq.proxy.trust import CALLER, Vouched
 from kiq.security.callers import HEADER as CALLER_HEADER
 from kiq.security.callers import CallerSeal
@@ -214,7 +215,7 @@ class ProxyApp:
         """The pooled relay of GETs of one key, made on first use; None when a stand-in transport or
         ``verify=False`` sends everything through httpx."""
         if self._pooled is None and self._transport is None:
-            context = tls_context(self._verify)
+            context = ssl_context(self._verify)
             if context is not None:
                 self._client()  # makes the gate both paths leave through
                 assert self._gate is not None

@@ -19,13 +19,11 @@ by ``ProxyLimits.max_requests``.
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-import httpx
-
 from kiq.client.steps import Flow, Refresh, Send, Sleep
+from kiq.http_client import USER_AGENT, ConnectError, Response, TransportError
 from kiq.peers.pool import ConnectionPool, Header
 from kiq.proxy.trust import Vouched, origin_of
 from kiq.security.callers import HEADER as CALLER_HEADER
@@ -66,18 +64,6 @@ class Relayed:
         return list(merged.items())
 
 
-def tls_context(verify: Any) -> ssl.SSLContext | None:
-    """The pool's TLS for ``https://`` nodes from the proxy's ``verify`` (as httpx takes it:
-    True, a CA file, a context); None for False, which the pool does not do: httpx then."""
-    if isinstance(verify, ssl.SSLContext):
-        return verify
-    if verify is True:
-        return ssl.create_default_context()
-    if isinstance(verify, str):
-        return ssl.create_default_context(cafile=verify)
-    return None
-
-
 class Relay:
     """Carries out ``calls.read`` flows for GETs over ``pool``, through ``gate``."""
 
@@ -92,7 +78,7 @@ class Relay:
         self._pool.close()
 
     async def run(
-        self, flow: Flow[httpx.Response], path: str, refresh: Callable[[], Awaitable[None]]
+        self, flow: Flow[Response], path: str, refresh: Callable[[], Awaitable[None]]
     ) -> Relayed:
         """The flow's answer; each ``Send`` is to a node's base URL followed by ``path``."""
         outcome: Any = None
@@ -106,7 +92,7 @@ class Relay:
             if isinstance(step, Send):
                 try:
                     outcome = await self._send(step, path)
-                except httpx.TransportError as exc:
+                except TransportError as exc:
                     error = exc
             elif isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
@@ -124,8 +110,9 @@ class Relay:
             origin = self._origins[base] = origin_of(base)
         refusal = self._gate.refusal(origin)
         if refusal is not None:
-            raise httpx.ConnectError(refusal)
+            raise ConnectError(refusal)
         headers = dict(step.headers or {})
+        headers.setdefault("user-agent", USER_AGENT)  # as the httpx path sends it
         seal = self._gate.seal(step.method, path)
         if seal is not None:
             headers[CALLER_HEADER] = seal
@@ -135,5 +122,5 @@ class Relay:
                 base, step.method, path, step.content or b"", headers, timeout_s
             )
         except ConnectionError as exc:
-            raise httpx.ConnectError(str(exc)) from exc
+            raise ConnectError(str(exc)) from exc
         return Relayed(status, lines, body)
