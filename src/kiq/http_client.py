@@ -31,18 +31,21 @@ __all__ = [
     "AsyncClient",
     "AsyncTransport",
     "Client",
+    "ConnectError",
     "Gate",
     "HttpError",
     "Request",
     "Response",
     "Timeout",
     "Transport",
+    "TransportError",
     "Verify",
     "async_client",
     "async_transport",
     "get",
     "send",
     "send_stream",
+    "ssl_context",
     "stream",
     "sync_client",
     "system_roots",
@@ -56,6 +59,10 @@ Response = httpx.Response
 Timeout = httpx.Timeout
 Transport = httpx.BaseTransport
 URL = httpx.URL
+# What a request that got no answer raises (``Gate``), and what the client's retry loop
+# catches (``kiq.client.calls.read``): the proxy's pooled relay raises it too.
+ConnectError = httpx.ConnectError
+TransportError = httpx.TransportError
 # An SSL context, True (httpx's own roots) or False (no verification).
 Verify = ssl.SSLContext | bool
 
@@ -109,6 +116,13 @@ def system_roots() -> ssl.SSLContext:
 
 def _verify(verify: Verify) -> Verify:
     return _httpx_roots() if verify is True else verify
+
+
+def ssl_context(verify: Verify) -> ssl.SSLContext | None:
+    """What this module's clients verify with, for a connection pool of kiq's own (the
+    proxy's relay); None for ``False``, no verification, which such a pool does not do."""
+    verified = _verify(verify)
+    return verified if isinstance(verified, ssl.SSLContext) else None
 
 
 def _headers(headers: Mapping[str, str] | None) -> dict[str, str]:

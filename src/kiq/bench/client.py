@@ -10,12 +10,17 @@ parsed), so the runs differ only in where each request goes:
 - ``random``: raw GETs to a random node, as a plain load balancer would send them: two
   thirds are forwarded to the owner;
 - ``client`` (``--via client``): ``kiq.client.AsyncClient.get``, which routes by itself;
-- ``proxy`` (``--via proxy``): raw GETs to one `kiq proxy` process in front of the nodes.
+- ``proxy`` (``--via proxy``): raw GETs to one `kiq proxy` process in front of the nodes,
+  spread over as many httpx pools as there are nodes: httpcore scans a pool's connections
+  on every request, so one pool holding every request in flight cost the load generator
+  twice the CPU per lookup of the node ways' (py-spy, docs/benchmarks.md 2026-11-29),
+  and the generator, not the proxy, set the figure.
 
 The ways take turns, in three rounds of ``duration_s / 3`` each. Each reports its
-throughput, p50/p99, the nodes' CPU per lookup (not the proxy's) and the change of their
-``kiq_forwards_total``. ``vs_owner`` is the routed way over ``local`` and ``vs_node`` over
-``random``, in the same run.
+throughput, p50/p99, the nodes' CPU per lookup and the change of their
+``kiq_forwards_total``; the proxy way its own process's CPU too
+(``proxy_cpu_us_per_lookup``). ``vs_owner`` is the routed way over ``local`` and
+``vs_node`` over ``random``, in the same run.
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ def run_client_bench(cfg: ClientBenchConfig, progress: Reporter | None = None) -
             show.phase("starting the proxy")
             proxy = LocalProxy(node_urls, stack.home / "proxy.log").start()
         try:
-            runs = _runs(cfg, nodes, keys, owner_url, node_urls, proxy.url if proxy else None, show)
+            runs = _runs(cfg, nodes, keys, owner_url, node_urls, proxy, show)
         finally:
             if proxy is not None:
                 proxy.stop()
@@ -125,7 +130,7 @@ def _runs(
     keys: list[str],
     owner_url: dict[str, str],
     node_urls: list[str],
-    proxy_url: str | None,
+    proxy: LocalProxy | None,
     show: Reporter,
 ) -> dict[str, dict[str, float]]:
     """Each way warmed up, then measured in ``ROUNDS`` interleaved rounds (a busy machine's
@@ -141,8 +146,8 @@ def _runs(
         # The raw ways' httpx set up as the client's is (kiq.client.core.http_options: a
         # pool per node), so the ways differ in routing alone.
         mounts = {f"{u}/": httpx.AsyncHTTPTransport(limits=NODE_LIMITS) for u in node_urls}
-        if proxy_url is not None:
-            mounts[f"{proxy_url}/"] = httpx.AsyncHTTPTransport(limits=NODE_LIMITS)
+        # The proxy's requests spread over as many pools as the node ways use (one a node).
+        spread = [httpx.AsyncClient(timeout=10, limits=NODE_LIMITS) for _ in node_urls]
         async with (
             httpx.AsyncClient(timeout=10, limits=NODE_LIMITS, mounts=mounts) as http,
             AsyncClient(node_urls, timeout_s=10) as client,
@@ -151,10 +156,12 @@ def _runs(
                 "local": _raw(http, owner_url.__getitem__),
                 "random": _raw(http, _any(node_urls)),
             }
-            if proxy_url is None:
+            if proxy is None:
                 ways["client"] = lambda key: client.get(TABLE, key)
             else:
-                ways["proxy"] = _raw(http, lambda _key: proxy_url)
+                proxy_url = proxy.url
+                pools = [_raw(c, lambda _key: proxy_url) for c in spread]
+                ways["proxy"] = lambda key: random.choice(pools)(key)
             for name, get in ways.items():
                 show.phase(f"warming up {name}", cfg.warmup_s)
                 current[0] = []
@@ -165,6 +172,11 @@ def _runs(
                     show.phase(f"round {round_}/{ROUNDS}: {name}", cfg.duration_s / ROUNDS)
                     current[0] = []
                     forwards, cpu = _forwards(nodes), cpu_seconds(_pids(nodes))
+                    relay = (
+                        cpu_seconds([proxy.proc.pid])
+                        if name == "proxy" and proxy and proxy.proc
+                        else None
+                    )
                     started, own = time.perf_counter(), time.process_time()
                     latencies = await _drive(
                         get, keys, cfg.tasks, cfg.duration_s / ROUNDS, current[0]
@@ -177,8 +189,12 @@ def _runs(
                     total.elapsed += elapsed
                     if cpu is not None and cpu_after is not None:
                         total.cpu += cpu_after - cpu
+                    if relay is not None and proxy is not None and proxy.proc is not None:
+                        total.relay_cpu += (cpu_seconds([proxy.proc.pid]) or relay) - relay
                     total.forwards += _forwards(nodes) - forwards
                     show.set(f"{name}/s", round(len(total.latencies) / total.elapsed, 1))
+            for c in spread:
+                await c.aclose()
             return {name: total.figures() for name, total in totals.items()}
 
     return uvloop.run(main())
@@ -190,6 +206,7 @@ class _Totals:
     elapsed: float = 0.0
     cpu: float = 0.0
     own_cpu: float = 0.0  # the load generator's (this process's), where the client runs
+    relay_cpu: float = 0.0  # the proxy process's, for the proxy way
     forwards: float = 0.0
 
     def figures(self) -> dict[str, float]:
@@ -201,7 +218,9 @@ class _Totals:
             "node_cpu_us_per_lookup": round(self.cpu / count * 1e6, 1) if count else -1.0,
             "caller_cpu_us_per_lookup": round(self.own_cpu / count * 1e6, 1) if count else -1.0,
             "forwards": self.forwards,
-        }
+        } | (
+            {"cpu_us_per_lookup": round(self.relay_cpu / count * 1e6, 1)} if self.relay_cpu else {}
+        )
 
 
 async def _drive(

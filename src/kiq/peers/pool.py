@@ -11,11 +11,13 @@ shaped responses (60 B to 64 KB bodies, in one read and in three): 2-7 µs per
 response, against 5-14 µs for the hand-written head parser it replaced.
 
 One request at a time per connection (no pipelining); idle connections wait in
-a per-peer pool. An ``https://`` peer is reached over TLS with the pool's
-``ssl.SSLContext`` (``kiq.security.tls.client_context``), its certificate checked
-against the peer URL's host; the handshake is paid once per pooled connection.
-Anything unexpected (a malformed response, a timeout, bytes nobody asked for)
-closes that connection and raises ``ConnectionError``.
+a per-peer pool. A pool made ``headed`` keeps each response's header lines too
+(``exchange``): ``kiq proxy`` relays them to its callers; the nodes' own pools skip
+them. An ``https://`` peer is reached over TLS with the pool's ``ssl.SSLContext``
+(``kiq.security.tls.client_context``), its certificate checked against the peer
+URL's host; the handshake is paid once per pooled connection. Anything unexpected
+(a malformed response, a timeout, bytes nobody asked for) closes that connection and
+raises ``ConnectionError``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 Response = tuple[int, bytes]  # (status, body)
+Header = tuple[bytes, bytes]  # (name, value) as received
+Headed = tuple[int, list[Header], bytes]  # (status, header lines, body)
 Address = tuple[str, int, ssl.SSLContext | None]  # host, port, TLS context (https)
 # A read worker's node (kiq.workers): ``unix:PATH``, a Unix socket, its Address (PATH, 0, None).
 UNIX = "unix:"
@@ -124,17 +128,40 @@ class _Connection(asyncio.Protocol):
             self.close()
 
 
+class _HeadedConnection(_Connection):
+    """A connection that keeps the header lines of each response (``exchange``), bounded
+    as the head is (``MAX_HEAD_BYTES``)."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headers: list[Header] = []
+
+    def on_message_begin(self) -> None:
+        self.headers = []
+        super().on_message_begin()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+
 class ConnectionPool:
     """Requests to other nodes over pooled keep-alive connections.
 
     ``https://`` peers need ``ssl_context``; without one only ``http://`` peers are reached.
+    ``headed``: its connections keep each response's header lines, for ``exchange``.
     """
 
     def __init__(
-        self, connect_timeout_s: float = 0.5, ssl_context: ssl.SSLContext | None = None
+        self,
+        connect_timeout_s: float = 0.5,
+        ssl_context: ssl.SSLContext | None = None,
+        headed: bool = False,
     ) -> None:
         self._connect_timeout_s = connect_timeout_s
         self._ssl = ssl_context
+        self._connection: type[_Connection] = _HeadedConnection if headed else _Connection
         self._idle: dict[Address, list[_Connection]] = {}
         self._addresses: dict[str, Address] = {}
         self._closing = False
@@ -169,6 +196,37 @@ class ConnectionPool:
         self._release(address, conn)
         return response
 
+    async def exchange(
+        self,
+        base_url: str,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float,
+    ) -> Headed:
+        """``request``, with the response's header lines as received; a ``headed`` pool's.
+
+        ``method`` must not be HEAD: its answer's length names a body that never comes."""
+        address = self._addresses.get(base_url)
+        if address is None:
+            address = self._addresses[base_url] = address_of(base_url, self._ssl)
+        data = request_bytes(method, path, host_of(address), headers, body)
+        loop = asyncio.get_running_loop()
+        conn = await self._acquire(address)
+        assert isinstance(conn, _HeadedConnection), "exchange needs a headed pool"
+        timer = loop.call_later(timeout_s, conn._fail, f"no answer within {timeout_s:.3f}s")
+        try:
+            status, answer = await conn.request(data)
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            timer.cancel()
+        lines, conn.headers = conn.headers, []
+        self._release(address, conn)
+        return status, lines, answer
+
     async def _acquire(self, address: Address) -> _Connection:
         idle = self._idle.get(address)
         while idle:
@@ -180,12 +238,12 @@ class ConnectionPool:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 if port == 0:
-                    _, conn = await loop.create_unix_connection(_Connection, host)
+                    _, conn = await loop.create_unix_connection(self._connection, host)
                 elif context is None:
-                    _, conn = await loop.create_connection(_Connection, host, port)
+                    _, conn = await loop.create_connection(self._connection, host, port)
                 else:
                     _, conn = await loop.create_connection(
-                        _Connection, host, port, ssl=context, server_hostname=host
+                        self._connection, host, port, ssl=context, server_hostname=host
                     )
         except ssl.SSLError as exc:  # an OSError too: say it was TLS, and why
             raise ConnectionError(f"TLS with {host}:{port} failed: {exc}") from exc

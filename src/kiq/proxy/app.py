@@ -12,7 +12,8 @@ reconnects with ``Last-Event-ID`` as it would to a node. The caller's ``Authoriz
 goes along; the proxy's own token only reads the metadata (``GET /v1/metadata`` and
 ``GET /v1/tables``). Both go only to the nodes the proxy was given or that they vouch
 for (``trust.Vouched``), with the caller's address sealed when the proxy has the
-cluster secret.
+cluster secret. A GET of one key travels over pooled keep-alive connections
+(``relay.py``: httpx cost most of the proxy's CPU per lookup), the rest through httpx.
 """
 
 from __future__ import annotations
@@ -40,10 +41,13 @@ from kiq.http_client import (
     async_client,
     async_transport,
     send_stream,
+    ssl_context,
 )
+from kiq.peers.pool import ConnectionPool
 from kiq.positions import AFTER_HEADER, HEADER, BadPosition
 from kiq.proxy.destinations import Destination, destination
 from kiq.proxy.limits import Admission, Body, ProxyLimits, RequestRefused
+from kiq.proxy.relay import Relay
 from kiq.proxy.trust import CALLER, Vouched
 from kiq.security.callers import HEADER as CALLER_HEADER
 from kiq.security.callers import CallerSeal
@@ -76,7 +80,9 @@ _HOP = frozenset(
         "x-kiq-client",
     }
 )
+_HOP_BYTES = frozenset(name.encode() for name in _HOP)
 _JSON = (b"content-type", b"application/json")
+CONNECT_TIMEOUT_S = 10.0  # the pool's, to a node: httpx's was the whole timeout
 
 
 class ProxyApp:
@@ -84,7 +90,9 @@ class ProxyApp:
     bearer token, for ``GET /v1/metadata`` (``kiq:admin`` on a cluster with authentication)
     and ``GET /v1/tables`` (any valid token), never sent on a caller's behalf; ``limits``:
     what it admits; ``callers``: the cluster secret's seal for callers' addresses (None:
-    the nodes count every caller as the proxy's own address)."""
+    the nodes count every caller as the proxy's own address); ``transport``: a stand-in
+    for the nodes (tests), which every request then goes through (else a GET of one key
+    goes over the pool, ``relay.py``)."""
 
     def __init__(
         self,
@@ -108,6 +116,8 @@ class ProxyApp:
         self._timeout_s = timeout_s  # a lookup may wait up to 60 s for min_offset
         self._verify = verify
         self._http: AsyncClient | None = None
+        self._gate: Vouched | None = None
+        self._pooled: Relay | None = None  # GETs over pooled connections (relay.py)
         self._refreshing: asyncio.Lock | None = None
         self._end: asyncio.Event | None = None  # set when the proxy stops (end_streams)
 
@@ -185,14 +195,33 @@ class ProxyApp:
             where.plan,
             lambda url: Send(method, url + path, content=body or None, headers=headers),
         )
+        relay = self._relayer() if method == "GET" and where.one_key else None
         try:
-            response = await run_async(flow, self._client(), self._refresh)
+            if relay is not None:
+                answer = await relay.run(flow, path, self._refresh)
+            else:
+                response = await run_async(flow, self._client(), self._refresh)
         except ClientError as exc:
             await _respond(send, 503, _error("unavailable", exc.message))
+            return
+        if relay is not None:
+            await _respond(send, answer.status_code, answer.content, answer.kept(_HOP_BYTES))
             return
         relayed = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
         kept = [(k, v) for k, v in relayed if k.decode("latin-1") not in _HOP]
         await _respond(send, response.status_code, response.content, kept)
+
+    def _relayer(self) -> Relay | None:
+        """The pooled relay of GETs of one key, made on first use; None when a stand-in transport or
+        ``verify=False`` sends everything through httpx."""
+        if self._pooled is None and self._transport is None:
+            context = ssl_context(self._verify)
+            if context is not None:
+                self._client()  # makes the gate both paths leave through
+                assert self._gate is not None
+                pool = ConnectionPool(CONNECT_TIMEOUT_S, context, headed=True)
+                self._pooled = Relay(pool, self._gate, self._timeout_s)
+        return self._pooled
 
     async def _multiget(
         self, table: str, keys: list[str], headers: dict[str, str], send: SendMessage
@@ -281,10 +310,9 @@ class ProxyApp:
             inner = self._transport or async_transport(
                 verify=self._verify, max_connections=1024, max_keepalive=256
             )
+            self._gate = Vouched(self.router, inner, self._callers)
             self._http = async_client(
-                timeout=self._timeout_s,
-                follow_redirects=False,
-                transport=Vouched(self.router, inner, self._callers),
+                timeout=self._timeout_s, follow_redirects=False, transport=self._gate
             )
         return self._http
 
@@ -294,6 +322,8 @@ class ProxyApp:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self._pooled is not None:
+                    self._pooled.close()
                 if self._http is not None:
                     await self._http.aclose()
                 await send({"type": "lifespan.shutdown.complete"})

@@ -22,11 +22,13 @@ _TABLES = "/v1/tables/"
 @dataclass(frozen=True)
 class Destination:
     """A request's ``plan`` (the nodes to try, best first), whether it streams (a watch),
-    and the table of a multiget, which the proxy splits by owner."""
+    the table of a multiget, which the proxy splits by owner, and whether it reads one
+    key (its answer is one value or one key's windows: small enough for the pool's cap)."""
 
     plan: Plan
     stream: bool = False
     multiget_table: str | None = None
+    one_key: bool = False
 
 
 def destination(
@@ -39,7 +41,8 @@ def destination(
     table = unquote(parts[0])
     if len(parts) >= 3 and parts[1] == "keys" and method == "GET":
         key = unquote(parts[2])
-        return Destination(lambda: router.key(table, key)[1], stream=parts[3:] == ["watch"])
+        stream = parts[3:] == ["watch"]
+        return Destination(lambda: router.key(table, key)[1], stream=stream, one_key=not stream)
     rest = parts[1:]
     if rest == ["multiget"] and method == "POST":
         return Destination(router.anywhere, multiget_table=table)

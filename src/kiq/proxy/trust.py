@@ -1,8 +1,9 @@
 """Where the proxy may send a request at all, and the caller's address sealed on the way.
 
 Every request the proxy makes (its own metadata reads with its token, callers' requests
-with their ``Authorization``, relayed watches) leaves through ``Vouched``, one transport
-(a ``kiq.http_client.Gate``), so no path can miss it:
+with their ``Authorization``, relayed watches) leaves through ``Vouched``: as the httpx
+transport (a ``kiq.http_client.Gate``), or asked by the pooled relay of GETs
+(``relay.py``) before it sends one, so no path can miss it:
 
 - it goes only to an origin the proxy was given (``--nodes``) or one a node it trusts
   names in ``/v1/metadata`` (the current topology's members: a node names only the
@@ -66,15 +67,27 @@ class Vouched(Gate):
         return self._trusted
 
     def admit(self, request: Request) -> str | None:
-        origin = origin_of(request.url)
-        if origin not in self.trusted():
-            self.refused += 1
-            if origin not in self._logged and len(self._logged) < _MAX_LOGGED:
-                self._logged.add(origin)
-                log.warning("proxy refused: not a vouched node url=%s", origin)
-            return f"{origin} is neither one of --nodes nor a member they vouch for"
+        refusal = self.refusal(origin_of(request.url))
+        if refusal is None:
+            seal = self.seal(request.method, request.url.raw_path.decode("latin-1"))
+            if seal is not None:
+                request.headers[HEADER] = seal
+        return refusal
+
+    def refusal(self, origin: str) -> str | None:
+        """Why nothing may go to ``origin`` (``scheme://host:port``); None: it may."""
+        if origin in self.trusted():
+            return None
+        self.refused += 1
+        if origin not in self._logged and len(self._logged) < _MAX_LOGGED:
+            self._logged.add(origin)
+            log.warning("proxy refused: not a vouched node url=%s", origin)
+        return f"{origin} is neither one of --nodes nor a member they vouch for"
+
+    def seal(self, method: str, target: str) -> str | None:
+        """``X-Kiq-Caller`` for a request made for ``CALLER`` (``target``: path and query as
+        sent), a fresh seal each time; None without the secret or for the proxy's own."""
         address = CALLER.get()
-        if self._seal is not None and address is not None:
-            target = request.url.raw_path.decode("latin-1")
-            request.headers[HEADER] = self._seal.seal(request.method, target, address)
-        return None
+        if self._seal is None or address is None:
+            return None
+        return self._seal.seal(method, target, address)

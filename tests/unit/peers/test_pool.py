@@ -212,3 +212,21 @@ def test_a_second_response_nobody_asked_for_closes_the_connection():
 
     run_against(handler, scenario)
     assert connections == 2  # the connection out of step was not used again
+
+
+def test_a_headed_pool_gives_each_response_its_own_header_lines():
+    first = b"HTTP/1.1 200 OK\r\nX-One: 1\r\nvary: a\r\nVary: b\r\ncontent-length: 2\r\n\r\nhi"
+    second = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nx-two: 2\r\n\r\n"
+
+    async def scenario(url: str, _pool: ConnectionPool) -> None:
+        pool = ConnectionPool(headed=True)
+        try:
+            one = await pool.exchange(url, "GET", "/a", b"", {}, 2.0)
+            two = await pool.exchange(url, "GET", "/b", b"", {}, 2.0)
+        finally:
+            pool.close()
+        lines = [(b"X-One", b"1"), (b"vary", b"a"), (b"Vary", b"b"), (b"content-length", b"2")]
+        assert one == (200, lines, b"hi")
+        assert two == (404, [(b"content-length", b"0"), (b"x-two", b"2")], b"")
+
+    run_against(answering(first, second, pieces=3), scenario)

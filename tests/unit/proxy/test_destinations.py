@@ -64,3 +64,20 @@ def test_everything_else_goes_to_any_node_by_turns():
     assert destination(r, "POST", "/v1/words", {}).multiget_table is None
     assert destination(r, "POST", "/v1/tables/t/multiget", {}).multiget_table == "t"
     assert not destination(r, "GET", "/v1/tables/t/range", {"prefix": "MS"}).stream
+
+
+def test_only_a_get_of_one_key_is_one_key_for_the_pooled_relay():
+    made = router()
+    one = {
+        "/v1/tables/t/keys/a": True,
+        "/v1/tables/t/keys/a/windows": True,
+        "/v1/tables/t/keys/a/watch": False,
+        "/v1/tables/t/range": False,
+        "/v1/tables/t/top": False,
+        "/v1/tables/t/by/f/v": False,
+        "/v1/metadata": False,
+    }
+    for path, expected in one.items():
+        assert destination(made, "GET", path, {}).one_key is expected, path
+    assert not destination(made, "POST", "/v1/tables/t/multiget", {}).one_key
+    assert not destination(made, "DELETE", "/v1/tables/t/keys/a", {}).one_key
