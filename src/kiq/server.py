@@ -19,6 +19,7 @@ import asyncio
 import gc
 import logging
 import ssl
+import sys
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
@@ -253,6 +254,7 @@ class KiqApp:
                 gc.collect()
                 gc.freeze()
                 gc.set_threshold(GC_YOUNG, GC_MIDDLE, GC_FULL)
+                sys.setswitchinterval(SWITCH_INTERVAL_S)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.watches.close()
@@ -266,6 +268,11 @@ class KiqApp:
 
 # The collector's thresholds on a serving node (CPython's defaults: 700, 10, 10).
 GC_YOUNG, GC_MIDDLE, GC_FULL = 700, 10, 100
+# How long a thread waiting for the GIL waits before the holder is made to let go
+# (CPython's default: 5 ms). granian's thread takes the GIL to hand each request to the
+# event loop; while scan slices keep the loop busy, the loop takes the GIL back at once
+# each time it lets go, and the request waited the whole interval.
+SWITCH_INTERVAL_S = 0.001
 
 
 def _version() -> str:
