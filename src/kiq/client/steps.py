@@ -117,6 +117,16 @@ async def run_async(
     flow: Flow[T], http: httpx.AsyncClient, refresh: Callable[[], Awaitable[None]]
 ) -> T:
     """Carry ``flow`` out with an asyncio client; a ``Fanout``'s flows run concurrently."""
+    return await drive(flow, lambda step: http.send(_request(http, step)), refresh)
+
+
+async def drive(
+    flow: Flow[T],
+    send: Callable[[Send], Awaitable[Any]],
+    refresh: Callable[[], Awaitable[None]],
+) -> T:
+    """Carry ``flow`` out in asyncio, each ``Send`` through ``send`` (an httpx client's,
+    or ``kiq proxy``'s pooled relay); its ``TransportError`` is the flow's to handle."""
     outcome: Any = None
     error: BaseException | None = None
     while True:
@@ -127,7 +137,7 @@ async def run_async(
         outcome, error = None, None
         if isinstance(step, Send):
             try:
-                outcome = await http.send(_request(http, step))
+                outcome = await send(step)
             except httpx.TransportError as exc:
                 error = exc
         elif isinstance(step, Sleep):
@@ -137,6 +147,6 @@ async def run_async(
         else:
             outcome = list(
                 await asyncio.gather(
-                    *(run_async(f, http, refresh) for f in step.flows), return_exceptions=True
+                    *(drive(f, send, refresh) for f in step.flows), return_exceptions=True
                 )
             )

@@ -18,12 +18,11 @@ by ``ProxyLimits.max_requests``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from kiq.client.steps import Flow, Refresh, Send, Sleep
-from kiq.http_client import USER_AGENT, ConnectError, Response, TransportError
+from kiq.client.steps import Flow, Send, drive
+from kiq.http_client import USER_AGENT, ConnectError, Response
 from kiq.peers.pool import ConnectionPool, Header
 from kiq.proxy.trust import Vouched, origin_of
 from kiq.security.callers import HEADER as CALLER_HEADER
@@ -81,25 +80,7 @@ class Relay:
         self, flow: Flow[Response], path: str, refresh: Callable[[], Awaitable[None]]
     ) -> Relayed:
         """The flow's answer; each ``Send`` is to a node's base URL followed by ``path``."""
-        outcome: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = flow.send(outcome) if error is None else flow.throw(error)
-            except StopIteration as stop:
-                return cast(Relayed, stop.value)
-            outcome, error = None, None
-            if isinstance(step, Send):
-                try:
-                    outcome = await self._send(step, path)
-                except TransportError as exc:
-                    error = exc
-            elif isinstance(step, Sleep):
-                await asyncio.sleep(step.seconds)
-            elif isinstance(step, Refresh):
-                await refresh()
-            else:
-                raise TypeError(f"a relayed read makes no {type(step).__name__}")
+        return cast(Relayed, await drive(flow, lambda step: self._send(step, path), refresh))
 
     async def _send(self, step: Send, path: str) -> Relayed:
         base = step.url[: len(step.url) - len(path)]
