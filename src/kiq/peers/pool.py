@@ -26,6 +26,7 @@ import asyncio
 import socket
 import ssl
 from collections.abc import Mapping
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -179,20 +180,9 @@ class ConnectionPool:
 
         ``headers`` must not hold Host or Content-Length: those are the pool's.
         """
-        address = self._addresses.get(base_url)
-        if address is None:
-            address = self._addresses[base_url] = address_of(base_url, self._ssl)
-        data = request_bytes(method, path, host_of(address), headers, body)
-        loop = asyncio.get_running_loop()
-        conn = await self._acquire(address)
-        timer = loop.call_later(timeout_s, conn._fail, f"no answer within {timeout_s:.3f}s")
-        try:
-            response = await conn.request(data)
-        except BaseException:
-            conn.close()  # cancelled or failed mid-request: the connection is out of step
-            raise
-        finally:
-            timer.cancel()
+        address, conn, response = await self._round_trip(
+            base_url, method, path, body, headers, timeout_s
+        )
         self._release(address, conn)
         return response
 
@@ -208,24 +198,41 @@ class ConnectionPool:
         """``request``, with the response's header lines as received; a ``headed`` pool's.
 
         ``method`` must not be HEAD: its answer's length names a body that never comes."""
+        assert self._connection is _HeadedConnection, "exchange needs a headed pool"
+        address, conn, (status, answer) = await self._round_trip(
+            base_url, method, path, body, headers, timeout_s
+        )
+        headed = cast(_HeadedConnection, conn)
+        lines, headed.headers = headed.headers, []
+        self._release(address, conn)
+        return status, lines, answer
+
+    async def _round_trip(
+        self,
+        base_url: str,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float,
+    ) -> tuple[Address, _Connection, Response]:
+        """One request on a connection of the pool, which the caller gives back (``_release``)
+        once it has read what it needs of it; a connection that failed is closed instead."""
         address = self._addresses.get(base_url)
         if address is None:
             address = self._addresses[base_url] = address_of(base_url, self._ssl)
         data = request_bytes(method, path, host_of(address), headers, body)
         loop = asyncio.get_running_loop()
         conn = await self._acquire(address)
-        assert isinstance(conn, _HeadedConnection), "exchange needs a headed pool"
         timer = loop.call_later(timeout_s, conn._fail, f"no answer within {timeout_s:.3f}s")
         try:
-            status, answer = await conn.request(data)
+            response = await conn.request(data)
         except BaseException:
-            conn.close()
+            conn.close()  # cancelled or failed mid-request: the connection is out of step
             raise
         finally:
             timer.cancel()
-        lines, conn.headers = conn.headers, []
-        self._release(address, conn)
-        return status, lines, answer
+        return address, conn, response
 
     async def _acquire(self, address: Address) -> _Connection:
         idle = self._idle.get(address)
