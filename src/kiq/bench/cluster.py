@@ -10,7 +10,9 @@ import os
 import time
 from pathlib import Path
 
+from kiq.bench.progress import Reporter
 from kiq.bench.stack import CLUSTER, Stack
+from kiq.bench.stats import with_children
 from kiq.errors import KiqError
 from kiq.runtime.nodes import LocalNode
 
@@ -99,6 +101,28 @@ def _actives_by_table(node: LocalNode) -> dict[tuple[str, int], str]:
         for p in table["partitions"]
         if p["active"] is not None
     }
+
+
+def one_node(
+    stack: Stack,
+    show: Reporter,
+    tables: list[str],
+    last: dict[int, int],
+    pin: bool,
+    env: dict[str, str] | None = None,
+    authorization: str | None = None,
+) -> tuple[LocalNode, bool]:
+    """One node serving ``tables`` (``table=topic``), settled and caught up to ``last``
+    (``wait_applied``'s, of the first table), then pinned apart from the load when ``pin``:
+    the node and whether it was pinned (``pin_apart``)."""
+    show.phase("starting a node")
+    nodes = start_nodes(stack, 1, tables, env, authorization)
+    wait_settled(nodes)
+    show.phase("catching up")
+    wait_applied(nodes, tables[0].split("=", 1)[0], last)
+    node = nodes[0]
+    pids = [pid for pid in with_children([node.proc.pid if node.proc else None]) if pid]
+    return node, pin and pin_apart(pids)
 
 
 def pin_apart(node_pids: list[int]) -> bool:

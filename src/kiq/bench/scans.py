@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 import orjson
 
-from kiq.bench.cluster import pin_apart, start_nodes, wait_applied, wait_settled
+from kiq.bench.cluster import one_node
 from kiq.bench.dataset import TABLE, key_of, load_quotes
 from kiq.bench.progress import Reporter, reporter
 from kiq.bench.stack import local_stack
@@ -62,14 +62,8 @@ def run_scans(cfg: ScansConfig, progress: Reporter | None = None) -> dict[str, o
         keys = [key_of(i) for i in range(cfg.keys)]
         show.phase(f"loading {cfg.keys:,} keys")
         last = load_quotes(stack.bootstrap, TOPIC, keys)
-        show.phase("starting a node")
-        nodes = start_nodes(stack, 1, [f"{TABLE}={TOPIC}"])
-        wait_settled(nodes)
-        show.phase("catching up")
-        wait_applied(nodes, TABLE, last)
-        node = nodes[0]
+        node, pinned = one_node(stack, show, [f"{TABLE}={TOPIC}"], last, cfg.pin)
         pids = with_children([node.proc.pid if node.proc else None])
-        pinned = cfg.pin and pin_apart([pid for pid in pids if pid is not None])
         directory = stack.home / "wrk-scans"
         directory.mkdir(parents=True, exist_ok=True)
         targets = [("127.0.0.1", node.port)]

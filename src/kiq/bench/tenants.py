@@ -27,11 +27,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kiq.bench.auth import bench_auth
-from kiq.bench.cluster import pin_apart, start_nodes, wait_applied, wait_settled
+from kiq.bench.cluster import one_node
 from kiq.bench.dataset import TABLE, key_of, load_quotes
 from kiq.bench.progress import Reporter, reporter
 from kiq.bench.stack import local_stack
-from kiq.bench.stats import with_children
 from kiq.bench.wrk import WrkResult, run_wrk, write_script, wrk_executable
 from kiq.errors import ConfigError, KiqError
 
@@ -69,14 +68,9 @@ def run_tenants(cfg: TenantsConfig, progress: Reporter | None = None) -> dict[st
         quotas = {"green": {"rate": 2 * cfg.background}} if cfg.background else {}
         tenants = {"rate": cfg.quota, "quotas": quotas}
         env = auth.env | {"KIQ_LIMITS_TENANTS": json.dumps(tenants)}
-        show.phase("starting a node")
-        nodes = start_nodes(stack, 1, [f"{TABLE}={TOPIC}"], env, auth.authorization)
-        wait_settled(nodes)
-        show.phase("catching up")
-        wait_applied(nodes, TABLE, last)
-        node = nodes[0]
-        pids = with_children([node.proc.pid if node.proc else None])
-        pinned = cfg.pin and pin_apart([pid for pid in pids if pid is not None])
+        node, pinned = one_node(
+            stack, show, [f"{TABLE}={TOPIC}"], last, cfg.pin, env, auth.authorization
+        )
         directory = stack.home / "wrk-tenants"
         directory.mkdir(parents=True, exist_ok=True)
         targets = [("127.0.0.1", node.port)]
