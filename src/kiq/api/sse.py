@@ -10,6 +10,7 @@ the connection alive), or None at its end. The writer stops when the client goes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
@@ -55,25 +56,60 @@ async def send_stream(
 ) -> None:
     """Writes ``frames`` as ``text/event-stream`` until it ends or the client goes.
 
-    One task per stream besides this one: it waits for the client to go and then cancels
-    this one wherever it waits (``Frames.next`` must be safe to cancel)."""
-    writer = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    gone = loop.create_task(_disconnected(receive))
-    stuck = False  # a write outlived SEND_TIMEOUT_S: the writer was cancelled for it
-
-    def too_slow() -> None:
-        nonlocal stuck
-        stuck = True
-        if writer is not None:
-            writer.cancel()
-
-    if writer is not None:
-        gone.add_done_callback(lambda _: writer.cancel())
+    The frames are written by a task of their own, and this one waits for the client to
+    go: an event then resumes the writer's few coroutines, not the route's whole chain
+    of middleware above this call, which every event resumed when this task wrote
+    (``kiq bench watch``). ``Frames.next`` must be safe to cancel."""
     try:
         await send(
             {"type": "http.response.start", "status": 200, "headers": _HEADERS + (headers or [])}
         )
+    except BaseException:
+        frames.close()
+        raise
+    here = asyncio.current_task()
+    writer = asyncio.get_running_loop().create_task(_write(send, frames, heartbeat_s))
+    listening = False
+
+    def ended(_: object) -> None:
+        if listening and here is not None:
+            here.cancel()  # delivered where this task waits for the client, nowhere else
+
+    writer.add_done_callback(ended)
+    try:
+        listening = True
+        try:
+            await _disconnected(receive)
+        finally:
+            listening = False
+    except asyncio.CancelledError:
+        if not writer.done():
+            writer.cancel()
+            raise  # not the writer ending: the server stopping
+        if here is not None:
+            here.uncancel()
+    else:
+        writer.cancel()  # the client went
+    with contextlib.suppress(asyncio.CancelledError):
+        await writer  # its end, or what it raised
+
+
+async def _write(
+    send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    frames: Frames,
+    heartbeat_s: float,
+) -> None:
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    stuck = False  # a write outlived SEND_TIMEOUT_S: this task was cancelled for it
+
+    def too_slow() -> None:
+        nonlocal stuck
+        stuck = True
+        if me is not None:
+            me.cancel()
+
+    try:
         while True:
             batch = await frames.next(heartbeat_s)
             body = HEARTBEAT if batch == [] else b"".join(batch or ())
@@ -88,17 +124,14 @@ async def send_stream(
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
     except asyncio.CancelledError:
-        if stuck and not gone.done():
-            if writer is not None:
-                writer.uncancel()
-            log.info("event stream dropped: the client took nothing for %.0fs", SEND_TIMEOUT_S)
-            return
-        if not gone.done():
-            raise  # not the client going: the server stopping
+        if not stuck:
+            raise
+        if me is not None:
+            me.uncancel()
+        log.info("event stream dropped: the client took nothing for %.0fs", SEND_TIMEOUT_S)
     except OSError:
         pass  # the client went while we wrote
     finally:
-        gone.cancel()
         frames.close()
 
 

@@ -11,11 +11,11 @@ serves and has caught up with what the feed told, a relay when it no longer serv
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
 from kiq.errors import StoreClosedError
+from kiq.live.deliveries import Deliveries
 from kiq.live.events import Cursor, Kind
 from kiq.live.feeds import UNKNOWN, Feed
 from kiq.live.subscription import Subscription
@@ -24,7 +24,6 @@ from kiq.replicas import ReplicaState, reads
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.replicas.taps import Taps
 from kiq.routing import ReplicaReader, servable
-from kiq.stores.base import Change
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +55,7 @@ class Watches:
         self._feeds: dict[tuple[str, int], Feed] = {}
         self._count = 0
         self._checker: asyncio.Task[None] | None = None
+        self._deliveries: Deliveries | None = None  # made on the loop, by the first tap
 
     @property
     def count(self) -> int:
@@ -160,13 +160,9 @@ class Watches:
         return replica if replica is not None and servable(replica, None) else None
 
     def _attach(self, feed: Feed, replica: ReadOnlyReplica) -> None:
-        loop = asyncio.get_running_loop()
-        applied = feed.applied
-
-        def tap(through: int, changes: list[Change], expired: frozenset[int]) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: the node is stopping
-                loop.call_soon_threadsafe(applied, through, changes, expired)
-
+        if self._deliveries is None:
+            self._deliveries = Deliveries(asyncio.get_running_loop())
+        tap = self._deliveries.tap(feed.applied)
         feed.local = True
         feed.served_by = self.node_id
         _freshness(feed, replica)
