@@ -33,10 +33,13 @@ import logging
 import shutil
 import struct
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import compress, repeat
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from rocksdict import (
@@ -82,6 +85,7 @@ _REINDEX_BATCH = 10_000
 _TOP_TRIES = 2
 _OFFSET = struct.Struct(">q")
 _OFFSET_SIZE = _OFFSET.size
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)  # a change's key, its value
 
 # Files a store keeps open. Level compaction keeps a store's files few (a few L0
 # files and 64 MiB files below), so this cap rarely closes one; it bounds a node's
@@ -215,6 +219,11 @@ class RocksDBPartitionStore(PartitionStore):
         indexed = rank_by is not None or _RANK_CF in present
         if indexed:
             families.update({name: _options(budget, 4 * _MIB) for name in _RANK_FAMILIES})
+            # Every write looks its keys' old scores up (``_rerank``): a bloom filter of the
+            # memtable's keys (2% of its size, ~80 KiB) answers a miss, all of a restore's,
+            # without a search of the memtable (0.37 µs a key down to 0.22).
+            families[_SCORE_CF].set_memtable_prefix_bloom_ratio(0.02)
+            families[_SCORE_CF].set_memtable_whole_key_filtering(True)
         with_index = bool(self._index) or _INDEX_CF in present
         self._index_families_open = False  # True only in a secondary: its primary's
         if with_index:
@@ -337,17 +346,23 @@ class RocksDBPartitionStore(PartitionStore):
 
     def _rerank(self, wb: WriteBatch, batch: Sequence[Change], field: str) -> None:
         """Adds to ``wb`` what moves each key of ``batch`` in the rank order (under the lock)."""
-        keys: list[Any] = list(dict.fromkeys(key for key, _, _ in batch))
+        keys: list[Any] = list(map(_FIRST, batch))
         found: list[bytes | None] = self._families[_SCORE_CF].get(keys) or []  # one multi-get
         score_cf = self._handles[_SCORE_CF]
         rank_cf = self._handles[_RANK_CF]
-        scores = scorer_of(field).many([value for _, value, _ in batch])
+        scores = scorer_of(field).many(list(map(_SECOND, batch)))
         put, delete = wb.put, wb.delete
-        if len(keys) == len(batch) and not any(found):  # each key once, none ranked yet
-            for key, new in zip(keys, scores, strict=True):  # (a restore's batches)
-                if new is not None:
-                    put(new + key, b"", rank_cf)
-                    put(key, new, score_cf)
+        if not any(found) and len(set(keys)) == len(keys):
+            # Each key once, none ranked yet (a restore's batches): puts alone, with as few
+            # Python steps a key as can be (``_put_all``).
+            ranked: list[bytes] = keys
+            given = cast(list[bytes], scores)
+            if not all(scores):  # a value not ranked (a score is never empty bytes)
+                ranked = list(compress(keys, scores))
+                given = [score for score in scores if score is not None]
+            _put_all(wb, score_cf, ranked, given)
+            entries = list(map(bytes.__add__, given, ranked))
+            _put_all(wb, rank_cf, entries, repeat(b"", len(entries)))
             return
         now: dict[bytes, bytes | None] = dict(zip(keys, found, strict=True))
         for (key, _, _), new in zip(batch, scores, strict=True):
@@ -819,6 +834,15 @@ class RocksDBPartitionStore(PartitionStore):
 
     def __repr__(self) -> str:
         return f"RocksDBPartitionStore({str(self._path)!r})"
+
+
+def _put_all(wb: WriteBatch, family: Any, keys: Iterable[bytes], values: Iterable[bytes]) -> None:
+    """Puts each key's value into ``family`` with no Python loop: ``put`` with the family as
+    the batch's default takes a third less than with it as an argument. The default is the
+    data's again after."""
+    wb.set_default_column_family(family)
+    deque(map(wb.put, keys, values), 0)
+    wb.set_default_column_family(None)
 
 
 def _families_of(path: Path) -> set[str]:

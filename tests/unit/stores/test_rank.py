@@ -79,6 +79,28 @@ def test_updates_move_keys_and_tombstones_remove_them(store: PartitionStore):
     assert store.get(b"e") is None
 
 
+def test_a_first_batch_with_keys_twice_and_values_not_ranked(store: PartitionStore):
+    # A store with nothing ranked yet takes a batch of new keys as puts alone: not when a
+    # key comes twice (its first entry would stay in the order), and never for a tombstone
+    # or a value that is not ranked.
+    store.apply(
+        [
+            (b"a", _value(5), 1),
+            (b"b", _value(9), 2),
+            (b"c", _value("x"), 3),
+            (b"a", _value(1), 4),
+            (b"d", None, 5),
+            (b"e", _value(3), 6),
+        ],
+        6,
+    )
+    assert _keys(store) == [b"b", b"e", b"a"]
+    store.apply([(b"f", _value(4), 7), (b"g", None, 8), (b"h", _value([]), 9)], 9)
+    assert _keys(store) == [b"b", b"f", b"e", b"a"]
+    store.apply([(b"b", _value(0), 10)], 10)
+    assert _keys(store) == [b"f", b"e", b"a", b"b"]
+
+
 def test_values_that_are_not_ranked(store: PartitionStore):
     store.apply(
         [
