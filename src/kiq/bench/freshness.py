@@ -13,12 +13,17 @@ import threading
 import time
 from dataclasses import dataclass
 
+import msgspec
+
 from kiq import catalog
 from kiq.bench.probes import FEED_LINGER_MS, Prober
 from kiq.bench.progress import Reporter, reporter
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import percentile
+from kiq.catalog import PROGRESS_TOPIC
 from kiq.feeds import TickProducer, TickSimulator, pace
+from kiq.kafka import compacted
+from kiq.progress import QueryProgress
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,9 @@ def run_freshness(cfg: FreshnessConfig, progress: Reporter | None = None) -> dic
             show.phase(f"warming up at {cfg.rate:,.0f} ticks/s", cfg.warmup_s)
             time.sleep(cfg.warmup_s)
             show.phase("measuring", cfg.duration_s)
+            before = None if cfg.serving else ended_batches(stack.bootstrap)
             asyncio.run(prober.measure(cfg.duration_s, cfg.probe_every_s))
+            after = None if cfg.serving else ended_batches(stack.bootstrap)
             show.phase("stopping the feed")
         finally:
             stop.set()
@@ -79,7 +86,7 @@ def run_freshness(cfg: FreshnessConfig, progress: Reporter | None = None) -> dic
                 thread.join(60)
         stats = fed.get("stats")
     samples = prober.samples
-    return {
+    out: dict[str, object] = {
         "scenario": "freshness-serving" if cfg.serving else "freshness",
         "trigger": "none" if cfg.serving else cfg.trigger,
         "rate_target": cfg.rate,
@@ -90,6 +97,26 @@ def run_freshness(cfg: FreshnessConfig, progress: Reporter | None = None) -> dic
         "max_ms": round(max(samples), 1) if samples else float("nan"),
         "errors": len(prober.errors),
     }
+    if before is not None and after is not None:
+        # Batches one query ended while probes were measured: the boundaries the window
+        # holds (its figures show what a boundary costs only if there is one). A Real-Time
+        # Mode query's, where the pipeline has one: its micro-batch queries end many.
+        ended = {q: batch - before.get(q, ("", -1))[1] for q, (_, batch) in after.items()}
+        realtime = [n for q, n in ended.items() if after[q][0] == "realtime"]
+        out["batch_boundaries_in_window"] = max(realtime or ended.values(), default=0)
+    return out
+
+
+def ended_batches(bootstrap: str) -> dict[str, tuple[str, int]]:
+    """Each query's trigger and last ended batch, from the pipelines' progress records."""
+    batches = {}
+    for key, raw in compacted.read_latest(bootstrap, PROGRESS_TOPIC, timeout_s=10).items():
+        try:
+            record = msgspec.json.decode(raw, type=QueryProgress)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue  # not a progress record this kiq reads: not counted
+        batches[key] = (record.trigger, record.batch)
+    return batches
 
 
 def _last(samples: list[float]) -> float | None:
