@@ -4,8 +4,9 @@ A materializer applies what it fetched as soon as it has it: at a thousand recor
 second that is a batch every millisecond or two. Handed over one at a time, each batch
 woke the event loop, then the streams it reached, then the server's I/O thread to write
 them: one full round of wake-ups per record, which cost more than the events themselves
-(``kiq bench watch``: about 125 µs of CPU an event on a bare ASGI server sending one event
-a millisecond, 35-40 µs with the same events sent 5 ms at a time). So the first batch
+(``scripts/bench_sse_floor.py``: 123 µs of a bare ASGI server's CPU an event sent a
+millisecond apart, 30 µs with the same events sent 10 ms' worth at a time; ``kiq bench
+watch``: 147 µs beyond ingest before, 51-58 after). So the first batch
 after a quiet interval goes at once, and what follows within the interval waits for
 its end and goes with the rest: a change waits at most ``interval_s`` more.
 """
