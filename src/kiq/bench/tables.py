@@ -6,13 +6,15 @@ Four figures, all from one stack:
 1. Ingest: one fresh node restores the same ``keys`` quotes as a plain table, as a table
    ranked by ``bid``, as a table indexed by ``bid`` (``index``), and as a table with a TTL
    (none expire: the TTL's cost on the write path alone), each twice, interleaved; the
-   best records/s of each and its ratio to the plain one's.
+   best records/s of each (from the first record applied to the last replica caught up)
+   and its ratio to the plain one's.
 2. Reads on 3 nodes, entering through n1 (forwards included): point lookups of random
    keys (the baseline), ``GET /v1/tables/ranked/top?n=10`` over the ``keys`` ranked keys
    (every partition asked once, merged), ``GET .../keys/{k}/windows?limit=100`` of a
    random entity of a windowed table, and ``GET /v1/tables/indexed/by/bid/{b}?limit=10``
    (an equality of the index, the bid of a random key: every partition asked once, the
-   first 10 by key); requests/s, p50 and p99 of each, their ratios to the lookups. The
+   first 10 by key); requests/s, p50, p99 and the nodes' CPU per request of each, and
+   their ratios to the lookups: ``rounds`` passes of each, in turns, their medians. The
    top-10 and the equalities are checked against references computed from the data.
    Then lookups and equalities one at a time, in turns (``*_unloaded_*``): what one costs
    with nothing queued beside it; the loaded figures count a fan-out's work as queueing.
@@ -30,6 +32,7 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
+from statistics import median
 
 import aiohttp
 import orjson
@@ -39,7 +42,7 @@ from kiq.bench.dataset import PARTITIONS, key_of, load_quotes, quote
 from kiq.bench.progress import Reporter, reporter
 from kiq.bench.restore import until_serving
 from kiq.bench.stack import Stack, local_stack
-from kiq.bench.stats import percentile
+from kiq.bench.stats import cpu_seconds, percentile
 from kiq.catalog import CATALOG_TOPIC
 from kiq.errors import ConfigError, KiqError
 from kiq.kafka import compacted, create_topics, end_offsets
@@ -62,12 +65,13 @@ class TablesConfig:
     windows: int = 100
     requests: int = 2_000
     concurrency: int = 16
+    rounds: int = 3
     ttl_s: float = 5.0
 
 
 def run_tables(cfg: TablesConfig, progress: Reporter | None = None) -> dict[str, object]:
-    if min(cfg.keys, cfg.entities, cfg.windows, cfg.requests, cfg.concurrency) < 1:
-        raise ConfigError("--keys, --entities, --windows, --requests must be positive")
+    if min(cfg.keys, cfg.entities, cfg.windows, cfg.requests, cfg.concurrency, cfg.rounds) < 1:
+        raise ConfigError("--keys, --entities, --windows, --requests, --rounds must be positive")
     out: dict[str, object] = {"scenario": "tables", "keys": cfg.keys}
     with reporter(progress, "tables") as show, local_stack(progress=show) as stack:
         keys = [key_of(i) for i in range(cfg.keys)]
@@ -129,21 +133,55 @@ def run_tables(cfg: TablesConfig, progress: Reporter | None = None) -> dict[str,
             ],
             "by_equal": [f"/v1/tables/indexed/by/bid/{bid}?limit=10" for bid in bids],
         }
-        reads: dict[str, dict[str, float]] = {}
-        for name, some in paths.items():
-            show.phase(f"reads: {name}")
-            done: list[float] = []
-            show.watch("requests", done.__len__, rate=True)  # counted while it fills
-            reads[name] = asyncio.run(_load(front, some, cfg.concurrency, done))
-            show.set(f"{name}/s", reads[name]["per_s"])
-        base = reads["lookup"]
+        reads = _rounds(front, paths, cfg, [n.proc.pid if n.proc else None for n in nodes], show)
         for name, figures in reads.items():
             out |= {f"{name}_{k}": v for k, v in figures.items()}
-            if name != "lookup":
-                out[f"{name}_p50_vs_lookup"] = round(figures["p50_ms"] / base["p50_ms"], 2)
-                out[f"{name}_p99_vs_lookup"] = round(figures["p99_ms"] / base["p99_ms"], 2)
-                out[f"{name}_throughput_vs_lookup"] = round(figures["per_s"] / base["per_s"], 3)
         out |= _unloaded(front, paths, show)
+    return out
+
+
+def _rounds(
+    front: str,
+    paths: dict[str, list[str]],
+    cfg: TablesConfig,
+    pids: list[int | None],
+    show: Reporter,
+) -> dict[str, dict[str, float]]:
+    """Each kind of read ``cfg.rounds`` times, the kinds in turns: per kind, the median of
+    its rounds' requests/s, p50, p99 and the nodes' CPU per request (µs, all three nodes),
+    and the median of its rounds' ratios to that round's lookups. One pass of each was
+    0.2-1 s on the 2-core machine: a compaction or a collection in one of them moved its
+    p50 ratio from 1.2x to 4x between runs of the same code."""
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in paths}
+    for round_ in range(1, cfg.rounds + 1):
+        for name, some in paths.items():
+            show.phase(f"reads: {name}, round {round_}/{cfg.rounds}")
+            done: list[float] = []
+            show.watch("requests", done.__len__, rate=True)  # counted while it fills
+            before = cpu_seconds(pids)
+            figures = asyncio.run(_load(front, some, cfg.concurrency, done))
+            after = cpu_seconds(pids)
+            if before is not None and after is not None:
+                figures["node_cpu_us"] = round((after - before) / len(some) * 1e6, 1)
+            rounds[name].append(figures)
+            show.set(f"{name}/s", figures["per_s"])
+    out: dict[str, dict[str, float]] = {}
+    base = rounds["lookup"]
+    for name, runs in rounds.items():
+        out[name] = {k: median([run[k] for run in runs]) for k in runs[0]}
+        out[name]["errors"] = sum(run["errors"] for run in runs)
+        if name == "lookup":
+            continue
+        for figure, field, digits in (
+            ("p50_ms", "p50_vs_lookup", 2),
+            ("p99_ms", "p99_vs_lookup", 2),
+            ("node_cpu_us", "cpu_vs_lookup", 2),
+            ("per_s", "throughput_vs_lookup", 3),
+        ):
+            if figure in runs[0]:
+                pairs = zip(runs, base, strict=True)
+                ratios = [run[figure] / lookup[figure] for run, lookup in pairs]
+                out[name][field] = round(median(ratios), digits)
     return out
 
 

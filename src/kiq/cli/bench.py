@@ -201,6 +201,7 @@ def tables(
     windows: Annotated[int, typer.Option(help="one-minute windows per entity")] = 100,
     requests: Annotated[int, typer.Option(help="GETs of each kind, through n1")] = 2_000,
     concurrency: Annotated[int, typer.Option(help="GETs in flight at once")] = 16,
+    rounds: Annotated[int, typer.Option(help="passes of each kind of read, in turns")] = 3,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
 ) -> None:
     """Rank, index and TTL cost on restore, expiry speed, top-10, window and index equality
@@ -208,7 +209,12 @@ def tables(
     from kiq.bench.tables import TablesConfig, run_tables
 
     cfg = TablesConfig(
-        keys=keys, entities=entities, windows=windows, requests=requests, concurrency=concurrency
+        keys=keys,
+        entities=entities,
+        windows=windows,
+        requests=requests,
+        concurrency=concurrency,
+        rounds=rounds,
     )
     _measure("tables", f"{keys:,} keys, 3 nodes", lambda: run_tables(cfg), json_out)
 

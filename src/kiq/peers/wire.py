@@ -426,6 +426,9 @@ class ReplicaStatus(msgspec.Struct, frozen=True):
     fault: str | None = None
     keys: int = 0  # the store's count (RocksDB's estimate)
     bytes: int = 0  # the store's size on disk (SST files)
+    # Wall clock (epoch ms): its first record applied while restoring, and its catching up.
+    restore_began_at_ms: int | None = None
+    caught_up_at_ms: int | None = None
 
     @classmethod
     def of(cls, described: Mapping[str, object]) -> ReplicaStatus:

@@ -338,6 +338,8 @@ class Materializer:
         ``last``; False when it cannot go on (the store refused them)."""
         if last < replica.position:
             return True
+        if replica.restore_began_at_ms is None and replica.state is ReplicaState.RESTORING:
+            replica.restore_began_at_ms = int(time.time() * 1000)
         batch, guards = self._decode(runtime, messages, keys, replica) if messages else ([], {})
         if guards:
             batch = self._guarded(replica, batch, guards)

@@ -52,12 +52,14 @@ class Replica(Positioned):
         "aging",
         "batches",
         "caught_up_at",
+        "caught_up_at_ms",
         "end_offset",
         "fault",
         "lingering_since",
         "opened_at",
         "partition",
         "position",
+        "restore_began_at_ms",
         "restored",
         "role",
         "state",
@@ -88,6 +90,10 @@ class Replica(Positioned):
         self.restored = 0  # records applied since this replica was opened
         self.opened_at = time.monotonic()
         self.caught_up_at: float | None = None
+        # The same two moments on the wall clock (epoch ms), comparable across replicas:
+        # its first record applied while restoring, and its catching up.
+        self.restore_began_at_ms: int | None = None
+        self.caught_up_at_ms: int | None = None
         self.lingering_since: float | None = None
         self.fault: str | None = None
         self.waits = OffsetWaits()
@@ -108,6 +114,7 @@ class Replica(Positioned):
     def mark_caught_up(self) -> None:
         if self.state is ReplicaState.RESTORING:
             self.caught_up_at = time.monotonic()
+            self.caught_up_at_ms = int(time.time() * 1000)
             self.move_to(ReplicaState.ACTIVE if self.role is Role.ACTIVE else ReplicaState.STANDBY)
 
     def describe(self) -> dict[str, object]:
@@ -123,6 +130,8 @@ class Replica(Positioned):
             "restore_s": None
             if self.caught_up_at is None
             else round(self.caught_up_at - self.opened_at, 3),
+            "restore_began_at_ms": self.restore_began_at_ms,
+            "caught_up_at_ms": self.caught_up_at_ms,
             "lingering": self.lingering_since is not None,
             "fault": self.fault,
             **self._size(),

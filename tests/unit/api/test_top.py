@@ -262,3 +262,25 @@ def test_the_top_record_travels_as_an_array():
     assert decode_top(older) == Top("t", 1, 5, b"", None, b"") == Top("t", 1, 5)
     with pytest.raises(msgspec.ValidationError):
         decode_top(msgspec.msgpack.encode(["t", 1, "ten"]))
+
+
+def test_the_same_top_asked_at_once_asks_each_peer_once_unless_bounded(pair):
+    """Tops under way at once share one fan-out (``api.shared``); a top bounded by a
+    session token is the caller's own."""
+    cluster, n1, _ = pair
+
+    async def at_once(*headers: tuple[bytes, bytes]) -> list[Any]:
+        asked = (call(n1.app, "GET", "/v1/tables/t/top?n=5", headers=headers) for _ in range(3))
+        return list(await asyncio.gather(*asked))
+
+    cluster.transport.sent.clear()
+    replies = run(at_once())
+    assert [r.status for r in replies] == [200, 200, 200]
+    assert all([i["key"] for i in r.json()["items"]] == reference(5) for r in replies)
+    assert [path for _, path, _ in cluster.transport.sent] == [INTERNAL_TOP_MANY]
+    assert n1.app.batches.tops.joined == 2
+
+    cluster.transport.sent.clear()
+    replies = run(at_once((b"x-kiq-after", b"t:2=0")))
+    assert [r.status for r in replies] == [200, 200, 200]
+    assert [path for _, path, _ in cluster.transport.sent] == [INTERNAL_TOP_MANY] * 3

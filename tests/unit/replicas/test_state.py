@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
@@ -179,6 +180,7 @@ def test_describe():
     r.mark_caught_up()
     d = r.describe()
     assert 0 <= d.pop("restore_s") < 1  # opened and caught up just now
+    assert abs(d.pop("caught_up_at_ms") - time.time() * 1000) < 60_000  # on the wall clock
     assert d == {
         "table": "users",
         "partition": 3,
@@ -188,6 +190,7 @@ def test_describe():
         "end_offset": 15,
         "lag": 5,
         "restored_records": 0,
+        "restore_began_at_ms": None,  # it applied no record while restoring
         "lingering": False,
         "fault": None,
         "keys": 1,  # the store's own count and size
