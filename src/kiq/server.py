@@ -20,13 +20,14 @@ import gc
 import logging
 import ssl
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
 
 from kiq.api import openapi
 from kiq.api.auth import Access, caller, guard_lookup
 from kiq.api.batches import Batches
+from kiq.api.counted import route_label
 from kiq.api.errors import error_response, send_error
 from kiq.api.handlers import Handlers
 from kiq.api.holds import Holds
@@ -40,11 +41,20 @@ from kiq.api.tenants import Tenants, gate_lookups
 from kiq.api.watch import WatchApi
 from kiq.app.endpoints import Declare, declared_routes, endpoints_for
 from kiq.live import Watches
+from kiq.metrics import NodeMetrics
 from kiq.node import NodeView, ServedNode
 from kiq.ops.dashboard import PipelineProgress
 from kiq.ops.versions import CatalogAdmin, VersionsApi
 from kiq.peers import HedgePolicy, Peers
 from kiq.peers.channel_server import LookupChannels
+from kiq.peers.wire import (
+    INTERNAL_BY_INDEX,
+    INTERNAL_BY_INDEX_MANY,
+    INTERNAL_MULTIGET,
+    INTERNAL_SCAN,
+    INTERNAL_TOP,
+    INTERNAL_TOP_MANY,
+)
 from kiq.routing import ReplicaReader, Router
 from kiq.routing.turns import ScanGate
 from kiq.security import Security
@@ -121,9 +131,23 @@ class KiqApp:
         self.peers = peers
         reader = ReplicaReader(view, self.router, peers, limits)
         self.lookups = Lookups(view, reader, peers)
-        # peers' lookup batches, checked and answered as POST /v1/internal/lookups would be
-        self._channels = LookupChannels(self.lookups, self.access, caller, error_response)
         self.batches = Batches(view, reader, limits.max_multiget_keys)
+        # peers' lookup batches and small reads, checked and answered as their POSTs would be
+        self._channels = LookupChannels(
+            self.lookups,
+            self.access,
+            caller,
+            error_response,
+            {
+                INTERNAL_MULTIGET: self.batches.internal_multiget,
+                INTERNAL_SCAN: self.batches.internal_scan,
+                INTERNAL_TOP: self.batches.internal_top,
+                INTERNAL_TOP_MANY: self.batches.internal_top_many,
+                INTERNAL_BY_INDEX: self.batches.internal_by_index,
+                INTERNAL_BY_INDEX_MANY: self.batches.internal_by_index_many,
+            },
+            _counted_as_posts(view.metrics),
+        )
         self._writer = writer
         declared = list(declared_routes(endpoints, base))
         self.watches = Watches(
@@ -273,6 +297,15 @@ GC_YOUNG, GC_MIDDLE, GC_FULL = 700, 10, 100
 # event loop; while scan slices keep the loop busy, the loop takes the GIL back at once
 # each time it lets go, and the request waited the whole interval.
 SWITCH_INTERVAL_S = 0.001
+
+
+def _counted_as_posts(metrics: NodeMetrics) -> Callable[[str, int, float], None]:
+    """Where a read answered on a channel is counted: under its POST's route, as over HTTP."""
+
+    def record(path: str, status: int, seconds: float) -> None:
+        metrics.route(route_label("POST", path)).record(status, seconds)
+
+    return record
 
 
 def _version() -> str:

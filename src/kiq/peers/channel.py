@@ -1,4 +1,4 @@
-"""Lookup batches over one WebSocket per peer, many batches in flight on it at once.
+"""Lookup batches and small reads over one WebSocket per peer, many in flight on it at once.
 
 An HTTP request per batch cost the owner a whole POST through its server and router
 and the asker a request and a response to frame and parse: several times a local
@@ -9,6 +9,12 @@ node-to-node request), then every batch is one binary message tagged with an id
 for ``min_offset`` holds no other back. Each message carries the credential and the
 statement its HTTP request would carry, over the same body, and its answer is sealed
 the same way, so the security of a batch does not depend on the channel.
+
+The reads of a fan-out (a top's heads, a window page, an index page: ``wire.CHANNEL_READS``)
+travel on the same channel as asks naming their path, when the peer upgraded with the
+``kiq-reads`` subprotocol and the answer holds at most ``wire.CHANNEL_MAX_ROWS`` rows: over
+HTTP each cost the owner a POST through its router, several times the read itself. A peer
+that upgrades without it (an older kiq) raises ``NoReads`` for a read: HTTP carries those.
 
 A peer that does not upgrade (an older node, a process that serves no channel) raises
 ``ChannelRefused``: the sender (``sender.py``) sends its batches over HTTP, and tries again after
@@ -59,6 +65,7 @@ from kiq.peers.pool import (
 )
 from kiq.peers.wire import (
     INTERNAL_CHANNEL,
+    READS_PROTOCOL,
     ChannelAsk,
     DecodeError,
     decode_channel_answer,
@@ -79,6 +86,14 @@ class ChannelRefused(Exception):
     """The peer answered the upgrade with no channel: send it HTTP requests instead."""
 
 
+class NoReads(ChannelRefused):
+    """The peer's channel carries lookup batches alone (an older kiq): a read goes over
+    HTTP, the channel stays for the lookups."""
+
+
+_READS = READS_PROTOCOL.encode()
+
+
 class _Channel(asyncio.Protocol):
     """One upgraded connection: the handshake, then answers matched to asks by id."""
 
@@ -89,6 +104,7 @@ class _Channel(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.away = False  # closed by a peer that is stopping
+        self.reads = False  # upgraded with ``READS_PROTOCOL``: it carries reads too
         self.heard = 0  # messages received: a timeout with none since its ask closes
         # Its loop, asked once: ``asyncio.get_running_loop`` is a system call (getpid).
         self.loop = asyncio.get_running_loop()
@@ -148,14 +164,21 @@ class _Channel(asyncio.Protocol):
         if len(status) < 2 or status[1] != b"101":
             self._refuse(f"upgrade answered {lines[0][:80]!r}")
             return b""
-        accept = b""
+        accept = protocol = b""
         for line in lines[1:]:
             name, _, value = line.partition(b":")
-            if name.strip().lower() == b"sec-websocket-accept":
+            name = name.strip().lower()
+            if name == b"sec-websocket-accept":
                 accept = value.strip()
+            elif name == b"sec-websocket-protocol":
+                protocol = value.strip()
         if accept != self._accept:
             self._refuse("upgrade answered with a wrong Sec-WebSocket-Accept")
             return b""
+        if protocol and protocol != _READS:  # RFC 6455: only a subprotocol offered
+            self._refuse(f"upgrade chose a subprotocol not offered: {protocol[:40]!r}")
+            return b""
+        self.reads = protocol == _READS
         self.opened.set_result(None)
         return rest
 
@@ -183,10 +206,11 @@ class _Channel(asyncio.Protocol):
             waiter.set_result((answer.status, answer.body))
 
     def ask(
-        self, body: bytes, credential: str, principal: str
+        self, body: bytes, credential: str, principal: str, path: str = ""
     ) -> tuple[int, asyncio.Future[Response]]:
-        """Sends one ask; its id and the future of its answer. ``ChannelRefused`` when the
-        peer closed the channel going away before it went."""
+        """Sends one ask (``path``: a read's, ``ChannelAsk``); its id and the future of its
+        answer. ``ChannelRefused`` when the peer closed the channel going away before it
+        went."""
         if self.away:  # the batch has not gone: HTTP may still reach the peer as it drains
             raise ChannelRefused("the peer is stopping")
         if self.closed:  # lost between its opening and this ask
@@ -194,7 +218,7 @@ class _Channel(asyncio.Protocol):
         ask_id = self._next_id = self._next_id + 1
         waiter: asyncio.Future[Response] = self.loop.create_future()
         self._waiting[ask_id] = waiter
-        self._write(client_frame(encode(ChannelAsk(ask_id, body, credential, principal))))
+        self._write(client_frame(encode(ChannelAsk(ask_id, body, credential, principal, path))))
         return ask_id, waiter
 
     def expire(self, ask_id: int, heard: int, timeout_s: float) -> None:
@@ -257,15 +281,20 @@ class Channels:
         principal: str,
         open_headers: OpenHeaders,
         timeout_s: float,
+        path: str = "",
     ) -> Response:
         """(status, body) of one ask; ``ChannelRefused``, or ``ConnectionError`` as the pool.
 
         ``open_headers`` gives the upgrade's headers, when a channel must be opened.
+        ``path``: a read's (``ChannelAsk.path``); ``NoReads`` when the peer's channel
+        carries lookup batches alone.
         """
         channel = self._open.get(target)
         if channel is None or channel.closed:
             channel = await self._channel(target, open_headers)
-        ask_id, waiter = channel.ask(body, credential, principal)
+        if path and not channel.reads:
+            raise NoReads(f"{target}'s channel carries lookup batches alone")
+        ask_id, waiter = channel.ask(body, credential, principal, path)
         timer = channel.loop.call_later(timeout_s, channel.expire, ask_id, channel.heard, timeout_s)
         try:
             return await waiter
@@ -300,6 +329,7 @@ class Channels:
             "connection": "Upgrade",
             "sec-websocket-version": "13",
             "sec-websocket-key": key,
+            "sec-websocket-protocol": READS_PROTOCOL,
             **open_headers(),
         }
         head = request_bytes("GET", INTERNAL_CHANNEL, host_of((host, port, context)), headers, b"")

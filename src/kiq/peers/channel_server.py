@@ -1,4 +1,4 @@
-"""The receiving end of a peer's lookup channel: ``GET /v1/internal/channel``, upgraded.
+"""The receiving end of a peer's channel: ``GET /v1/internal/channel``, upgraded.
 
 A peer sends its forwarded lookup batches as messages on one WebSocket
 (``peers/channel.py``) instead of a ``POST /v1/internal/lookups`` each: the server
@@ -8,7 +8,11 @@ internal paths' rule, each batch by ``Access.member`` over the same method, path
 credential and statement, and its answer sealed by ``Access.seal``. A batch answerable
 at once is answered before the next message is read; one that waits for
 ``min_offset`` is answered by a task of its own, so answers may come out of order
-(the ``id`` pairs them). What a batch raises is its answer's status and body, as
+(the ``id`` pairs them). A channel upgraded with the ``kiq-reads`` subprotocol carries
+the small reads of a fan-out too (``ChannelAsk.path``, one of ``wire.CHANNEL_READS``):
+each checked as its POST would be, over its own path, and answered by a task of its own
+through the same handler as that POST, counted under that route. What a batch raises is
+its answer's status and body, as
 ``error_response`` makes them on every route; a message that is no ``ChannelAsk``
 closes the channel.
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, MutableMapping
 from typing import Any, Protocol
 
 from kiq import formats
@@ -35,6 +39,7 @@ from kiq.peers.wire import (
     INTERNAL_CHANNEL,
     INTERNAL_LOOKUPS,
     PRINCIPAL,
+    READS_PROTOCOL,
     ChannelAnswer,
     ChannelAsk,
     DecodeError,
@@ -74,9 +79,19 @@ class MemberCheck(Protocol):
 
 # The caller a checked request speaks for (``kiq.api.auth.caller``).
 CallerOf = Callable[[Scope], Any]
+# A read a channel carries (``wire.CHANNEL_READS``): its body and caller to its answer, as
+# its POST's handler gives them (``kiq.api.batches.Batches.internal_scan`` and the like).
+Read = Callable[[bytes, Any], Awaitable[bytes]]
+# Where an answered read is counted: its path, status and seconds (its route's figures).
+Record = Callable[[str, int, float], None]
 # An exception as its status and body, as every route answers it (``kiq.api.errors``).
 ErrorResponse = Callable[[Exception, Scope], tuple[int, bytes]]
 
+# Reads one channel may have under way at once: a top-many per public request in flight
+# at the asking node, bounded there by its own limits.
+MAX_READS = 256
+_NO_READ = b'{"error":"not_found","message":"no such read on a channel"}'
+_TOO_MANY = b'{"error":"unavailable","message":"too many reads under way on this channel"}'
 _CLUSTER = CLUSTER_HEADER.encode()
 _PRINCIPAL = PRINCIPAL.encode()
 # What an ask stands for on a node that checks nothing: no headers, nobody's caller.
@@ -84,7 +99,11 @@ _OPEN: dict[str, Any] = {"type": "http", "method": "POST", "path": INTERNAL_LOOK
 
 
 class LookupChannels:
-    """ASGI for the ``websocket`` scope: the lookup channels peers open to this node."""
+    """ASGI for the ``websocket`` scope: the lookup channels peers open to this node.
+
+    ``reads``: the reads it answers beside lookup batches, by path (none: lookups alone);
+    ``record``: where each is counted. A channel holds at most ``MAX_READS`` reads under
+    way; one more is answered 503 at once (the peer asks another replica)."""
 
     def __init__(
         self,
@@ -92,11 +111,15 @@ class LookupChannels:
         access: MemberCheck | None,
         caller: CallerOf,
         error_response: ErrorResponse,
+        reads: Mapping[str, Read] | None = None,
+        record: Record | None = None,
     ) -> None:
         self._lookups = lookups
         self._access = access
         self._caller = caller
         self._error_response = error_response
+        self._reads = dict(reads or {})
+        self._record = record
         # Each open channel: the task reading its asks, and the future set once it ended.
         self._open: dict[asyncio.Task[None], asyncio.Future[None]] = {}
         self._stopping = False
@@ -108,25 +131,30 @@ class LookupChannels:
         if scope["path"] != INTERNAL_CHANNEL or not self._admitted(scope):
             await send({"type": "websocket.close", "code": POLICY_VIOLATION})
             return
-        await send({"type": "websocket.accept"})
+        offered = self._reads and READS_PROTOCOL in scope.get("subprotocols", ())
+        accept: dict[str, Any] = {"type": "websocket.accept"}
+        if offered:
+            accept["subprotocol"] = READS_PROTOCOL
+        await send(accept)
         if self._stopping:  # accepted to say so: a refusal would mean "no channel here"
             await _close_quietly(send, GOING_AWAY)
             return
         loop = asyncio.get_running_loop()
-        waits: set[asyncio.Task[None]] = set()
+        waits: set[asyncio.Task[None]] = set()  # lookup batches waiting, reads under way
+        reading: set[asyncio.Task[None]] = set()  # the reads among them
         # The asks are read by a task of their own, so that ``going_away`` can cancel its
         # wait in ``receive``: granian sends no close frame while a receive is pending.
-        reading = loop.create_task(self._serve(receive, send, waits))
-        ended = self._open[reading] = loop.create_future()
+        serving = loop.create_task(self._serve(receive, send, waits, reading))
+        ended = self._open[serving] = loop.create_future()
         try:
-            await asyncio.wait((reading,))
-            if reading.cancelled():  # this node is going away
+            await asyncio.wait((serving,))
+            if serving.cancelled():  # this node is going away
                 await _close_quietly(send, GOING_AWAY)
-            elif (exc := reading.exception()) is not None:  # the peer gone, mid-send
+            elif (exc := serving.exception()) is not None:  # the peer gone, mid-send
                 log.debug("lookup channel ended: %r", exc)
         finally:
-            reading.cancel()
-            del self._open[reading]
+            serving.cancel()
+            del self._open[serving]
             for task in waits:  # nobody left to answer
                 task.cancel()
             ended.set_result(None)
@@ -144,7 +172,13 @@ class LookupChannels:
         if ended:
             await asyncio.wait(ended, timeout=timeout_s)
 
-    async def _serve(self, receive: Receive, send: Send, waits: set[asyncio.Task[None]]) -> None:
+    async def _serve(
+        self,
+        receive: Receive,
+        send: Send,
+        waits: set[asyncio.Task[None]],
+        reading: set[asyncio.Task[None]],
+    ) -> None:
         while True:
             message = await receive()
             if message["type"] != "websocket.receive":
@@ -157,7 +191,10 @@ class LookupChannels:
             if ask is None:
                 await send({"type": "websocket.close", "code": UNSUPPORTED_DATA})
                 return
-            answer = self._answer_now(ask, waits, send)
+            if ask.path:
+                answer = self._read(ask, waits, reading, send)
+            else:
+                answer = self._answer_now(ask, waits, send)
             if answer is not None:
                 await send({"type": "websocket.send", "bytes": answer})
 
@@ -181,6 +218,56 @@ class LookupChannels:
             log.debug("lookup channel refused: %s", exc)
             return False
         return True
+
+    def _read(
+        self,
+        ask: ChannelAsk,
+        waits: set[asyncio.Task[None]],
+        reading: set[asyncio.Task[None]],
+        send: Send,
+    ) -> bytes | None:
+        """A read's answer message when it is refused at once; else None, and a task of its
+        own answers it (reads answer out of order, as waiting batches do)."""
+        read = self._reads.get(ask.path)
+        if read is None:
+            return encode(ChannelAnswer(ask.id, 404, _NO_READ))
+        request = _as_request(ask)
+        try:
+            if self._access is not None:
+                self._access.member(request, ask.body)
+            caller = self._caller(request)
+        except Exception as exc:
+            status, body = self._error_response(exc, request)
+            return encode(ChannelAnswer(ask.id, status, body))
+        if len(reading) >= MAX_READS:
+            return encode(ChannelAnswer(ask.id, 503, _TOO_MANY))
+        task = asyncio.get_running_loop().create_task(
+            self._answer_read(ask.id, request, read, ask.body, caller, send)
+        )
+        waits.add(task)
+        reading.add(task)
+        task.add_done_callback(waits.discard)
+        task.add_done_callback(reading.discard)
+        return None
+
+    async def _answer_read(
+        self, ask_id: int, request: Scope, read: Read, body: bytes, caller: Any, send: Send
+    ) -> None:
+        started = time.perf_counter()
+        try:
+            answer = await read(body, caller)
+        except Exception as exc:  # as its POST would answer it
+            status, payload = self._error_response(exc, request)
+            message = encode(ChannelAnswer(ask_id, status, payload))
+        else:
+            status = 200
+            message = self._sealed(ask_id, request, answer)
+        if self._record is not None:
+            self._record(request["path"], status, time.perf_counter() - started)
+        try:
+            await send({"type": "websocket.send", "bytes": message})
+        except Exception as exc:  # the peer went away meanwhile
+            log.debug("channel answer not sent: %r", exc)
 
     def _answer_now(
         self, ask: ChannelAsk, waits: set[asyncio.Task[None]], send: Send
@@ -237,8 +324,8 @@ async def _close_quietly(send: Send, code: int) -> None:
 
 
 def _as_request(ask: ChannelAsk) -> dict[str, Any]:
-    """The scope of the ``POST /v1/internal/lookups`` the ask stands for: what
-    ``Access`` checks and seals by."""
+    """The scope of the ``POST`` the ask stands for (``/v1/internal/lookups`` for a batch):
+    what ``Access`` checks and seals by."""
     headers = []
     if ask.credential:
         headers.append((_CLUSTER, ask.credential.encode("latin-1")))
@@ -247,7 +334,7 @@ def _as_request(ask: ChannelAsk) -> dict[str, Any]:
     return {
         "type": "http",
         "method": "POST",
-        "path": INTERNAL_LOOKUPS,
+        "path": ask.path or INTERNAL_LOOKUPS,
         "query_string": b"",
         "headers": headers,
     }

@@ -147,7 +147,7 @@ class Peers:
         """The keys the target holds, from the partitions it can serve (within ``max_lag``,
         as of ``batch``, at ``after``'s offsets); ``PeerError`` else."""
         request = encode(Multiget(table, keys, max_lag, batch, dict(after or {})))
-        body = await self._sender.call(target, "POST", INTERNAL_MULTIGET, request, caller)
+        body = await self._sender.read(target, INTERNAL_MULTIGET, request, caller, len(keys))
         return decoded(target, decode_multiget_result, body)
 
     async def scan(
@@ -173,7 +173,7 @@ class Peers:
         request = encode(
             Scan(table, partition, start, end, limit, reverse, max_lag, batch, min_offset)
         )
-        body = await self._sender.call(target, "POST", INTERNAL_SCAN, request, caller)
+        body = await self._sender.read(target, INTERNAL_SCAN, request, caller, limit)
         page = decoded(target, decode_scan_result, body)
         if page.reverse != reverse:
             raise PeerError(target, f"{INTERNAL_SCAN}: scanned forwards; an older kiq?")
@@ -197,7 +197,7 @@ class Peers:
         replica it was; ``PeerError`` (421) when the target holds no usable replica of it,
         ranked, within ``max_lag``, or ranked every window when asked for one."""
         request = encode(Top(table, partition, n, prefix, max_lag, window, batch, min_offset))
-        body = await self._sender.call(target, "POST", INTERNAL_TOP, request, caller)
+        body = await self._sender.read(target, INTERNAL_TOP, request, caller, n)
         head = decoded(target, decode_scan_result, body)
         if head.window != window:
             raise PeerError(target, f"{INTERNAL_TOP}: ranked every window; an older kiq?")
@@ -211,8 +211,9 @@ class Peers:
         for it or answered another window than asked (as ``top`` would refuse it).
         ``PeerError`` when no usable answer came at all: 404 from a node of an older kiq,
         which has no such path."""
-        body = await self._sender.call(
-            target, "POST", INTERNAL_TOP_MANY, encode(TopMany(reads)), caller
+        rows = sum(read.n for read in reads)
+        body = await self._sender.read(
+            target, INTERNAL_TOP_MANY, encode(TopMany(reads)), caller, rows
         )
         answers = decoded(target, decode_top_results, body).answers
         if len(answers) != len(reads):
@@ -232,7 +233,8 @@ class Peers:
         replica it was; ``PeerError`` (421) when the target holds no usable replica of it
         indexing that field (within ``max_lag``), and when its answer does not echo the
         field, the order or the count asked (an older node)."""
-        body = await self._sender.call(target, "POST", INTERNAL_BY_INDEX, encode(asked), caller)
+        request = encode(asked)
+        body = await self._sender.read(target, INTERNAL_BY_INDEX, request, caller, asked.limit)
         page = decoded(target, decode_index_result, body)
         if page.field != asked.field or page.reverse != asked.reverse:
             raise PeerError(target, f"{INTERNAL_BY_INDEX}: another read was answered")
@@ -252,7 +254,8 @@ class Peers:
         when no usable answer came at all: 404 from a node of an older kiq, which has no
         such path."""
         request = encode(ByIndexMany(reads))
-        body = await self._sender.call(target, "POST", INTERNAL_BY_INDEX_MANY, request, caller)
+        rows = sum(read.limit for read in reads)
+        body = await self._sender.read(target, INTERNAL_BY_INDEX_MANY, request, caller, rows)
         answers = decoded(target, decode_index_results, body).answers
         if len(answers) != len(reads):
             raise PeerError(target, f"{INTERNAL_BY_INDEX_MANY}: {len(answers)} answers")

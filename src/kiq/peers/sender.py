@@ -3,10 +3,10 @@
 It owns the three things a request needs whatever asked for it, so none of them is
 spread over the stages above (``client.py`` → ``hedging.py`` → ``batcher.py`` → here):
 
-- the transport: a lookup batch goes over the peer's channel (one WebSocket carrying
-  every batch, ``channel.py``) or, to a peer that serves none, as a
-  ``POST /v1/internal/lookups`` over the pooled keep-alive connections (``pool.py``),
-  as every other call does;
+- the transport: a lookup batch, and a small read of a fan-out (``read``), goes over the
+  peer's channel (one WebSocket carrying every batch, ``channel.py``) or, to a peer that
+  serves none, as a ``POST`` over the pooled keep-alive connections (``pool.py``), as
+  every other call does;
 - the membership proof: with a cluster key a peer is sent nothing until it has proven
   it holds the secret (``POST /v1/internal/hello``: a challenge it answers sealed).
   A group member that cannot prove it is treated as a dead peer (its partitions are
@@ -32,9 +32,10 @@ from collections.abc import Callable, Mapping
 from typing import NoReturn, Protocol, TypeVar
 
 from kiq import formats
-from kiq.peers.channel import ChannelRefused, Channels
+from kiq.peers.channel import ChannelRefused, Channels, NoReads
 from kiq.peers.errors import PeerError
 from kiq.peers.wire import (
+    CHANNEL_MAX_ROWS,
     FORWARDED,
     HEALTH_LIVE,
     INTERNAL_CHANNEL,
@@ -140,6 +141,22 @@ class Sender:
         body = await self.call(target, "POST", INTERNAL_LOOKUPS, request, caller, wait_ms / 1000)
         return decoded(target, decode_results, body)
 
+    async def read(
+        self, target: str, path: str, body: bytes, caller: str | None, rows: int
+    ) -> bytes:
+        """``call`` for a read of ``wire.CHANNEL_READS`` whose answer holds at most ``rows``
+        rows: over the target's channel when it carries reads and ``rows`` is small
+        enough, else a POST."""
+        channels = self._channels
+        if channels is not None and rows <= CHANNEL_MAX_ROWS and channels.usable(target):
+            try:
+                return await self._over_channel(channels, target, body, caller, 0, path)
+            except NoReads:
+                pass  # an older kiq: its channel carries lookup batches alone
+            except ChannelRefused as exc:  # said once, by the lookups' channel
+                log.debug("no channel for a read url=%s reason=%s", target, exc)
+        return await self.call(target, "POST", path, body, caller)
+
     async def call(
         self,
         target: str,
@@ -175,16 +192,23 @@ class Sender:
     # -- transport ------------------------------------------------------------------
 
     async def _over_channel(
-        self, channels: Channels, target: str, request: bytes, caller: str | None, wait_ms: int
+        self,
+        channels: Channels,
+        target: str,
+        request: bytes,
+        caller: str | None,
+        wait_ms: int,
+        path: str = INTERNAL_LOOKUPS,
     ) -> bytes:
-        """``call`` for a lookup batch, over the target's channel: the same credential,
-        statement and seal as its ``POST``; ``ChannelRefused`` when the target has none."""
+        """``call`` for a lookup batch (or a read at ``path``), over the target's channel:
+        the same credential, statement and seal as its ``POST``; ``ChannelRefused`` when
+        the target has none (``NoReads``: none for reads)."""
         cluster = self._cluster
         if cluster is not None and target not in self._proven:
             await self._prove(target, cluster)
         credential = None
         if cluster is not None:  # what its POST's X-Kiq-Cluster would be
-            credential = cluster.sign(target, "POST", INTERNAL_LOOKUPS, request, caller)
+            credential = cluster.sign(target, "POST", path, request, caller)
         try:
             status, payload = await channels.request(
                 target,
@@ -193,11 +217,12 @@ class Sender:
                 caller or "",
                 lambda: self._headers(target, "GET", INTERNAL_CHANNEL, None, b"")[0],
                 self._timeout_s + wait_ms / 1000,
+                "" if path == INTERNAL_LOOKUPS else path,
             )
         except ConnectionError as exc:
             self._health.failed(target)
             raise PeerError(target, f"{INTERNAL_CHANNEL}: {exc}") from exc
-        return self._believed(target, INTERNAL_LOOKUPS, status, payload, credential)
+        return self._believed(target, path, status, payload, credential)
 
     # -- the seal ---------------------------------------------------------------------
 

@@ -11,20 +11,32 @@ from typing import Any
 import pytest
 
 from kiq.api.auth import Access, caller
-from kiq.api.errors import error_response
-from kiq.peers import LookupResult, Outcome, Peers
+from kiq.api.errors import NotHere, error_response
+from kiq.peers import LookupResult, Outcome, Peers, channel_server
 from kiq.peers import channel as channel_module
 from kiq.peers.channel import REFUSED_RETRY_S, Channels
-from kiq.peers.channel_server import LookupChannels
+from kiq.peers.channel_server import LookupChannels, Read
 from kiq.peers.frames import FrameError, FrameReader, client_frame
 from kiq.peers.wire import (
+    CHANNEL_MAX_ROWS,
     INTERNAL_CHANNEL,
     INTERNAL_HELLO,
     INTERNAL_LOOKUPS,
+    INTERNAL_SCAN,
+    INTERNAL_TOP_MANY,
+    READS_PROTOCOL,
     ChannelAsk,
     Lookup,
+    Scan,
+    ScanResult,
+    Source,
+    Top,
+    TopMany,
+    TopResults,
     decode_channel_answer,
     decode_lookups,
+    decode_scan,
+    decode_top_many,
     encode,
 )
 from kiq.routing import Router
@@ -76,6 +88,9 @@ def run(
     router: Router | None = None,
     timeout_ms: int = 2000,
     app: Callable[..., Awaitable[None]] | None = None,
+    reads: dict[str, Read] | None = None,
+    http: Callable[[Request], Awaitable[Answer]] | None = None,
+    record: Callable[[str, int, float], None] | None = None,
 ) -> WsServer:
     owner = owner or Owner()
     channels: list[LookupChannels] = []
@@ -84,6 +99,8 @@ def run(
         await (app or channels[0])(scope, receive, send)
 
     async def hello(request: Request) -> Answer:  # a member's proof, as the node gives it
+        if http is not None and request.path != INTERNAL_HELLO:
+            return await http(request)
         assert cluster is not None and request.path == INTERNAL_HELLO
         credential = request.headers[CLUSTER_HEADER]
         return Answer(200, cluster.seal(credential, request.body))
@@ -91,7 +108,9 @@ def run(
     async def main() -> WsServer:
         async with serving_websockets(asgi, hello) as server:
             access = Access(None, cluster, server.url) if cluster is not None else None
-            channels.append(LookupChannels(owner, access, caller, error_response))  # type: ignore[arg-type]
+            channels.append(
+                LookupChannels(owner, access, caller, error_response, reads, record)  # type: ignore[arg-type]
+            )
             peers = Peers("n1", router or Router("n1"), timeout_ms, cluster)
             try:
                 await scenario(server, peers)
@@ -425,3 +444,143 @@ def test_a_refusal_sends_the_peer_http_for_a_while_then_asks_again(monkeypatch):
     assert not channels.usable("http://x") and channels.usable("http://y")
     now[0] += REFUSED_RETRY_S + 1
     assert channels.usable("http://x")
+
+
+def _page(scan: Scan, via: str) -> bytes:
+    """A scan's answer: ``limit`` rows named for the transport that carried it."""
+    rows = [(b"%s-%d" % (via.encode(), i), b"v") for i in range(min(scan.limit, 3))]
+    return encode(ScanResult(rows, Source(scan.partition, served_by=b"n2")))
+
+
+def test_small_reads_go_over_the_channel_and_a_big_page_over_http():
+    asked: list[tuple[str, Any]] = []
+    counted: list[tuple[str, int]] = []
+
+    async def scan_here(body: bytes, caller: Any) -> bytes:
+        asked.append(("channel", caller))
+        return _page(decode_scan(body), "channel")
+
+    async def over_http(request: Request) -> Answer:
+        asked.append(("http", request.path))
+        return Answer(200, _page(decode_scan(request.body), "http"))
+
+    async def scenario(server: WsServer, peers: Peers) -> None:
+        small = await peers.scan(server.url, "t", 1, None, None, 100, "alice-statement")
+        assert [k for k, _ in small.items] == [b"channel-0", b"channel-1", b"channel-2"]
+        big = await peers.scan(server.url, "t", 1, None, None, CHANNEL_MAX_ROWS + 1, None)
+        assert big.items[0][0] == b"http-0"
+
+    server = run(
+        scenario,
+        reads={INTERNAL_SCAN: scan_here},
+        http=over_http,
+        record=lambda path, status, _: counted.append((path, status)),
+    )
+    assert server.upgrades[0]["sec-websocket-protocol"] == READS_PROTOCOL
+    assert [a[0] for a in asked] == ["channel", "http"]
+    assert asked[0][1] is None  # no access checks here: nobody's caller, as over HTTP
+    assert counted == [(INTERNAL_SCAN, 200)]  # counted under its POST's route
+
+
+def test_a_channel_without_reads_carries_lookups_and_the_reads_go_over_http():
+    asked: list[str] = []
+
+    async def over_http(request: Request) -> Answer:
+        asked.append(request.path)
+        return Answer(200, _page(decode_scan(request.body), "http"))
+
+    async def scenario(server: WsServer, peers: Peers) -> None:
+        for _ in range(2):
+            page = await peers.scan(server.url, "t", 0, None, None, 10, None)
+            assert page.items[0][0] == b"http-0"
+            assert (await forward(peers, server.url, b"k")).value == b"k"  # on the channel
+
+    server = run(scenario, reads=None, http=over_http)  # an older node: lookups alone
+    assert len(server.upgrades) == 1 and server.messages == 2
+    assert asked == [INTERNAL_SCAN, INTERNAL_SCAN]
+
+
+def test_a_read_on_a_channel_answers_as_its_post_refused_unknown_and_beyond_the_cap(monkeypatch):
+    async def top_many(body: bytes, caller: Any) -> bytes:
+        reads = decode_top_many(body).reads
+        if reads[0].partition == 7:
+            raise NotHere("n2 holds no usable replica of t[7]")
+        return encode(TopResults([ScanResult([], Source(r.partition)) for r in reads]))
+
+    channels = LookupChannels(
+        Owner(),  # type: ignore[arg-type]
+        None,
+        caller,
+        error_response,
+        {INTERNAL_TOP_MANY: top_many},
+    )
+    sent: list[bytes] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message["bytes"])
+
+    def ask(ask_id: int, partition: int, path: str = INTERNAL_TOP_MANY) -> tuple[int, int]:
+        body = encode(TopMany([Top("t", partition, 10), Top("t", partition + 1, 10)]))
+
+        async def main() -> bytes | None:
+            waits: set[asyncio.Task[None]] = set()
+            raw = channels._read(ChannelAsk(ask_id, body, path=path), waits, set(), send)
+            if raw is None:
+                await asyncio.gather(*waits)
+                return sent.pop()
+            return raw
+
+        answer = decode_channel_answer(asyncio.run(main()))  # type: ignore[arg-type]
+        return answer.id, answer.status
+
+    assert ask(1, 0) == (1, 200)
+    assert ask(2, 7) == (2, 421)  # as its POST answers it: the peer asks the next replica
+    assert ask(3, 0, "/v1/internal/metadata") == (3, 404)  # not a read a channel carries
+    monkeypatch.setattr(channel_server, "MAX_READS", 0)
+    assert ask(4, 0) == (4, 503)
+
+
+def test_a_read_on_a_signed_channel_is_verified_over_its_own_path_and_sealed():
+    asked: list[Any] = []
+
+    async def scan_here(body: bytes, caller: Any) -> bytes:
+        asked.append(caller)
+        return _page(decode_scan(body), "channel")
+
+    async def scenario(server: WsServer, peers: Peers) -> None:
+        page = await peers.scan(server.url, "t", 2, None, None, 10, "alice-statement")
+        assert page.items[0][0] == b"channel-0"  # opened with the read's credential
+
+    server = run(scenario, cluster=ClusterKey(SECRET), reads={INTERNAL_SCAN: scan_here})
+    assert CLUSTER_HEADER in server.upgrades[0]
+    assert asked == [None]  # answered on the channel (HTTP here answers hellos alone)
+
+
+def test_a_read_signed_for_another_path_or_node_is_refused_and_not_read():
+    key = ClusterKey(SECRET)
+    url = "http://127.0.0.1:1"
+    asked: list[bytes] = []
+
+    async def scan_here(body: bytes, caller: Any) -> bytes:
+        asked.append(body)
+        return b""
+
+    channels = LookupChannels(
+        Owner(),  # type: ignore[arg-type]
+        Access(None, key, url),
+        caller,
+        error_response,
+        {INTERNAL_SCAN: scan_here},
+    )
+    body = encode(Scan("t", 0, None, None, 10))
+    as_lookups = key.sign(url, "POST", INTERNAL_LOOKUPS, body)  # the right node, another path
+    elsewhere = key.sign("http://127.0.0.1:2", "POST", INTERNAL_SCAN, body)
+
+    async def main(credential: str) -> bytes | None:
+        ask = ChannelAsk(5, body, credential, path=INTERNAL_SCAN)
+        return channels._read(ask, set(), set(), None)  # type: ignore[arg-type]
+
+    for credential in (as_lookups, elsewhere, ""):
+        raw = asyncio.run(main(credential))
+        assert raw is not None and decode_channel_answer(raw).status == 403
+    assert asked == []

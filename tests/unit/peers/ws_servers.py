@@ -70,6 +70,12 @@ async def serving_websockets(app: AsgiApp, http: Handler | None = None) -> Async
             "path": request.path,
             "query_string": b"",
             "headers": [(k.encode(), v.encode()) for k, v in request.headers.items()],
+            # as ASGI servers give them: the Sec-WebSocket-Protocol values offered
+            "subprotocols": [
+                p.strip()
+                for p in request.headers.get("sec-websocket-protocol", "").split(",")
+                if p.strip()
+            ],
         }
         accepted = False
         connected = False
@@ -97,10 +103,12 @@ async def serving_websockets(app: AsgiApp, http: Handler | None = None) -> Async
             if kind == "websocket.accept":
                 accepted = True
                 key = request.headers["sec-websocket-key"]
+                chosen = message.get("subprotocol")
                 writer.write(
                     b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
                     b"connection: Upgrade\r\nsec-websocket-accept: "
                     + accept_for(key).encode()
+                    + (b"\r\nsec-websocket-protocol: " + chosen.encode() if chosen else b"")
                     + b"\r\n\r\n"
                 )
             elif kind == "websocket.close" and not accepted:
