@@ -16,6 +16,7 @@ Four figures, all from one stack:
    first 10 by key); requests/s, p50, p99 and the nodes' CPU per request of each, and
    their ratios to the lookups: ``rounds`` passes of each, in turns, their medians. The
    top-10 and the equalities are checked against references computed from the data.
+   ``*_actives_by_node`` says how each table's partitions fell on the three nodes.
    Then lookups and equalities one at a time, in turns (``*_unloaded_*``): what one costs
    with nothing queued beside it; the loaded figures count a fan-out's work as queueing.
 3. Expiry: the quotes declared again with a TTL they have all outlived; how long the
@@ -116,6 +117,7 @@ def run_tables(cfg: TablesConfig, progress: Reporter | None = None) -> dict[str,
         wait_applied(nodes, "ranked", last["bench-ranked"])
         wait_applied(nodes, "indexed", last["bench-indexed"])
         wait_applied(nodes, "minutes", windowed_last)
+        out |= _spread(nodes)
         front = nodes[0].url
         reference = sorted(keys, key=lambda k: (-_bid(k), k))[:10]
         got = orjson.loads(_get(f"{front}/v1/tables/ranked/top?n=10"))
@@ -182,6 +184,19 @@ def _rounds(
                 pairs = zip(runs, base, strict=True)
                 ratios = [run[figure] / lookup[figure] for run, lookup in pairs]
                 out[name][field] = round(median(ratios), digits)
+    return out
+
+
+def _spread(nodes: list[LocalNode]) -> dict[str, str]:
+    """Each table's active partitions per node, n1/n2/n3 ("4/4/4"): the group balances the
+    partitions of all tables together, not each table's, so a table may sit on one node
+    (12/0/0), and how many of its reads n1 forwards moved its figures between runs."""
+    tables = nodes[0].metadata()["tables"]
+    out = {}
+    for table in ("plain", "ranked", "minutes"):
+        actives = [p["active"] for p in tables[table]["partitions"]]
+        counts = "/".join(str(actives.count(n.node_id)) for n in nodes)
+        out[f"{table}_actives_by_node"] = counts
     return out
 
 
