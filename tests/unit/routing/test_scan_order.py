@@ -76,7 +76,8 @@ def run(
 ) -> Server:
     async def main() -> Server:
         async with serving(handler) as server:
-            peers = Peers("n1", Router("n1"), 1000)
+            # what the records carry, over HTTP; the channel's transport: test_channel.py
+            peers = Peers("n1", Router("n1"), 1000, channels=False)
             try:
                 await scenario(server, peers)
             finally:
