@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import nullcontext
@@ -132,18 +133,35 @@ def items_json(runtime: TableRuntime, items: list[Item]) -> orjson.Fragment:
     return orjson.Fragment(b"[" + b",".join(rows) + b"]")
 
 
-def windows_json(runtime: TableRuntime, items: list[Item]) -> orjson.Fragment:
-    """``[{"start", "end", "value"}, ...]`` of one key's windows, as JSON bytes made at
-    once (``items_json``'s reasons; a page of 100 windows was 100 dicts to serialize)."""
+def windows_json(runtime: TableRuntime, items: list[Item], entity: str) -> orjson.Fragment:
+    """``[{"start", "end", "value"}, ...]`` of ``entity``'s windows, as JSON bytes made at
+    once (``items_json``'s reasons). Their keys are ``ENTITY{sep}START{sep}END``: the times
+    are cut from the bytes after the entity and written as they are when every one is
+    printable ASCII with no quote or backslash (the pipeline writes them so); else each is
+    decoded and quoted (a key written by something else)."""
     sep, raw = window_sep(runtime), runtime.spec.format == "raw"
-    rows = []
-    for key, value in items:
-        _, start, end = split_window_key(key.decode(), sep)
-        shown = b'"%b"' % base64.b64encode(value) if raw else value
-        rows.append(
-            b'{"start":%b,"end":%b,"value":%b}' % (orjson.dumps(start), orjson.dumps(end), shown)
-        )
+    width = len(f"{entity}{sep}".encode())  # the scan kept keys under it alone
+    times = [key[width:] for key, _ in items]
+    values = [b'"%b"' % base64.b64encode(v) if raw else v for _, v in items]
+    if _AS_IS.fullmatch(b"".join(times)):
+        cut = sep.encode()
+        rows = []
+        for time, value in zip(times, values, strict=True):
+            start, _, end = time.rpartition(cut)
+            rows.append(b'{"start":"%b","end":"%b","value":%b}' % (start, end, value))
+    else:
+        rows = []
+        for (key, _), value in zip(items, values, strict=True):
+            _, first, last = split_window_key(key.decode(), sep)
+            rows.append(
+                b'{"start":%b,"end":%b,"value":%b}'
+                % (orjson.dumps(first), orjson.dumps(last), value)
+            )
     return orjson.Fragment(b"[" + b",".join(rows) + b"]")
+
+
+# Bytes a JSON string holds as they are: printable ASCII but the quote and the backslash.
+_AS_IS = re.compile(rb"[\x20\x21\x23-\x5b\x5d-\x7e]*")
 
 
 def _text(key: bytes) -> bytes:
@@ -337,7 +355,7 @@ class Batches:
             reverse=is_descending(params.get("order")),
             at=at,
         )
-        out = windows_json(runtime, items)
+        out = windows_json(runtime, items, key)
         next_cursor = encode_cursor(last_key) if last_key is not None else None
         body = {"key": key, "windows": out, "next_cursor": next_cursor}
         return _answer(runtime, body, sources, at)
@@ -943,6 +961,9 @@ def merge_pages(
     be more. A partition still ``open_`` may hold keys past its page's last, so the merge
     ends at the first such last key (the lowest, ascending): every row up to it is in the
     pages, and the next page starts after it."""
+    if len(pages) == 1:  # one partition's rows (a key's windows) are in order already
+        (rows,) = pages
+        return rows[:limit], (open_[0] and bool(rows)) or len(rows) > limit
     rows = sorted(chain.from_iterable(pages), key=_key_of, reverse=reverse)
     ends = [page[-1][0] for page, more in zip(pages, open_, strict=True) if more and page]
     more = bool(ends) or len(rows) > limit
@@ -994,6 +1015,8 @@ def _each(
     """``_per_partition``'s ``read`` from a read of one partition: each asked concurrently."""
 
     async def every(partitions: list[int], batch: int | None) -> list[_Page | None]:
+        if len(partitions) == 1:  # a key's windows, a prefix's partition: no task for it
+            return [await read(partitions[0], batch)]
         return list(await asyncio.gather(*(read(p, batch) for p in partitions)))
 
     return every

@@ -180,9 +180,10 @@ def _rounds(
             ("node_cpu_us", "cpu_vs_lookup", 2),
             ("per_s", "throughput_vs_lookup", 3),
         ):
-            if figure in runs[0]:
-                pairs = zip(runs, base, strict=True)
-                ratios = [run[figure] / lookup[figure] for run, lookup in pairs]
+            # a short run's CPU can read 0: /proc counts in ticks of 10 ms
+            pairs = zip(runs, base, strict=True)
+            ratios = [r[figure] / b[figure] for r, b in pairs if figure in r and b.get(figure)]
+            if ratios:
                 out[name][field] = round(median(ratios), digits)
     return out
 

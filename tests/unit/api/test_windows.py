@@ -22,6 +22,9 @@ TABLES = {
         **{_key("alice", m): {"user": "alice", "views": m} for m in range(6)},
         _key("al", 0): {"user": "al", "views": 99},  # a key that starts like alice's
         _key("bob", 3): {"user": "bob", "views": 7},
+        # keys written by something else than a pipeline: times to quote in the answer
+        'eve|2026-11-25T10:00:00.000Z|a"b\\c': {"user": "eve", "views": 1},
+        "eve|2026-11-25T10:01:00.000Z|été": {"user": "eve", "views": 2},
     },
     "totals": {"alice": {"views": 15}},
 }
@@ -58,6 +61,14 @@ def test_a_keys_windows_come_oldest_first_with_their_bounds(client: TestClient) 
         "end": "2026-11-25T10:01:00.000Z",
         "value": {"user": "alice", "views": 0},
     }
+
+
+def test_window_times_that_are_not_plain_ascii_are_quoted(client: TestClient) -> None:
+    body = client.get("/v1/tables/minutes/keys/eve/windows").json()
+    assert [(w["start"][11:16], w["end"], w["value"]["views"]) for w in body["windows"]] == [
+        ("10:00", 'a"b\\c', 1),
+        ("10:01", "été", 2),
+    ]
 
 
 def test_newest_first_a_page_at_a_time(client: TestClient) -> None:

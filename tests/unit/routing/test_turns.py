@@ -86,7 +86,8 @@ def _pages(keys: list[bytes], partitions: int, share: int, reverse: bool) -> lis
 def test_paging_through_merged_partition_pages_returns_every_key_once() -> None:
     rng = random.Random(7)
     keys = sorted({f"k{rng.randrange(10**6):07d}".encode() for _ in range(5000)})
-    for partitions, limit, reverse in [(12, 1000, False), (12, 100, True), (3, 7, False)]:
+    cases = [(12, 1000, False), (12, 100, True), (3, 7, False), (1, 100, False), (1, 30, True)]
+    for partitions, limit, reverse in cases:
         share = per_partition(limit, partitions)
         assert share <= limit
         seen: list[bytes] = []
