@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import json
 import random
 import time
@@ -25,7 +24,7 @@ from kiq.bench.cluster import start_nodes, wait_applied, wait_settled
 from kiq.bench.dataset import key_of, load_quotes
 from kiq.bench.stack import local_stack
 from kiq.bench.stats import cpu_seconds
-from kiq.bench.tables import _declare, _load, _load_windows
+from kiq.bench.tables import _declare, _load, _load_windows, _spread
 from kiq.tables.declared import Declared
 
 KEYS = 100_000
@@ -51,12 +50,7 @@ def main() -> None:
         wait_settled(nodes)
         for table, last in (("plain", plain), ("ranked", ranked), ("minutes", windows)):
             wait_applied(nodes, table, last)
-        tables = nodes[0].metadata()["tables"]
-        spread = {
-            t: dict(collections.Counter(p["active"] for p in tables[t]["partitions"]))
-            for t in ("plain", "ranked", "minutes")
-        }
-        print("actives by node:", json.dumps(spread))
+        print("actives on n1/n2/n3:", json.dumps(_spread(nodes)))
         rng = random.Random(29)
         n = args.requests
         paths = {

@@ -89,18 +89,14 @@ def actives(node: LocalNode, table: str) -> dict[int, str]:
 def restored_records(node: LocalNode, table: str) -> tuple[int, float]:
     """Records ``node``'s replicas of ``table`` applied since they were opened, and the
     seconds the restore took: from the first record any of them applied to the last one
-    caught up, on the wall clock they report. Not from their opening: how soon the first
-    fetch comes back moved that by up to half a second between runs of the same restore.
-    The longest open-to-caught-up when a replica reports no wall times (an older kiq)."""
+    caught up, on the wall clock they report (0 when none applied any). Not from their
+    opening: how soon the first fetch comes back moved that by up to half a second between
+    runs of the same restore."""
     local = [p["local"] for p in node.metadata()["tables"][table]["partitions"] if p["local"]]
-    restored = sum(r["restored_records"] for r in local)
-    began = [r.get("restore_began_at_ms") for r in local]
-    ended = [r.get("caught_up_at_ms") for r in local]
-    if began and None not in ended and any(b is not None for b in began):
-        first = min(b for b in began if b is not None)
-        return restored, max(0.0, (max(ended) - first) / 1000)
-    took = [r["restore_s"] for r in local if r["restore_s"] is not None]
-    return restored, max(took, default=0.0)
+    began = [r["restore_began_at_ms"] for r in local if r["restore_began_at_ms"] is not None]
+    ended = [r["caught_up_at_ms"] for r in local if r["caught_up_at_ms"] is not None]
+    took = (max(ended) - min(began)) / 1000 if began and ended else 0.0
+    return sum(r["restored_records"] for r in local), max(0.0, took)
 
 
 def _actives_by_table(node: LocalNode) -> dict[tuple[str, int], str]:

@@ -10,7 +10,7 @@ for ``min_offset`` holds no other back. Each message carries the credential and 
 statement its HTTP request would carry, over the same body, and its answer is sealed
 the same way, so the security of a batch does not depend on the channel.
 
-The reads of a fan-out (a top's heads, a window page, an index page: ``wire.CHANNEL_READS``)
+The reads of a fan-out (a multiget's keys, a top's heads, a window page, an index page)
 travel on the same channel as asks naming their path, when the peer upgraded with the
 ``kiq-reads`` subprotocol and the answer holds at most ``wire.CHANNEL_MAX_ROWS`` rows: over
 HTTP each cost the owner a POST through its router, several times the read itself. A peer

@@ -9,7 +9,7 @@ credential and statement, and its answer sealed by ``Access.seal``. A batch answ
 at once is answered before the next message is read; one that waits for
 ``min_offset`` is answered by a task of its own, so answers may come out of order
 (the ``id`` pairs them). A channel upgraded with the ``kiq-reads`` subprotocol carries
-the small reads of a fan-out too (``ChannelAsk.path``, one of ``wire.CHANNEL_READS``):
+the small reads of a fan-out too (``ChannelAsk.path``, one of the ``reads`` it is given):
 each checked as its POST would be, over its own path, and answered by a task of its own
 through the same handler as that POST, counted under that route. What a batch raises is
 its answer's status and body, as
@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, MutableMapp
 from typing import Any, Protocol
 
 from kiq import formats
+from kiq.http_errors import NoRoute, Unavailable
 from kiq.peers import wire
 from kiq.peers.frames import GOING_AWAY, POLICY_VIOLATION, UNSUPPORTED_DATA
 from kiq.peers.wire import (
@@ -79,7 +80,7 @@ class MemberCheck(Protocol):
 
 # The caller a checked request speaks for (``kiq.api.auth.caller``).
 CallerOf = Callable[[Scope], Any]
-# A read a channel carries (``wire.CHANNEL_READS``): its body and caller to its answer, as
+# A read a channel carries (``ChannelAsk.path``): its body and caller to its answer, as
 # its POST's handler gives them (``kiq.api.batches.Batches.internal_scan`` and the like).
 Read = Callable[[bytes, Any], Awaitable[bytes]]
 # Where an answered read is counted: its path, status and seconds (its route's figures).
@@ -90,8 +91,6 @@ ErrorResponse = Callable[[Exception, Scope], tuple[int, bytes]]
 # Reads one channel may have under way at once: a top-many per public request in flight
 # at the asking node, bounded there by its own limits.
 MAX_READS = 256
-_NO_READ = b'{"error":"not_found","message":"no such read on a channel"}'
-_TOO_MANY = b'{"error":"unavailable","message":"too many reads under way on this channel"}'
 _CLUSTER = CLUSTER_HEADER.encode()
 _PRINCIPAL = PRINCIPAL.encode()
 # What an ask stands for on a node that checks nothing: no headers, nobody's caller.
@@ -228,19 +227,19 @@ class LookupChannels:
     ) -> bytes | None:
         """A read's answer message when it is refused at once; else None, and a task of its
         own answers it (reads answer out of order, as waiting batches do)."""
-        read = self._reads.get(ask.path)
-        if read is None:
-            return encode(ChannelAnswer(ask.id, 404, _NO_READ))
         request = _as_request(ask)
         try:
             if self._access is not None:
                 self._access.member(request, ask.body)
             caller = self._caller(request)
-        except Exception as exc:
+            read = self._reads.get(ask.path)
+            if read is None:
+                raise NoRoute(f"{ask.path} is no read a channel carries")
+            if len(reading) >= MAX_READS:
+                raise Unavailable(f"{MAX_READS} reads under way on this channel")
+        except Exception as exc:  # answered as its POST would be refused
             status, body = self._error_response(exc, request)
             return encode(ChannelAnswer(ask.id, status, body))
-        if len(reading) >= MAX_READS:
-            return encode(ChannelAnswer(ask.id, 503, _TOO_MANY))
         task = asyncio.get_running_loop().create_task(
             self._answer_read(ask.id, request, read, ask.body, caller, send)
         )

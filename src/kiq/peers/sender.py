@@ -129,33 +129,16 @@ class Sender:
         self, target: str, caller: str | None, items: list[Lookup], wait_ms: int
     ) -> list[LookupResult]:
         """One batch's results, in order: over the target's channel when it serves one."""
-        request = encode(items)
-        channels = self._channels
-        if channels is not None and channels.usable(target):
-            try:
-                body = await self._over_channel(channels, target, request, caller, wait_ms)
-            except ChannelRefused as exc:
-                log.info("peer serves no channel url=%s reason=%s; HTTP meanwhile", target, exc)
-            else:
-                return decoded(target, decode_results, body)
-        body = await self.call(target, "POST", INTERNAL_LOOKUPS, request, caller, wait_ms / 1000)
+        body = await self._post(target, INTERNAL_LOOKUPS, encode(items), caller, wait_ms, True)
         return decoded(target, decode_results, body)
 
     async def read(
         self, target: str, path: str, body: bytes, caller: str | None, rows: int
     ) -> bytes:
-        """``call`` for a read of ``wire.CHANNEL_READS`` whose answer holds at most ``rows``
-        rows: over the target's channel when it carries reads and ``rows`` is small
-        enough, else a POST."""
-        channels = self._channels
-        if channels is not None and rows <= CHANNEL_MAX_ROWS and channels.usable(target):
-            try:
-                return await self._over_channel(channels, target, body, caller, 0, path)
-            except NoReads:
-                pass  # an older kiq: its channel carries lookup batches alone
-            except ChannelRefused as exc:  # said once, by the lookups' channel
-                log.debug("no channel for a read url=%s reason=%s", target, exc)
-        return await self.call(target, "POST", path, body, caller)
+        """``call`` for a read (a multiget, scan, top or index page at ``path``) whose
+        answer holds at most ``rows`` rows: on the target's channel when it carries reads
+        and ``rows`` is small enough (``wire.CHANNEL_MAX_ROWS``), else a POST."""
+        return await self._post(target, path, body, caller, 0, rows <= CHANNEL_MAX_ROWS)
 
     async def call(
         self,
@@ -191,6 +174,27 @@ class Sender:
 
     # -- transport ------------------------------------------------------------------
 
+    async def _post(
+        self,
+        target: str,
+        path: str,
+        body: bytes,
+        caller: str | None,
+        wait_ms: int,
+        on_channel: bool,
+    ) -> bytes:
+        """A POST of ``path``: on the target's channel when ``on_channel`` and it has one
+        that carries it, else over the pool."""
+        channels = self._channels
+        if on_channel and channels is not None and channels.usable(target):
+            try:
+                return await self._over_channel(channels, target, body, caller, wait_ms, path)
+            except NoReads:
+                pass  # an older kiq: its channel carries lookup batches alone
+            except ChannelRefused as exc:
+                log.info("peer serves no channel url=%s reason=%s; HTTP meanwhile", target, exc)
+        return await self.call(target, "POST", path, body, caller, wait_ms / 1000)
+
     async def _over_channel(
         self,
         channels: Channels,
@@ -198,11 +202,11 @@ class Sender:
         request: bytes,
         caller: str | None,
         wait_ms: int,
-        path: str = INTERNAL_LOOKUPS,
+        path: str,
     ) -> bytes:
-        """``call`` for a lookup batch (or a read at ``path``), over the target's channel:
-        the same credential, statement and seal as its ``POST``; ``ChannelRefused`` when
-        the target has none (``NoReads``: none for reads)."""
+        """``call`` over the target's channel: the same credential, statement and seal as
+        its ``POST``; ``ChannelRefused`` when the target has none (``NoReads``: none that
+        carries reads)."""
         cluster = self._cluster
         if cluster is not None and target not in self._proven:
             await self._prove(target, cluster)

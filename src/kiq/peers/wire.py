@@ -106,22 +106,12 @@ INTERNAL_CHANGES: Final = "/v1/internal/changes"
 INTERNAL_HELLO: Final = "/v1/internal/hello"
 # A WebSocket upgrade: lookup batches as messages on one connection (peers/channel.py).
 INTERNAL_CHANNEL: Final = "/v1/internal/channel"
-# The subprotocol a channel that also carries reads (``CHANNEL_READS``) is upgraded with: a
-# node that answers without it (an older kiq) is sent lookup batches alone on it.
+# The subprotocol a channel that also carries reads (multigets, scans, tops, index pages:
+# ``ChannelAsk.path``) is upgraded with: a node that answers without it (an older kiq) is
+# sent lookup batches alone on it.
 READS_PROTOCOL: Final = "kiq-reads"
-# The internal POSTs a channel carries beside lookup batches (``ChannelAsk.path``), when
-# their answer holds at most ``CHANNEL_MAX_ROWS`` rows: a bigger page goes over HTTP, so
-# that no lookup's answer waits behind it on the channel.
-CHANNEL_READS: Final = frozenset(
-    (
-        INTERNAL_MULTIGET,
-        INTERNAL_SCAN,
-        INTERNAL_TOP,
-        INTERNAL_TOP_MANY,
-        INTERNAL_BY_INDEX,
-        INTERNAL_BY_INDEX_MANY,
-    )
-)
+# The most rows a read's answer may hold to go on a channel: a bigger page goes over HTTP,
+# so that no lookup's answer waits behind it on the channel.
 CHANNEL_MAX_ROWS: Final = 400
 HEALTH_LIVE: Final = "/v1/health/live"  # a node's liveness: the probe of a peer gone quiet
 
@@ -412,8 +402,8 @@ class ChangesResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
 class ChannelAsk(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """A lookup batch on a channel: what its HTTP request would carry (``credential``: its
     ``X-Kiq-Cluster``, ``principal``: its ``X-Kiq-Principal``; empty when it has none).
-    ``path``: the internal POST it stands for, one of ``CHANNEL_READS`` on a channel
-    upgraded with ``READS_PROTOCOL``; empty for a lookup batch (an older node reads no
+    ``path``: the internal POST it stands for, a read's on a channel upgraded with
+    ``READS_PROTOCOL``; empty for a lookup batch (an older node reads no
     more than the four fields before it)."""
 
     id: int
