@@ -479,6 +479,11 @@ class LimitsSettings(_Section):
 
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="request body")
     max_multiget_keys: int = Field(10_000, ge=1, description="keys per multiget")
+    window_cache_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=0,
+        description="pages of windows kept while their partition is unchanged; 0: none",
+    )
     max_connections: int = Field(2048, ge=1, description="open connections per node")
     max_watches: int = Field(
         20_000, ge=1, description="watch streams (Server-Sent Events) at once per node, then 503"

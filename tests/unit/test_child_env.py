@@ -116,6 +116,7 @@ def _changed(tmp: Path) -> list[settings._Section]:
         LimitsSettings(
             max_body_bytes=2048,
             max_multiget_keys=3,
+            window_cache_bytes=5,
             max_connections=4,
             max_watches=12,
             max_watch_pending=13,

@@ -29,7 +29,17 @@ def header(scope: Scope, name: bytes) -> str | None:
 
 
 def query(scope: Scope) -> dict[str, str]:
+    """The request's query parameters, parsed once per request: its limits, its handler and
+    the read it makes each ask (the dict is shared: read it, do not change it)."""
     raw = scope.get("query_string") or b""
     if not raw:
         return {}
-    return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+    parsed: tuple[bytes, dict[str, str]] | None = scope.get(_QUERY)
+    if parsed is not None and parsed[0] is raw:
+        return parsed[1]
+    params = dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+    scope[_QUERY] = (raw, params)
+    return params
+
+
+_QUERY = "kiq.query"  # the scope's parsed query string, beside the string it was parsed from

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import re
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import nullcontext
@@ -84,9 +83,9 @@ from kiq.security import VerifiedCaller, read_scope
 from kiq.stores.base import prefix_end
 from kiq.stores.index import equal_bounds, range_bounds, value_of
 from kiq.stores.rank import merge_heads
-from kiq.tables import TableRuntime
+from kiq.tables import MAX_KEY_BYTES, TableRuntime
 from kiq.tables.versions import public_name
-from kiq.tables.windows import split_window_key, window_time
+from kiq.tables.windows import WindowPage, window_time
 
 MAX_RANGE_LIMIT = 1000
 # A page's rows: (key, value) of a range, (entry, key, value) of an index.
@@ -131,37 +130,6 @@ def items_json(runtime: TableRuntime, items: list[Item]) -> orjson.Fragment:
     else:
         rows = [b'{"key":%b,"value":%b}' % (_text(k), v) for k, v in items]
     return orjson.Fragment(b"[" + b",".join(rows) + b"]")
-
-
-def windows_json(runtime: TableRuntime, items: list[Item], entity: str) -> orjson.Fragment:
-    """``[{"start", "end", "value"}, ...]`` of ``entity``'s windows, as JSON bytes made at
-    once (``items_json``'s reasons). Their keys are ``ENTITY{sep}START{sep}END``: the times
-    are cut from the bytes after the entity and written as they are when every one is
-    printable ASCII with no quote or backslash (the pipeline writes them so); else each is
-    decoded and quoted (a key written by something else)."""
-    sep, raw = window_sep(runtime), runtime.spec.format == "raw"
-    width = len(f"{entity}{sep}".encode())  # the scan kept keys under it alone
-    times = [key[width:] for key, _ in items]
-    values = [b'"%b"' % base64.b64encode(v) if raw else v for _, v in items]
-    if _AS_IS.fullmatch(b"".join(times)):
-        cut = sep.encode()
-        rows = []
-        for time, value in zip(times, values, strict=True):
-            start, _, end = time.rpartition(cut)
-            rows.append(b'{"start":"%b","end":"%b","value":%b}' % (start, end, value))
-    else:
-        rows = []
-        for (key, _), value in zip(items, values, strict=True):
-            _, first, last = split_window_key(key.decode(), sep)
-            rows.append(
-                b'{"start":%b,"end":%b,"value":%b}'
-                % (orjson.dumps(first), orjson.dumps(last), value)
-            )
-    return orjson.Fragment(b"[" + b",".join(rows) + b"]")
-
-
-# Bytes a JSON string holds as they are: printable ASCII but the quote and the backslash.
-_AS_IS = re.compile(rb"[\x20\x21\x23-\x5b\x5d-\x7e]*")
 
 
 def _text(key: bytes) -> bytes:
@@ -344,21 +312,51 @@ class Batches:
         """GET /v1/tables/{table}/keys/{key}/windows: one key's windows in time order."""
         runtime = self._table(table)
         limit = int_param(params, "limit", 1, MAX_RANGE_LIMIT) or 100
-        items, last_key, sources = await self.scan_windows(
-            runtime,
-            key,
-            params.get("from"),
-            params.get("to"),
-            params.get("cursor"),
-            limit,
-            auth,
-            reverse=is_descending(params.get("order")),
-            at=at,
-        )
-        out = windows_json(runtime, items, key)
-        next_cursor = encode_cursor(last_key) if last_key is not None else None
-        body = {"key": key, "windows": out, "next_cursor": next_cursor}
+        start, end, cursor = params.get("from"), params.get("to"), params.get("cursor")
+        reverse = is_descending(params.get("order"))
+        render = window_page(runtime, key)
+        if at is PLAIN:  # one partition's page, made where it is and kept there (Scan.windows)
+            page, last, sources = await self._window_page(
+                runtime, key, start, end, cursor, limit, auth, reverse, render
+            )
+        else:
+            items, last, sources = await self.scan_windows(
+                runtime, key, start, end, cursor, limit, auth, reverse=reverse, at=at
+            )
+            page = render(items)
+        next_cursor = encode_cursor(last) if last is not None else None
+        body = {"key": key, "windows": orjson.Fragment(page), "next_cursor": next_cursor}
         return _answer(runtime, body, sources, at)
+
+    async def _window_page(
+        self,
+        runtime: TableRuntime,
+        key: str,
+        start: str | None,
+        end: str | None,
+        cursor: str | None,
+        limit: int,
+        auth: str | None,
+        reverse: bool,
+        render: WindowPage,
+    ) -> tuple[bytes, bytes | None, list[Source]]:
+        """``scan_windows``'s page as ``render`` makes it, by the replica that answers (a
+        node of an older kiq sends the rows, made here), and the key the next starts after."""
+        prefix, low, high = _window_range(runtime, key, start, end)
+        low, high = _bounds(prefix, low, high, cursor, reverse)
+        name, partition = runtime.spec.name, self.node.partition_of(runtime, prefix.decode())
+        result = await self.reader.scan(
+            name, partition, low, high, limit, auth, reverse, render=render
+        )
+        if result is None:
+            raise Unavailable(f"no replica of {name}[{partition}] could scan", partition=partition)
+        if result.page:
+            page, rows, last = result.page, result.rows, result.last
+        else:
+            items = result.items[:limit]
+            page, rows, last = render(items), len(items), items[-1][0] if items else b""
+        sources = [_sourced(result, partition).source or Source(partition)]
+        return page, (last if rows >= limit else None), sources
 
     async def scan_windows(
         self,
@@ -375,24 +373,12 @@ class Batches:
     ) -> tuple[list[Item], bytes | None, list[Source]]:
         """``scan`` of one key's windows that start in [``start``, ``end``) (times as
         ``kiq.tables.windows.window_time`` reads them): one partition, in time order."""
-        if not runtime.spec.windowed:
-            raise BadRequest(
-                f"table {runtime.spec.name} is not windowed: its pipeline writes it with "
-                "ctx.write_table(..., window=COLUMN) for windows by key"
-            )
-        if not key:
-            raise BadRequest("give the key whose windows to read")
-        prefix = f"{key}{window_sep(runtime)}"
-        try:
-            low = prefix + window_time(start, "from") if start else None
-            high = prefix + window_time(end, "to") if end else None
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
+        prefix, low, high = _window_range(runtime, key, start, end)
         return await self.scan(
             runtime,
-            prefix=prefix.encode(),
-            start=low.encode() if low else None,
-            end=high.encode() if high else None,
+            prefix=prefix,
+            start=low,
+            end=high,
             cursor=cursor,
             limit=limit,
             auth=auth,
@@ -422,17 +408,7 @@ class Batches:
         ``prefix``. The cursor is the last key of the previous page: the next page starts
         after it, ascending, or below it, descending.
         """
-        if prefix:
-            start = max(start or prefix, prefix)
-            upper = prefix_end(prefix)
-            end = upper if end is None else (min(end, upper) if upper else end)
-        if cursor:
-            last = decode_cursor(cursor)
-            if reverse:
-                end = last if end is None else min(end, last)
-            else:
-                after = last + b"\x00"
-                start = after if start is None else max(start, after)
+        start, end = _bounds(prefix, start, end, cursor, reverse)
         partitions: Iterable[int] = range(runtime.partitions)
         fixed = runtime.spec.partition_key(prefix.decode()) if prefix else None
         if fixed is not None and fixed != prefix.decode():
@@ -476,6 +452,14 @@ class Batches:
         if not 1 <= request.limit <= MAX_RANGE_LIMIT:
             raise BadRequest(f"limit must be between 1 and {MAX_RANGE_LIMIT}")
         table, partition = request.table, request.partition
+        render = None
+        if request.windows:  # a key's windows: the page made here, kept while unchanged
+            runtime = self.node.tables.get(table)
+            if runtime is None or not runtime.spec.windowed:
+                raise NotHere(f"{self.node.node_id} holds no windowed table {table}")
+            if not 0 < request.windows <= MAX_KEY_BYTES:
+                raise BadRequest(f"windows must be between 1 and {MAX_KEY_BYTES}")
+            render = window_page(runtime, "", request.windows)
         page = await self.reader.here.scan(
             table,
             partition,
@@ -486,6 +470,7 @@ class Batches:
             request.max_lag,
             request.batch,
             request.min_offset,
+            render,
         )
         if page is None:
             raise NotHere(f"{self.node.node_id} holds no usable replica of {table}[{partition}]")
@@ -868,6 +853,56 @@ def top_window(runtime: TableRuntime, start: str | None) -> bytes:
         return window_time(start, "window").encode()
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
+
+
+def _bounds(
+    prefix: bytes, start: bytes | None, end: bytes | None, cursor: str | None, reverse: bool
+) -> tuple[bytes | None, bytes | None]:
+    """A page's [start, end): keys starting with ``prefix`` within the bounds asked, past
+    the ``cursor`` (the last key of the page before: after it ascending, below it
+    descending)."""
+    if prefix:
+        start = max(start or prefix, prefix)
+        upper = prefix_end(prefix)
+        end = upper if end is None else (min(end, upper) if upper else end)
+    if cursor:
+        last = decode_cursor(cursor)
+        if reverse:
+            end = last if end is None else min(end, last)
+        else:
+            after = last + b"\x00"
+            start = after if start is None else max(start, after)
+    return start, end
+
+
+def _window_range(
+    runtime: TableRuntime, key: str, start: str | None, end: str | None
+) -> tuple[bytes, bytes | None, bytes | None]:
+    """The prefix of ``key``'s windows and the keys of those starting in [start, end); a
+    400 when the table is not windowed, the key empty or a time no time."""
+    if not runtime.spec.windowed:
+        raise BadRequest(
+            f"table {runtime.spec.name} is not windowed: its pipeline writes it with "
+            "ctx.write_table(..., window=COLUMN) for windows by key"
+        )
+    if not key:
+        raise BadRequest("give the key whose windows to read")
+    prefix = f"{key}{window_sep(runtime)}"
+    try:
+        low = prefix + window_time(start, "from") if start else None
+        high = prefix + window_time(end, "to") if end else None
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return prefix.encode(), low.encode() if low else None, high.encode() if high else None
+
+
+def window_page(runtime: TableRuntime, key: str, width: int | None = None) -> WindowPage:
+    """How a page of ``key``'s windows is made (``width``: the bytes before the times, as
+    a peer asks; by default those of ``key`` and the separator)."""
+    sep = window_sep(runtime)
+    if width is None:
+        width = len(f"{key}{sep}".encode())
+    return WindowPage(width, sep, runtime.spec.format == "raw")
 
 
 def window_sep(runtime: TableRuntime) -> str:

@@ -635,7 +635,7 @@ class Request:
         self._tables: Tables | None = None
         self._principal: Principal | None = None
         self.path_params: dict[str, str] = scope.get("path_params", {})
-        self.query: dict[str, str] = query(scope)
+        self.query: dict[str, str] = dict(query(scope))  # its own: a route may change it
         self._position = position if position is not None else RequestPosition()
 
     @property

@@ -163,15 +163,17 @@ class Peers:
         max_lag: int | None = None,
         batch: int | None = None,
         min_offset: int | None = None,
+        windows: int = 0,
     ) -> ScanResult:
         """Up to ``limit`` (key, value) of the target's replica in [start, end), in key order
-        (descending when ``reverse``), and which replica it was.
+        (descending when ``reverse``), and which replica it was; ``windows``: made into a
+        page of a key's windows there (``Scan.windows``).
 
         ``PeerError`` with status 421 when the target holds no usable replica of it (within
         ``max_lag``), and when it scanned forwards a scan asked in reverse (an older node).
         """
         request = encode(
-            Scan(table, partition, start, end, limit, reverse, max_lag, batch, min_offset)
+            Scan(table, partition, start, end, limit, reverse, max_lag, batch, min_offset, windows)
         )
         body = await self._sender.read(target, INTERNAL_SCAN, request, caller, limit)
         page = decoded(target, decode_scan_result, body)

@@ -266,6 +266,10 @@ class Scan(msgspec.Struct, array_like=True, frozen=True, gc=False):
     max_lag: int | None = None
     batch: int | None = None  # as ``Multiget.batch``
     min_offset: int | None = None  # the offset the replica must have applied
+    # A key's windows: the bytes of ENTITY{sep} before each key's times, and the answer is
+    # the page made (``ScanResult.page``, ``kiq.tables.windows.WindowPage``); 0: the rows.
+    # A node of an older kiq ignores it and answers the rows.
+    windows: int = 0
 
 
 class ScanResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -275,6 +279,10 @@ class ScanResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
     source: Source | None = None
     reverse: bool = False
     window: bytes = b""  # a top's: the window start it kept (``Top.window``), echoed
+    # ``Scan.windows``'s answer instead of ``items``: the page's JSON, its rows, its last key
+    page: bytes = b""
+    rows: int = 0
+    last: bytes = b""
 
 
 class Top(msgspec.Struct, array_like=True, frozen=True, gc=False):

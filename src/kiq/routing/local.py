@@ -40,6 +40,7 @@ from kiq.replicas import ReplicaState, reads
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.replicas.snapshots import LATEST, BatchView
 from kiq.replicas.waits import Parking, wait_applied
+from kiq.routing.pages import MadePage, PageCache, Render, mark_of
 from kiq.routing.router import servable
 from kiq.routing.turns import SLICE_ROWS, Turns
 from kiq.settings import LimitsSettings
@@ -71,6 +72,7 @@ class LocalReplicas:
         self._replicas = replicas
         self._served_by = node_id.encode()
         self.turns = Turns()  # every page read here: sliced, and paced beside the lookups
+        self.pages = PageCache(limits.window_cache_bytes)  # made pages, while unchanged
 
     def _usable(
         self, table: str, partition: int, max_lag: int | None = None
@@ -182,13 +184,45 @@ class LocalReplicas:
         max_lag: int | None = None,
         batch: int | None = None,
         min_offset: int | None = None,
+        render: Render | None = None,
     ) -> ScanResult | None:
         """Up to ``limit`` (key, value) in [start, end) in key order (descending when
-        ``reverse``), and how fresh the replica was; None as for ``get``."""
+        ``reverse``), and how fresh the replica was; None as for ``get``. With ``render``,
+        the rows come made into its page (``ScanResult.page``), kept while the replica
+        is unchanged (``pages``; as of a batch, made each time)."""
         replica = self._usable(table, partition, max_lag)
         if replica is None:
             return None
+        if render is None:
+            return await self._scan(replica, start, end, limit, reverse, batch, min_offset)
+        if batch is None and (min_offset is None or replica.applied_offset >= min_offset):
+            asked = (table, partition, start, end, limit, reverse, render)
+            mark = mark_of(replica)
+            page = self.pages.get(replica, asked, mark)
+            if page is not None:
+                return _made(page, self._source(replica), reverse)
+            store = replica.store  # with the mark, before the read: the rows hold at least it
+            result = await self._scan(replica, start, end, limit, reverse, None, min_offset)
+            if result is None:
+                return None
+            page = _page_of(render, result.items)
+            self.pages.put(replica, store, mark, asked, page)
+            return _made(page, result.source, reverse)
+        result = await self._scan(replica, start, end, limit, reverse, batch, min_offset)
+        if result is None:
+            return None
+        return _made(_page_of(render, result.items), result.source, reverse)
 
+    async def _scan(
+        self,
+        replica: ReadOnlyReplica,
+        start: bytes | None,
+        end: bytes | None,
+        limit: int,
+        reverse: bool,
+        batch: int | None,
+        min_offset: int | None,
+    ) -> ScanResult | None:
         async def read() -> ScanResult | None:
             at = _as_of(replica, batch, min_offset)
             if at is None:
@@ -423,6 +457,14 @@ def past_cursor(
         return start, cursor if end is None else min(end, cursor)
     after = cursor + b"\x00"  # the least entry above the cursor
     return (after if start is None else max(start, after)), end
+
+
+def _page_of(render: Render, items: list[Item]) -> MadePage:
+    return MadePage(render(items), len(items), items[-1][0] if items else b"")
+
+
+def _made(page: MadePage, source: Source | None, reverse: bool) -> ScanResult:
+    return ScanResult([], source, reverse, page=page.body, rows=page.rows, last=page.last)
 
 
 def _as_of(

@@ -41,6 +41,7 @@ from kiq.peers.wire import (
 from kiq.replicas import ReplicaState
 from kiq.replicas.replica import ReadOnlyReplica
 from kiq.routing.local import LocalReplicas
+from kiq.routing.pages import Render
 from kiq.routing.router import LOCAL, Router, servable
 from kiq.settings import LimitsSettings
 
@@ -251,18 +252,20 @@ class ReplicaReader:
         max_lag: int | None = None,
         batch: int | None = None,
         min_offset: int | None = None,
+        render: Render | None = None,
     ) -> ScanResult | None:
         """Up to ``limit`` (key, value) of the partition in [start, end) in key order
         (descending when ``reverse``), from the best replica that answers (within
         ``max_lag``, as of ``batch``, at ``min_offset``), and which one it was; None when
-        none could."""
+        none could. With ``render``, made into its page where the rows are (a node of an
+        older kiq answers the rows: ``ScanResult.page`` is then empty)."""
         return await self._first_answer(
             "scan",
             table,
             partition,
             max_lag,
             lambda: self.here.scan(
-                table, partition, start, end, limit, reverse, max_lag, batch, min_offset
+                table, partition, start, end, limit, reverse, max_lag, batch, min_offset, render
             ),
             lambda url: self._peers.scan(
                 url,
@@ -276,6 +279,7 @@ class ReplicaReader:
                 max_lag,
                 batch,
                 min_offset,
+                render.width if render is not None else 0,
             ),
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kiq.api.asgi import query
 from kiq.api.errors import BadRequest
 from kiq.api.params import (
     bool_param,
@@ -164,3 +165,12 @@ def test_prefix_end_bounds_exactly_the_keys_with_the_prefix(prefix: bytes):
     for suffix in (b"", b"\x00", b"\xff", b"\xff" * 8, b"zzz"):
         assert prefix <= prefix + suffix < end
     assert not end.startswith(prefix)
+
+
+def test_a_query_is_parsed_once_per_request_and_again_when_it_changes():
+    scope: dict = {"query_string": b"limit=5&order=desc"}
+    first = query(scope)
+    assert first == {"limit": "5", "order": "desc"} and query(scope) is first
+    scope["query_string"] = b"limit=7"  # a scope rewritten on its way (a proxy's)
+    assert query(scope) == {"limit": "7"}
+    assert query({"query_string": b""}) == {}

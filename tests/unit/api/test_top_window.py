@@ -161,8 +161,8 @@ def test_an_answer_that_ranked_every_window_is_not_taken(pair, monkeypatch):
     assert top.keys() == reference(6, HOURS[0]) and top.stale
 
 
-def test_the_answer_carries_the_window_as_a_trailing_field():
+def test_the_answer_carries_the_window_after_the_fields_an_older_node_sends():
     head = ScanResult([(b"k", b"v")], None, False, b"2026-11-25T10:00:00.000Z")
-    assert msgspec.msgpack.decode(encode(head))[-1] == b"2026-11-25T10:00:00.000Z"
+    assert msgspec.msgpack.decode(encode(head))[3] == b"2026-11-25T10:00:00.000Z"
     older = msgspec.msgpack.encode([[[b"k", b"v"]], None, False])
     assert decode_scan_result(older).window == b""
