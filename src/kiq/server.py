@@ -33,6 +33,7 @@ from kiq.api.handlers import Handlers
 from kiq.api.holds import Holds
 from kiq.api.limits import Lookup, RateLimiter, limit_lookups
 from kiq.api.lookups import Lookups
+from kiq.api.paced import WINDOWS
 from kiq.api.relayed import RelayedCallers
 from kiq.api.routers import app_router, core_router
 from kiq.api.routes import CORE, LOOKUP, is_core
@@ -200,6 +201,10 @@ class KiqApp:
         )
         core_routes = core_router(handlers, *limits_of)
         own_routes = app_router(custom, *limits_of)
+        # A key's windows, read about as often as the key: its route (checks and all) is
+        # called straight from the path, as the raw lookup path is, not matched against
+        # every route first.
+        self._windows = next(r for r in core_routes.routes if getattr(r, "path", "") == WINDOWS)
         self.routers = (core_routes, own_routes)  # core paths, the application's (is_core)
         # Every route this node answers, as declared: what /openapi.json is made from.
         self.specs: tuple[RouteSpec[Any], ...] = (*CORE, *declared)
@@ -239,6 +244,17 @@ class KiqApp:
                     if sep and b"/" not in table and not key.endswith(_KEY_ROUTES):
                         await self._lookup(scope, send, table.decode("latin-1"), key)
                         return
+                    if sep and key.endswith(b"/windows"):
+                        # as its pattern would match it: the decoded path, no / in either
+                        name, _, rest = path[len(_TABLES) :].partition("/keys/")
+                        key_text = rest[: -len("/windows")]
+                        if name and key_text and "/" not in name and "/" not in key_text:
+                            scope["path_params"] = {"table": name, "key": key_text}
+                            try:
+                                await self._windows.handle(scope, receive, send)
+                            except Exception as exc:
+                                await send_error(send, exc, scope)
+                            return
             try:
                 await self._routes(scope, receive, send)
             except Exception as exc:

@@ -47,6 +47,9 @@ CORE_PATHS = [
     "/v1/tables/t/range",
     "/v1/tables/t/multiget",
     "/v1/tables/t/keys/k",
+    "/v1/tables/t/keys/k/windows",  # called straight from the path (server.py)
+    "/v1/tables/t/keys/k%2Fx/windows",
+    "/v1/tables/t/keys//windows",
     "/v1/tables/t/anything/else",
 ]
 SECRET_VALUE = b'{"secret":"value"}'

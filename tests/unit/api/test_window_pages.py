@@ -15,8 +15,12 @@ import pytest
 
 from kiq.partitioning import partition_for
 from kiq.peers.wire import Scan, encode
+from kiq.security import ClusterKey, Security, TokenCache, TokenVerifier
+from kiq.security.keys import SecretKey
+from kiq.settings import LimitsSettings
 from kiq.tables import parse_table
 from tests.unit import stand_ins
+from tests.unit.security.keys import hs256, secret_file
 from tests.unit.stand_ins import Cluster, LocalNode, call, serving, start_node, wait_until
 
 PARTITIONS = 4
@@ -141,3 +145,51 @@ def test_a_peers_windows_ask_is_checked(pair) -> None:
     assert not_windowed.status == 421
     made = asyncio.run(ask(Scan("w", 2, windows=3)))
     assert made.status == 200
+
+
+def test_a_windows_request_called_from_its_path_passes_its_routes_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stand_ins, "parse_table", _windowed)
+    verifier = TokenVerifier(SecretKey(secret_file(tmp_path)), audience="kiq")
+    cluster = Cluster()
+    cluster.join("n1", "http://n1.test")
+    cluster.assign("n1", [("w", 0)])
+    node = start_node(
+        tmp_path,
+        cluster,
+        {"w=w,store=memory,standby=0,sep=|": 1},
+        "n1",
+        security=Security(TokenCache(verifier), ClusterKey(b"g" * 32)),
+        limits=LimitsSettings(auth_failure_rate=0),
+    )
+    try:
+        wait_until(serving(node.node), what="n1 serving")
+        node.put("w", _key("alice", 0), b'{"views":1}', 0)
+        path = "/v1/tables/w/keys/alice/windows"
+
+        def get(scope: str | None) -> Any:
+            token = [] if scope is None else [(b"authorization", f"Bearer {hs256(scope=scope)}")]
+            return asyncio.run(
+                call(node.app, "GET", path, headers=[(k, v.encode()) for k, v in token])
+            )
+
+        assert get(None).status == 401
+        assert get("kiq:read:other").status == 403
+        allowed = get("kiq:read:w")
+        assert allowed.status == 200 and allowed.json()["windows"][0]["value"] == {"views": 1}
+        metrics = asyncio.run(
+            call(
+                node.app,
+                "GET",
+                "/metrics",
+                headers=[(b"authorization", f"Bearer {hs256(scope='kiq:admin')}".encode())],
+            )
+        )
+        windows = 'route="GET /v1/tables/{table}/keys/{key}/windows"'
+        assert any(
+            windows in line and 'status="403"' in line
+            for line in metrics.body.decode().splitlines()
+        ), metrics.body.decode()[:2000]
+    finally:
+        node.node.stop()
