@@ -75,7 +75,7 @@ class PageCache:
 
     @property
     def size(self) -> int:
-        """Bytes of the pages kept."""
+        """Bytes of the pages kept, each with its key and ``ENTRY_BYTES``."""
         return self._bytes
 
     def get(self, replica: ReadOnlyReplica, key: Hashable, mark: Hashable) -> MadePage | None:
@@ -103,14 +103,27 @@ class PageCache:
         page: MadePage,
     ) -> None:
         """Keeps ``page``, read from ``replica``'s ``store`` at ``mark``."""
-        size = len(page.body)
+        size = _size(key, page)
         if size > self.max_bytes // 4:  # none takes much of it (0: keep nothing)
             return
         old = self._entries.pop(key, None)
         if old is not None:
-            self._bytes -= len(old.page.body)
+            self._bytes -= _size(key, old.page)
         self._entries[key] = _Entry(replica, store, mark, page)
         self._bytes += size
         while self._bytes > self.max_bytes:
-            _, dropped = self._entries.popitem(last=False)
-            self._bytes -= len(dropped.page.body)
+            dropped_key, dropped = self._entries.popitem(last=False)
+            self._bytes -= _size(dropped_key, dropped.page)
+
+
+# What an entry costs beside the bytes it holds (its objects, the dict's slot): counted,
+# so a flood of empty pages of keys that hold none is bounded as a few big pages are.
+ENTRY_BYTES = 512
+
+
+def _size(key: Hashable, page: MadePage) -> int:
+    """The bytes an entry is counted for: its page, its last key, what its key holds."""
+    held = (
+        sum(len(part) for part in key if isinstance(part, bytes)) if isinstance(key, tuple) else 0
+    )
+    return len(page.body) + len(page.last) + held + ENTRY_BYTES
