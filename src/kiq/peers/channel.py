@@ -15,6 +15,10 @@ travel on the same channel as asks naming their path, when the peer upgraded wit
 ``kiq-reads`` subprotocol and the answer holds at most ``wire.CHANNEL_MAX_ROWS`` rows: over
 HTTP each cost the owner a POST through its router, several times the read itself. A peer
 that upgrades without it (an older kiq) raises ``NoReads`` for a read: HTTP carries those.
+A peer that picks ``kiq-packed`` (offered first) takes the asks made in one turn of this
+node's loop as one message, and sends the answers it finished in one turn of its own as
+one: a window page or a top's heads then cost the owner its server's receive and send
+once for several, not once each.
 
 A peer that does not upgrade (an older node, a process that serves no channel) raises
 ``ChannelRefused``: the sender (``sender.py``) sends its batches over HTTP, and tries again after
@@ -65,10 +69,13 @@ from kiq.peers.pool import (
 )
 from kiq.peers.wire import (
     INTERNAL_CHANNEL,
+    PACKED_PROTOCOL,
     READS_PROTOCOL,
+    ChannelAnswer,
     ChannelAsk,
     DecodeError,
     decode_channel_answer,
+    decode_channel_answers,
     encode,
 )
 
@@ -92,6 +99,8 @@ class NoReads(ChannelRefused):
 
 
 _READS = READS_PROTOCOL.encode()
+_PACKED = PACKED_PROTOCOL.encode()
+OFFERED = f"{PACKED_PROTOCOL}, {READS_PROTOCOL}"  # the subprotocols asked for, best first
 
 
 class _Channel(asyncio.Protocol):
@@ -105,6 +114,8 @@ class _Channel(asyncio.Protocol):
         self.closed = False
         self.away = False  # closed by a peer that is stopping
         self.reads = False  # upgraded with ``READS_PROTOCOL``: it carries reads too
+        self.packed = False  # with ``PACKED_PROTOCOL``: asks and answers go in lists
+        self._outgoing: list[ChannelAsk] = []  # packed: this turn's asks, not yet written
         self.heard = 0  # messages received: a timeout with none since its ask closes
         # Its loop, asked once: ``asyncio.get_running_loop`` is a system call (getpid).
         self.loop = asyncio.get_running_loop()
@@ -175,10 +186,11 @@ class _Channel(asyncio.Protocol):
         if accept != self._accept:
             self._refuse("upgrade answered with a wrong Sec-WebSocket-Accept")
             return b""
-        if protocol and protocol != _READS:  # RFC 6455: only a subprotocol offered
+        if protocol and protocol not in (_READS, _PACKED):  # RFC 6455: only those offered
             self._refuse(f"upgrade chose a subprotocol not offered: {protocol[:40]!r}")
             return b""
-        self.reads = protocol == _READS
+        self.packed = protocol == _PACKED
+        self.reads = self.packed or protocol == _READS
         self.opened.set_result(None)
         return rest
 
@@ -196,11 +208,18 @@ class _Channel(asyncio.Protocol):
 
     def _answered(self, payload: bytes) -> None:
         try:
-            answer = decode_channel_answer(payload)
+            if self.packed:
+                answers = decode_channel_answers(payload)
+            else:
+                answers = [decode_channel_answer(payload)]
         except DecodeError as exc:
             self._close(f"malformed answer: {exc}")
             return
         self.heard += 1
+        for answer in answers:
+            self._settle(answer)
+
+    def _settle(self, answer: ChannelAnswer) -> None:
         waiter = self._waiting.pop(answer.id, None)
         if waiter is not None and not waiter.done():  # else timed out: nobody waits
             waiter.set_result((answer.status, answer.body))
@@ -218,8 +237,18 @@ class _Channel(asyncio.Protocol):
         ask_id = self._next_id = self._next_id + 1
         waiter: asyncio.Future[Response] = self.loop.create_future()
         self._waiting[ask_id] = waiter
-        self._write(client_frame(encode(ChannelAsk(ask_id, body, credential, principal, path))))
+        ask = ChannelAsk(ask_id, body, credential, principal, path)
+        if not self.packed:
+            self._write(client_frame(encode(ask)))
+        else:  # written with the others of this turn of the loop: one message, one write
+            if not self._outgoing:
+                self.loop.call_soon(self._flush)
+            self._outgoing.append(ask)
         return ask_id, waiter
+
+    def _flush(self) -> None:
+        asks, self._outgoing = self._outgoing, []
+        self._write(client_frame(encode(asks)))
 
     def expire(self, ask_id: int, heard: int, timeout_s: float) -> None:
         """The ask's time is up: it fails, and the channel too if silent since it went."""
@@ -329,7 +358,7 @@ class Channels:
             "connection": "Upgrade",
             "sec-websocket-version": "13",
             "sec-websocket-key": key,
-            "sec-websocket-protocol": READS_PROTOCOL,
+            "sec-websocket-protocol": OFFERED,
             **open_headers(),
         }
         head = request_bytes("GET", INTERNAL_CHANNEL, host_of((host, port, context)), headers, b"")

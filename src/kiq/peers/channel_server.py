@@ -11,7 +11,10 @@ at once is answered before the next message is read; one that waits for
 (the ``id`` pairs them). A channel upgraded with the ``kiq-reads`` subprotocol carries
 the small reads of a fan-out too (``ChannelAsk.path``, one of the ``reads`` it is given):
 each checked as its POST would be, over its own path, and answered by a task of its own
-through the same handler as that POST, counted under that route. What a batch raises is
+through the same handler as that POST, counted under that route. A channel upgraded with
+``kiq-packed`` (a peer of this kiq offers it first) carries lists: each message a list of
+asks, each answer message the answers finished in one turn of the loop (``_Outbox``).
+What a batch raises is
 its answer's status and body, as
 ``error_response`` makes them on every route; a message that is no ``ChannelAsk``
 closes the channel.
@@ -39,12 +42,14 @@ from kiq.peers.frames import GOING_AWAY, POLICY_VIOLATION, UNSUPPORTED_DATA
 from kiq.peers.wire import (
     INTERNAL_CHANNEL,
     INTERNAL_LOOKUPS,
+    PACKED_PROTOCOL,
     PRINCIPAL,
     READS_PROTOCOL,
     ChannelAnswer,
     ChannelAsk,
     DecodeError,
     decode_channel_ask,
+    decode_channel_asks,
     encode,
 )
 from kiq.security import CLUSTER_HEADER
@@ -87,6 +92,8 @@ Read = Callable[[bytes, Any], Awaitable[bytes]]
 Record = Callable[[str, int, float], None]
 # An exception as its status and body, as every route answers it (``kiq.api.errors``).
 ErrorResponse = Callable[[Exception, Scope], tuple[int, bytes]]
+# How a channel's answer goes back: a message of its own, or with the others of its turn.
+Deliver = Callable[[ChannelAnswer], Awaitable[None]]
 
 # Reads one channel may have under way at once: a top-many per public request in flight
 # at the asking node, bounded there by its own limits.
@@ -130,10 +137,11 @@ class LookupChannels:
         if scope["path"] != INTERNAL_CHANNEL or not self._admitted(scope):
             await send({"type": "websocket.close", "code": POLICY_VIOLATION})
             return
-        offered = self._reads and READS_PROTOCOL in scope.get("subprotocols", ())
+        offered = scope.get("subprotocols", ()) if self._reads else ()
+        chosen = next((p for p in (PACKED_PROTOCOL, READS_PROTOCOL) if p in offered), None)
         accept: dict[str, Any] = {"type": "websocket.accept"}
-        if offered:
-            accept["subprotocol"] = READS_PROTOCOL
+        if chosen is not None:
+            accept["subprotocol"] = chosen
         await send(accept)
         if self._stopping:  # accepted to say so: a refusal would mean "no channel here"
             await _close_quietly(send, GOING_AWAY)
@@ -141,9 +149,18 @@ class LookupChannels:
         loop = asyncio.get_running_loop()
         waits: set[asyncio.Task[None]] = set()  # lookup batches waiting, reads under way
         reading: set[asyncio.Task[None]] = set()  # the reads among them
+        if chosen == PACKED_PROTOCOL:
+            deliver: Deliver = _Outbox(send, waits).put
+        else:
+
+            async def deliver(answer: ChannelAnswer) -> None:
+                await send({"type": "websocket.send", "bytes": encode(answer)})
+
         # The asks are read by a task of their own, so that ``going_away`` can cancel its
         # wait in ``receive``: granian sends no close frame while a receive is pending.
-        serving = loop.create_task(self._serve(receive, send, waits, reading))
+        serving = loop.create_task(
+            self._serve(receive, send, waits, reading, deliver, chosen == PACKED_PROTOCOL)
+        )
         ended = self._open[serving] = loop.create_future()
         try:
             await asyncio.wait((serving,))
@@ -177,6 +194,8 @@ class LookupChannels:
         send: Send,
         waits: set[asyncio.Task[None]],
         reading: set[asyncio.Task[None]],
+        deliver: Deliver,
+        packed: bool = False,
     ) -> None:
         while True:
             message = await receive()
@@ -184,18 +203,24 @@ class LookupChannels:
                 return  # the peer went away
             data = message.get("bytes")
             try:
-                ask = decode_channel_ask(data) if data is not None else None
+                if data is None:
+                    asks = None
+                elif packed:
+                    asks = decode_channel_asks(data)
+                else:
+                    asks = [decode_channel_ask(data)]
             except DecodeError:
-                ask = None
-            if ask is None:
+                asks = None
+            if asks is None:
                 await send({"type": "websocket.close", "code": UNSUPPORTED_DATA})
                 return
-            if ask.path:
-                answer = self._read(ask, waits, reading, send)
-            else:
-                answer = self._answer_now(ask, waits, send)
-            if answer is not None:
-                await send({"type": "websocket.send", "bytes": answer})
+            for ask in asks:
+                if ask.path:
+                    answer = self._read(ask, waits, reading, deliver)
+                else:
+                    answer = self._answer_now(ask, waits, deliver)
+                if answer is not None:
+                    await deliver(answer)
 
     def _admitted(self, scope: Scope) -> bool:
         """The upgrade, checked as any internal request: a member's credential for it, in a
@@ -223,10 +248,10 @@ class LookupChannels:
         ask: ChannelAsk,
         waits: set[asyncio.Task[None]],
         reading: set[asyncio.Task[None]],
-        send: Send,
-    ) -> bytes | None:
-        """A read's answer message when it is refused at once; else None, and a task of its
-        own answers it (reads answer out of order, as waiting batches do)."""
+        deliver: Deliver,
+    ) -> ChannelAnswer | None:
+        """A read's answer when it is refused at once; else None, and a task of its own
+        answers it (reads answer out of order, as waiting batches do)."""
         request = _as_request(ask)
         try:
             if self._access is not None:
@@ -239,9 +264,9 @@ class LookupChannels:
                 raise Unavailable(f"{MAX_READS} reads under way on this channel")
         except Exception as exc:  # answered as its POST would be refused
             status, body = self._error_response(exc, request)
-            return encode(ChannelAnswer(ask.id, status, body))
+            return ChannelAnswer(ask.id, status, body)
         task = asyncio.get_running_loop().create_task(
-            self._answer_read(ask.id, request, read, ask.body, caller, send)
+            self._answer_read(ask.id, request, read, ask.body, caller, deliver)
         )
         waits.add(task)
         reading.add(task)
@@ -250,28 +275,31 @@ class LookupChannels:
         return None
 
     async def _answer_read(
-        self, ask_id: int, request: Scope, read: Read, body: bytes, caller: Any, send: Send
+        self,
+        ask_id: int,
+        request: Scope,
+        read: Read,
+        body: bytes,
+        caller: Any,
+        deliver: Deliver,
     ) -> None:
         started = time.perf_counter()
         try:
-            answer = await read(body, caller)
+            answer = self._sealed(ask_id, request, await read(body, caller))
         except Exception as exc:  # as its POST would answer it
             status, payload = self._error_response(exc, request)
-            message = encode(ChannelAnswer(ask_id, status, payload))
-        else:
-            status = 200
-            message = self._sealed(ask_id, request, answer)
+            answer = ChannelAnswer(ask_id, status, payload)
         if self._record is not None:
-            self._record(request["path"], status, time.perf_counter() - started)
+            self._record(request["path"], answer.status, time.perf_counter() - started)
         try:
-            await send({"type": "websocket.send", "bytes": message})
+            await deliver(answer)
         except Exception as exc:  # the peer went away meanwhile
             log.debug("channel answer not sent: %r", exc)
 
     def _answer_now(
-        self, ask: ChannelAsk, waits: set[asyncio.Task[None]], send: Send
-    ) -> bytes | None:
-        """The answer message, or None when a task sends it once the batch's waits end."""
+        self, ask: ChannelAsk, waits: set[asyncio.Task[None]], deliver: Deliver
+    ) -> ChannelAnswer | None:
+        """The answer, or None when a task sends it once the batch's waits end."""
         started = time.perf_counter()
         access = self._access
         request = _as_request(ask) if access is not None else _OPEN
@@ -281,10 +309,10 @@ class LookupChannels:
             results, waiting = self._lookups.internal_now(ask.body, self._caller(request))
         except Exception as exc:
             status, body = self._error_response(exc, request)
-            return encode(ChannelAnswer(ask.id, status, body))
+            return ChannelAnswer(ask.id, status, body)
         if waiting:
             task = asyncio.get_running_loop().create_task(
-                self._answer_later(ask.id, request, results, waiting, started, send)
+                self._answer_later(ask.id, request, results, waiting, started, deliver)
             )
             waits.add(task)
             task.add_done_callback(waits.discard)
@@ -299,20 +327,48 @@ class LookupChannels:
         results: list[Any],
         waiting: list[Any],
         started: float,
-        send: Send,
+        deliver: Deliver,
     ) -> None:
         await asyncio.gather(*waiting)
         self._lookups.record_internal(time.perf_counter() - started)
         answer = self._sealed(ask_id, request, encode(results))
         try:
-            await send({"type": "websocket.send", "bytes": answer})
+            await deliver(answer)
         except Exception as exc:  # the peer went away meanwhile
             log.debug("lookup channel answer not sent: %r", exc)
 
-    def _sealed(self, ask_id: int, request: Scope, answer: bytes) -> bytes:
+    def _sealed(self, ask_id: int, request: Scope, answer: bytes) -> ChannelAnswer:
         if self._access is not None:
             answer = self._access.seal(request, answer)
-        return encode(ChannelAnswer(ask_id, 200, answer))
+        return ChannelAnswer(ask_id, 200, answer)
+
+
+class _Outbox:
+    """A packed channel's answers (``PACKED_PROTOCOL``): those finished in one turn of the
+    loop go in one message, sent by a task that starts once the turn is over (kept in the
+    channel's ``tasks``, so that its end cancels it). The owner then pays the server's
+    send once for them all, not once per read."""
+
+    __slots__ = ("_pending", "_send", "_tasks")
+
+    def __init__(self, send: Send, tasks: set[asyncio.Task[None]]) -> None:
+        self._send = send
+        self._tasks = tasks
+        self._pending: list[ChannelAnswer] = []
+
+    async def put(self, answer: ChannelAnswer) -> None:
+        if not self._pending:
+            task = asyncio.get_running_loop().create_task(self._flush())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._pending.append(answer)
+
+    async def _flush(self) -> None:
+        answers, self._pending = self._pending, []
+        try:
+            await self._send({"type": "websocket.send", "bytes": encode(answers)})
+        except Exception as exc:  # the peer went away meanwhile
+            log.debug("channel answers not sent: %r", exc)
 
 
 async def _close_quietly(send: Send, code: int) -> None:

@@ -110,6 +110,11 @@ INTERNAL_CHANNEL: Final = "/v1/internal/channel"
 # ``ChannelAsk.path``) is upgraded with: a node that answers without it (an older kiq) is
 # sent lookup batches alone on it.
 READS_PROTOCOL: Final = "kiq-reads"
+# The subprotocol of a channel that carries reads and packs: each message the asker sends
+# is a list of the ``ChannelAsk``s it made in one turn of its loop, each the owner sends a
+# list of the ``ChannelAnswer``s it finished in one (one message, not one per read, at
+# either end). Offered before ``READS_PROTOCOL``; a node that does not know it picks that.
+PACKED_PROTOCOL: Final = "kiq-packed"
 # The most rows a read's answer may hold to go on a channel: a bigger page goes over HTTP,
 # so that no lookup's answer waits behind it on the channel.
 CHANNEL_MAX_ROWS: Final = 400
@@ -495,6 +500,8 @@ _changes = msgspec.msgpack.Decoder(Changes)
 _changes_result = msgspec.msgpack.Decoder(ChangesResult)
 _channel_ask = msgspec.msgpack.Decoder(ChannelAsk)
 _channel_answer = msgspec.msgpack.Decoder(ChannelAnswer)
+_channel_asks = msgspec.msgpack.Decoder(list[ChannelAsk])
+_channel_answers = msgspec.msgpack.Decoder(list[ChannelAnswer])
 
 
 def encode(record: object) -> bytes:
@@ -575,3 +582,13 @@ def decode_channel_ask(body: bytes) -> ChannelAsk:
 
 def decode_channel_answer(body: bytes) -> ChannelAnswer:
     return _channel_answer.decode(body)
+
+
+def decode_channel_asks(body: bytes) -> list[ChannelAsk]:
+    """A message of a ``PACKED_PROTOCOL`` channel's asker."""
+    return _channel_asks.decode(body)
+
+
+def decode_channel_answers(body: bytes) -> list[ChannelAnswer]:
+    """A message of a ``PACKED_PROTOCOL`` channel's owner."""
+    return _channel_answers.decode(body)

@@ -24,7 +24,9 @@ from kiq.peers.wire import (
     INTERNAL_LOOKUPS,
     INTERNAL_SCAN,
     INTERNAL_TOP_MANY,
+    PACKED_PROTOCOL,
     READS_PROTOCOL,
+    ChannelAnswer,
     ChannelAsk,
     Lookup,
     Scan,
@@ -33,7 +35,6 @@ from kiq.peers.wire import (
     Top,
     TopMany,
     TopResults,
-    decode_channel_answer,
     decode_lookups,
     decode_scan,
     decode_top_many,
@@ -376,12 +377,11 @@ def test_a_stopping_granian_node_closes_its_channels_first_and_ends_at_once() ->
 
 
 def answer_to(channels: LookupChannels, ask: ChannelAsk) -> tuple[int, int, bytes]:
-    async def main() -> bytes | None:
+    async def main() -> ChannelAnswer | None:
         return channels._answer_now(ask, set(), None)  # type: ignore[arg-type]
 
-    raw = asyncio.run(main())
-    assert raw is not None
-    answer = decode_channel_answer(raw)
+    answer = asyncio.run(main())
+    assert answer is not None
     return answer.id, answer.status, answer.body
 
 
@@ -476,7 +476,7 @@ def test_small_reads_go_over_the_channel_and_a_big_page_over_http():
         http=over_http,
         record=lambda path, status, _: counted.append((path, status)),
     )
-    assert server.upgrades[0]["sec-websocket-protocol"] == READS_PROTOCOL
+    assert server.upgrades[0]["sec-websocket-protocol"] == f"{PACKED_PROTOCOL}, {READS_PROTOCOL}"
     assert [a[0] for a in asked] == ["channel", "http"]
     assert asked[0][1] is None  # no access checks here: nobody's caller, as over HTTP
     assert counted == [(INTERNAL_SCAN, 200)]  # counted under its POST's route
@@ -514,23 +514,23 @@ def test_a_read_on_a_channel_answers_as_its_post_refused_unknown_and_beyond_the_
         error_response,
         {INTERNAL_TOP_MANY: top_many},
     )
-    sent: list[bytes] = []
+    sent: list[ChannelAnswer] = []
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message["bytes"])
+    async def deliver(answer: ChannelAnswer) -> None:
+        sent.append(answer)
 
     def ask(ask_id: int, partition: int, path: str = INTERNAL_TOP_MANY) -> tuple[int, int]:
         body = encode(TopMany([Top("t", partition, 10), Top("t", partition + 1, 10)]))
 
-        async def main() -> bytes | None:
+        async def main() -> ChannelAnswer:
             waits: set[asyncio.Task[None]] = set()
-            raw = channels._read(ChannelAsk(ask_id, body, path=path), waits, set(), send)
-            if raw is None:
+            now = channels._read(ChannelAsk(ask_id, body, path=path), waits, set(), deliver)
+            if now is None:
                 await asyncio.gather(*waits)
                 return sent.pop()
-            return raw
+            return now
 
-        answer = decode_channel_answer(asyncio.run(main()))  # type: ignore[arg-type]
+        answer = asyncio.run(main())
         return answer.id, answer.status
 
     assert ask(1, 0) == (1, 200)
@@ -576,11 +576,120 @@ def test_a_read_signed_for_another_path_or_node_is_refused_and_not_read():
     as_lookups = key.sign(url, "POST", INTERNAL_LOOKUPS, body)  # the right node, another path
     elsewhere = key.sign("http://127.0.0.1:2", "POST", INTERNAL_SCAN, body)
 
-    async def main(credential: str) -> bytes | None:
+    async def main(credential: str) -> ChannelAnswer | None:
         ask = ChannelAsk(5, body, credential, path=INTERNAL_SCAN)
         return channels._read(ask, set(), set(), None)  # type: ignore[arg-type]
 
     for credential in (as_lookups, elsewhere, ""):
-        raw = asyncio.run(main(credential))
-        assert raw is not None and decode_channel_answer(raw).status == 403
+        answer = asyncio.run(main(credential))
+        assert answer is not None and answer.status == 403
     assert asked == []
+
+
+def _scans_at_once(n: int) -> tuple[WsServer, list[list[bytes]]]:
+    """``n`` scans asked in one turn of the loop, over a channel that carries reads."""
+
+    async def scan_here(body: bytes, caller: Any) -> bytes:
+        scan = decode_scan(body)
+        await asyncio.sleep(0)  # finished by tasks of their own, in one turn or a few
+        return encode(ScanResult([(b"p%d" % scan.partition, b"v")], Source(scan.partition)))
+
+    pages: list[list[bytes]] = []
+
+    async def scenario(server: WsServer, peers: Peers) -> None:
+        await peers.scan(server.url, "t", 99, None, None, 10, None)  # the channel opened
+        asked = [peers.scan(server.url, "t", p, None, None, 10, None) for p in range(n)]
+        pages.extend([k for k, _ in page.items] for page in await asyncio.gather(*asked))
+
+    return run(scenario, reads={INTERNAL_SCAN: scan_here}), pages
+
+
+def test_a_packed_channel_sends_a_turns_asks_in_one_message_and_pairs_every_answer():
+    server, pages = _scans_at_once(6)
+    assert server.upgrades[0]["sec-websocket-protocol"] == channel_module.OFFERED
+    assert pages == [[b"p%d" % p] for p in range(6)]
+    assert server.messages == 2  # the first scan's message, then the six together
+
+
+def test_a_node_that_knows_reads_alone_is_sent_one_message_per_ask(monkeypatch):
+    # The owner an older kiq: it picks kiq-reads from what is offered.
+    monkeypatch.setattr(channel_server, "PACKED_PROTOCOL", "kiq-not-known-there")
+    server, pages = _scans_at_once(6)
+    assert pages == [[b"p%d" % p] for p in range(6)]
+    assert server.messages == 7
+
+
+def test_a_node_that_offers_reads_alone_is_answered_one_message_per_answer(monkeypatch):
+    # The asker an older kiq: it offers kiq-reads alone, and reads one answer per message.
+    monkeypatch.setattr(channel_module, "OFFERED", READS_PROTOCOL)
+    server, pages = _scans_at_once(6)
+    assert server.upgrades[0]["sec-websocket-protocol"] == READS_PROTOCOL
+    assert pages == [[b"p%d" % p] for p in range(6)]
+    assert server.messages == 7
+
+
+def test_a_granian_node_takes_the_packed_channel_from_the_subprotocols_offered() -> None:
+    """The real server parses ``Sec-WebSocket-Protocol`` with two values offered: the
+    node picks the packed protocol, and a turn's reads travel on it together."""
+    from kiq.runtime.ports import free_port
+    from kiq.settings import LimitsSettings
+    from kiq.workers.server import http_server
+
+    async def scan_here(body: bytes, caller: Any) -> bytes:
+        scan = decode_scan(body)
+        return encode(ScanResult([(b"p%d" % scan.partition, b"v")], Source(scan.partition)))
+
+    channels = LookupChannels(
+        Owner(),  # type: ignore[arg-type]
+        None,
+        caller,
+        error_response,
+        {INTERNAL_SCAN: scan_here},
+    )
+    chosen: list[str | None] = []
+
+    class Node:
+        def end_streams(self) -> None:
+            pass
+
+        async def close_channels(self, timeout_s: float) -> None:
+            await channels.going_away(timeout_s)
+
+        async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+            async def spied(message: dict[str, Any]) -> None:
+                if message["type"] == "websocket.accept":
+                    chosen.append(message.get("subprotocol"))
+                await send(message)
+
+            if scope["type"] == "websocket":
+                await channels(scope, receive, spied)
+            elif scope["type"] == "lifespan":
+                while (await receive())["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                await send({"type": "lifespan.shutdown.complete"})
+
+    async def main() -> None:
+        port = free_port()
+        server = http_server(Node(), "127.0.0.1", port, LimitsSettings())
+        serving = asyncio.ensure_future(server.serve())
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):  # listening?
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        peers = Peers("n1", Router("n1"), 5000)
+        try:
+            asked = [peers.scan(url, "t", p, None, None, 10, None) for p in range(8)]
+            pages = await asyncio.gather(*asked)
+            assert [page.items[0][0] for page in pages] == [b"p%d" % p for p in range(8)]
+            assert (await forward(peers, url, b"k")).value == b"k"  # lookups beside them
+        finally:
+            peers.close()
+            server.stop()
+            await asyncio.wait_for(serving, 5.0)
+
+    asyncio.run(main())
+    assert chosen == [PACKED_PROTOCOL]
