@@ -186,6 +186,9 @@ class NodeMetrics:
         r.register(_HedgeCollector(self.hedges, self.reported))
         self.forwards = ForwardCounts()
         r.register(_ForwardCollector(self.forwards))
+        # The window pages this process keeps (kiq.routing.pages): (hits, misses, bytes).
+        self.window_pages: Callable[[], tuple[int, int, int]] | None = None
+        r.register(_PagesCollector(self))
         self.records_applied = Counter(
             "kiq_records_applied", "records applied to local stores", ["table"], registry=r
         )
@@ -268,6 +271,28 @@ class _ForwardCollector(Collector):
         family.add_metric(["ok"], self._counts.ok)
         family.add_metric(["failed"], self._counts.failed)
         yield family
+
+
+class _PagesCollector(Collector):
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
+        figures = self._metrics.window_pages
+        if figures is None:
+            return
+        hits, misses, size = figures()
+        pages = CounterMetricFamily(
+            "kiq_window_pages",
+            "pages of a key's windows asked of this node: kept, or read and made",
+            labels=["result"],
+        )
+        pages.add_metric(["hit"], hits)
+        pages.add_metric(["miss"], misses)
+        yield pages
+        yield GaugeMetricFamily(
+            "kiq_window_page_bytes", "bytes of the window pages kept", value=size
+        )
 
 
 class _HedgeCollector(Collector):

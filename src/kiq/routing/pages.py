@@ -73,6 +73,10 @@ class PageCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def figures(self) -> tuple[int, int, int]:
+        """Hits, misses and bytes kept: what /metrics shows of it."""
+        return self.hits, self.misses, self._bytes
+
     @property
     def size(self) -> int:
         """Bytes of the pages kept, each with its key and ``ENTRY_BYTES``."""

@@ -93,6 +93,7 @@ class ReplicaReader:
         limits: LimitsSettings | None = None,
     ) -> None:
         self.here = LocalReplicas(node.node_id, node.replicas, limits)
+        node.metrics.window_pages = self.here.pages.figures
         self._node = node
         self._replicas = node.replicas
         self._router = router

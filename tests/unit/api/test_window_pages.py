@@ -88,6 +88,10 @@ def test_a_page_of_another_nodes_partition_is_made_there_and_kept(pair) -> None:
     assert again.body == first.body and (there.misses, there.hits) == (1, 1)
     # The owner's own answer is the same page, from the same entry.
     assert _windows(n2, user).json() == body and there.hits == 2
+    shown = asyncio.run(call(n2.app, "GET", "/metrics")).body.decode()
+    assert 'kiq_window_pages_total{result="hit"} 2.0' in shown
+    assert 'kiq_window_pages_total{result="miss"} 1.0' in shown
+    assert f"kiq_window_page_bytes {float(there.size)}" in shown and there.size > 0
 
 
 def test_a_record_applied_to_the_partition_is_in_the_next_page(pair) -> None:
