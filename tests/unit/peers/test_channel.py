@@ -313,46 +313,68 @@ def test_a_node_going_away_fails_the_batch_in_flight_at_once_and_gets_http_a_whi
     assert len(server.upgrades) == 2
 
 
+class ChannelNode:
+    """``KiqApp`` as far as a peer's channel and ``stop_servers`` go; ``accepted`` is told
+    the subprotocol each channel was accepted with."""
+
+    def __init__(
+        self, channels: LookupChannels, accepted: Callable[[str | None], None] | None = None
+    ) -> None:
+        self.channels = channels
+        self.accepted = accepted
+
+    def end_streams(self) -> None:
+        pass
+
+    async def close_channels(self, timeout_s: float) -> None:
+        await self.channels.going_away(timeout_s)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def spied(message: dict[str, Any]) -> None:
+            if message["type"] == "websocket.accept" and self.accepted is not None:
+                self.accepted(message.get("subprotocol"))
+            await send(message)
+
+        if scope["type"] == "websocket":
+            await self.channels(scope, receive, spied)
+        elif scope["type"] == "lifespan":
+            while (await receive())["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+
+
+async def granian_serving(node: ChannelNode) -> tuple[Any, asyncio.Future[None], str]:
+    """``node`` served by a real granian server on a free port, once it listens: the
+    server, its serving future and its URL."""
+    from kiq.runtime.ports import free_port
+    from kiq.settings import LimitsSettings
+    from kiq.workers.server import http_server
+
+    port = free_port()
+    server = http_server(node, "127.0.0.1", port, LimitsSettings())
+    serving = asyncio.ensure_future(server.serve())
+    for _ in range(100):  # listening?
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            break
+        except OSError:
+            await asyncio.sleep(0.05)
+    return server, serving, f"http://127.0.0.1:{port}"
+
+
 def test_a_stopping_granian_node_closes_its_channels_first_and_ends_at_once() -> None:
     """``kiq serve``'s stop on a real granian server. Once told to stop, granian sends
     nothing the application sends on a websocket and waits for the peer to hang up, so
     a batch in flight on a channel would wait out its timeout (and the node with it)."""
     from kiq.cli.serve import stop_servers
-    from kiq.runtime.ports import free_port
-    from kiq.settings import LimitsSettings
-    from kiq.workers.server import http_server
 
     lookup_channels = LookupChannels(Owner(), None, caller, error_response)  # type: ignore[arg-type]
 
-    class Node:  # ``KiqApp`` as far as a peer's channel and ``stop_servers`` go
-        def end_streams(self) -> None:
-            pass
-
-        async def close_channels(self, timeout_s: float) -> None:
-            await lookup_channels.going_away(timeout_s)
-
-        async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-            if scope["type"] == "websocket":
-                await lookup_channels(scope, receive, send)
-            elif scope["type"] == "lifespan":
-                while (await receive())["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                await send({"type": "lifespan.shutdown.complete"})
-
     async def main() -> None:
-        node = Node()
-        port = free_port()
-        server = http_server(node, "127.0.0.1", port, LimitsSettings())
-        serving = asyncio.ensure_future(server.serve())
-        url = f"http://127.0.0.1:{port}"
+        node = ChannelNode(lookup_channels)
+        server, serving, url = await granian_serving(node)
         loop = asyncio.get_running_loop()
-        for _ in range(100):  # listening?
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                break
-            except OSError:
-                await asyncio.sleep(0.05)
         peers = Peers("n1", Router("n1"), 5000)
         try:
             assert (await forward(peers, url, b"k")).outcome is Outcome.FOUND
@@ -631,9 +653,6 @@ def test_a_node_that_offers_reads_alone_is_answered_one_message_per_answer(monke
 def test_a_granian_node_takes_the_packed_channel_from_the_subprotocols_offered() -> None:
     """The real server parses ``Sec-WebSocket-Protocol`` with two values offered: the
     node picks the packed protocol, and a turn's reads travel on it together."""
-    from kiq.runtime.ports import free_port
-    from kiq.settings import LimitsSettings
-    from kiq.workers.server import http_server
 
     async def scan_here(body: bytes, caller: Any) -> bytes:
         scan = decode_scan(body)
@@ -648,38 +667,8 @@ def test_a_granian_node_takes_the_packed_channel_from_the_subprotocols_offered()
     )
     chosen: list[str | None] = []
 
-    class Node:
-        def end_streams(self) -> None:
-            pass
-
-        async def close_channels(self, timeout_s: float) -> None:
-            await channels.going_away(timeout_s)
-
-        async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-            async def spied(message: dict[str, Any]) -> None:
-                if message["type"] == "websocket.accept":
-                    chosen.append(message.get("subprotocol"))
-                await send(message)
-
-            if scope["type"] == "websocket":
-                await channels(scope, receive, spied)
-            elif scope["type"] == "lifespan":
-                while (await receive())["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                await send({"type": "lifespan.shutdown.complete"})
-
     async def main() -> None:
-        port = free_port()
-        server = http_server(Node(), "127.0.0.1", port, LimitsSettings())
-        serving = asyncio.ensure_future(server.serve())
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(100):  # listening?
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                break
-            except OSError:
-                await asyncio.sleep(0.05)
+        server, serving, url = await granian_serving(ChannelNode(channels, chosen.append))
         peers = Peers("n1", Router("n1"), 5000)
         try:
             asked = [peers.scan(url, "t", p, None, None, 10, None) for p in range(8)]
