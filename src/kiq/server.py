@@ -235,6 +235,7 @@ class KiqApp:
         if kind == "http":
             if self._callers is not None:
                 self._callers.take(scope)
+            app = self._routes
             if scope["method"] == "GET":
                 path: str = scope["path"]
                 if path.startswith(_TABLES):
@@ -250,13 +251,9 @@ class KiqApp:
                         key_text = rest[: -len("/windows")]
                         if name and key_text and "/" not in name and "/" not in key_text:
                             scope["path_params"] = {"table": name, "key": key_text}
-                            try:
-                                await self._windows.handle(scope, receive, send)
-                            except Exception as exc:
-                                await send_error(send, exc, scope)
-                            return
+                            app = self._windows.handle
             try:
-                await self._routes(scope, receive, send)
+                await app(scope, receive, send)
             except Exception as exc:
                 await send_error(send, exc, scope)
         elif kind == "websocket":

@@ -312,16 +312,16 @@ class Batches:
         """GET /v1/tables/{table}/keys/{key}/windows: one key's windows in time order."""
         runtime = self._table(table)
         limit = int_param(params, "limit", 1, MAX_RANGE_LIMIT) or 100
-        start, end, cursor = params.get("from"), params.get("to"), params.get("cursor")
-        reverse = is_descending(params.get("order"))
-        render = window_page(runtime, key)
+        cursor, reverse = params.get("cursor"), is_descending(params.get("order"))
+        prefix, low, high = _window_range(runtime, key, params.get("from"), params.get("to"))
+        render = window_page(runtime, len(prefix))
         if at is PLAIN:  # one partition's page, made where it is and kept there (Scan.windows)
             page, last, sources = await self._window_page(
-                runtime, key, start, end, cursor, limit, auth, reverse, render
+                runtime, prefix, low, high, cursor, limit, auth, reverse, render
             )
         else:
-            items, last, sources = await self.scan_windows(
-                runtime, key, start, end, cursor, limit, auth, reverse=reverse, at=at
+            items, last, sources = await self.scan(
+                runtime, prefix, low, high, cursor, limit, auth, reverse=reverse, at=at
             )
             page = render(items)
         next_cursor = encode_cursor(last) if last is not None else None
@@ -331,18 +331,18 @@ class Batches:
     async def _window_page(
         self,
         runtime: TableRuntime,
-        key: str,
-        start: str | None,
-        end: str | None,
+        prefix: bytes,
+        low: bytes | None,
+        high: bytes | None,
         cursor: str | None,
         limit: int,
         auth: str | None,
         reverse: bool,
         render: WindowPage,
     ) -> tuple[bytes, bytes | None, list[Source]]:
-        """``scan_windows``'s page as ``render`` makes it, by the replica that answers (a
-        node of an older kiq sends the rows, made here), and the key the next starts after."""
-        prefix, low, high = _window_range(runtime, key, start, end)
+        """The page of the windows under ``prefix`` in [low, high) as ``render`` makes it, by
+        the replica that answers (a node of an older kiq sends the rows, made here), and the
+        key the next starts after."""
         low, high = _bounds(prefix, low, high, cursor, reverse)
         name, partition = runtime.spec.name, self.node.partition_of(runtime, prefix.decode())
         result = await self.reader.scan(
@@ -459,7 +459,7 @@ class Batches:
                 raise NotHere(f"{self.node.node_id} holds no windowed table {table}")
             if not 0 < request.windows <= MAX_KEY_BYTES:
                 raise BadRequest(f"windows must be between 1 and {MAX_KEY_BYTES}")
-            render = window_page(runtime, "", request.windows)
+            render = window_page(runtime, request.windows)
         page = await self.reader.here.scan(
             table,
             partition,
@@ -896,13 +896,10 @@ def _window_range(
     return prefix.encode(), low.encode() if low else None, high.encode() if high else None
 
 
-def window_page(runtime: TableRuntime, key: str, width: int | None = None) -> WindowPage:
-    """How a page of ``key``'s windows is made (``width``: the bytes before the times, as
-    a peer asks; by default those of ``key`` and the separator)."""
-    sep = window_sep(runtime)
-    if width is None:
-        width = len(f"{key}{sep}".encode())
-    return WindowPage(width, sep, runtime.spec.format == "raw")
+def window_page(runtime: TableRuntime, width: int) -> WindowPage:
+    """How a page of one key's windows is made: ``width``, the bytes of the key and the
+    separator before each window's times."""
+    return WindowPage(width, window_sep(runtime), runtime.spec.format == "raw")
 
 
 def window_sep(runtime: TableRuntime) -> str:

@@ -195,23 +195,18 @@ class LocalReplicas:
             return None
         if render is None:
             return await self._scan(replica, start, end, limit, reverse, batch, min_offset)
-        if batch is None and (min_offset is None or replica.applied_offset >= min_offset):
-            asked = (table, partition, start, end, limit, reverse, render)
-            mark = mark_of(replica)
-            page = self.pages.get(replica, asked, mark)
-            if page is not None:
-                return _made(page, self._source(replica), reverse)
-            store = replica.store  # with the mark, before the read: the rows hold at least it
-            result = await self._scan(replica, start, end, limit, reverse, None, min_offset)
-            if result is None:
-                return None
-            page = _page_of(render, result.items)
-            self.pages.put(replica, store, mark, asked, page)
-            return _made(page, result.source, reverse)
+        kept = batch is None and (min_offset is None or replica.applied_offset >= min_offset)
+        asked = (table, partition, start, end, limit, reverse, render)
+        store, mark = replica.store, mark_of(replica)  # before the read: its rows hold them
+        if kept and (page := self.pages.get(replica, asked, mark)) is not None:
+            return _made(page, self._source(replica), reverse)
         result = await self._scan(replica, start, end, limit, reverse, batch, min_offset)
         if result is None:
             return None
-        return _made(_page_of(render, result.items), result.source, reverse)
+        page = _page_of(render, result.items)
+        if kept:
+            self.pages.put(replica, store, mark, asked, page)
+        return _made(page, result.source, reverse)
 
     async def _scan(
         self,

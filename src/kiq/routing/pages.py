@@ -54,6 +54,10 @@ class MadePage:
     last: bytes
 
 
+# What a page was asked as: its table, partition, bounds, size, order and ``Render``.
+Asked = tuple[Hashable, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     replica: ReadOnlyReplica
@@ -65,7 +69,7 @@ class _Entry:
 class PageCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._entries: OrderedDict[Asked, _Entry] = OrderedDict()
         self._bytes = 0
         self.hits = 0
         self.misses = 0
@@ -82,7 +86,7 @@ class PageCache:
         """Bytes of the pages kept, each with its key and ``ENTRY_BYTES``."""
         return self._bytes
 
-    def get(self, replica: ReadOnlyReplica, key: Hashable, mark: Hashable) -> MadePage | None:
+    def get(self, replica: ReadOnlyReplica, key: Asked, mark: Hashable) -> MadePage | None:
         """The page kept under ``key`` when ``replica`` is as it was when the page was read
         (its store, its ``mark``); None (a miss) otherwise."""
         entry = self._entries.get(key)
@@ -103,7 +107,7 @@ class PageCache:
         replica: ReadOnlyReplica,
         store: ReadOnlyStore,
         mark: Hashable,
-        key: Hashable,
+        key: Asked,
         page: MadePage,
     ) -> None:
         """Keeps ``page``, read from ``replica``'s ``store`` at ``mark``."""
@@ -125,9 +129,7 @@ class PageCache:
 ENTRY_BYTES = 512
 
 
-def _size(key: Hashable, page: MadePage) -> int:
-    """The bytes an entry is counted for: its page, its last key, what its key holds."""
-    held = (
-        sum(len(part) for part in key if isinstance(part, bytes)) if isinstance(key, tuple) else 0
-    )
+def _size(key: Asked, page: MadePage) -> int:
+    """The bytes an entry is counted for: its page, its last key, the bytes in its key."""
+    held = sum(len(part) for part in key if isinstance(part, bytes))
     return len(page.body) + len(page.last) + held + ENTRY_BYTES
