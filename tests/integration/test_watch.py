@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import statistics
 import time
 from typing import Any
@@ -18,6 +19,7 @@ import httpx
 from confluent_kafka import Producer
 
 from kiq.kafka import producer_config
+from kiq.partitioning import partition_for
 from tests.integration import test_serving
 from tests.integration.kafka_io import produce
 from tests.integration.test_serving import end_offsets, wait_applied
@@ -349,6 +351,56 @@ def test_stock_stream_tells_whole_quotes_as_quote_or_day_changes(
     assert all("~" in (i or "") for _, _, i, _ in one.events)  # both watches' cursors
     bad = httpx.get(f"{url}/v1/stocks/stream", timeout=10)
     assert bad.status_code == 400 and "symbols" in bad.json()["message"]
+
+
+def relay_answers(node) -> float:
+    """How many relayed-watch asks ``node`` answered (``POST /v1/internal/changes``, over
+    HTTP or a peer channel: both count under that route)."""
+    text = httpx.get(f"{node.url}/metrics", timeout=10).text
+    found = re.findall(r'kiq_requests_total\{route="[^"]*changes",status="200"\} (\S+)', text)
+    return sum(float(n) for n in found)
+
+
+def test_a_relay_is_answered_per_change_of_its_key_not_per_batch_of_its_partition(
+    bootstrap, make_topic, make_cluster
+):
+    topic = make_topic("busy", partitions=2)
+    cluster = make_cluster([f"busy={topic},standby=0"], nodes=2, extra_env=NO_LINGER)
+    n1 = cluster.nodes["n1"]
+    (relayed,) = relayed_partitions(n1, "busy")
+    p, owner = relayed["partition"], cluster.nodes[relayed["active"]]
+    same = [k for k in (f"B{i}" for i in range(400)) if partition_for(k, 2) == p]
+    watched, others = same[0], same[1:41]
+    produce(bootstrap, topic, [(watched, json.dumps({"n": 0}))])
+    wait_applied(cluster, "busy", end_offsets(bootstrap, topic, 2))
+
+    async def scenario() -> tuple[Stream, float]:
+        producer = Producer(producer_config(bootstrap))
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+            stream = Stream()
+            url = f"{n1.url}/v1/tables/busy/keys/{watched}/watch"
+            task = asyncio.create_task(stream.run(session, url))
+            await until(lambda: bool(stream.events))
+            await asyncio.sleep(0.3)  # the relay's first ask is out, waiting at the owner
+            before = relay_answers(owner)
+            for n, key in enumerate(others):  # 40 batches the watched key is not in
+                producer.produce(topic, key=key.encode(), value=json.dumps({"n": n}))
+                producer.flush(10)
+                await asyncio.sleep(0.02)
+            producer.produce(topic, key=watched.encode(), value=json.dumps({"n": 1}))
+            producer.flush(10)
+            await until(lambda: any(d["value"]["n"] == 1 for d in stream.values(watched)))
+            answered = relay_answers(owner) - before
+            task.cancel()
+        return stream, answered
+
+    stream, answered = asyncio.run(scenario())
+    print(f"relay answers for one change among 40 other writes: {answered:.0f}")
+    assert [d["value"]["n"] for d in stream.values(watched)] == [0, 1]
+    assert stream.values(watched)[-1]["served_by"] == owner.node_id
+    # The change of the watched key is one answer; the 40 writes beside it, none (an owner
+    # answering after any write answers about one per batch).
+    assert answered <= 3, f"{answered} relay answers for one change among 40 other writes"
 
 
 def test_a_stopping_node_ends_its_watches_and_says_so(bootstrap, make_topic, make_cluster):

@@ -155,15 +155,22 @@ class Feed:
                 if key.startswith(whole):
                     self.offer(key, Kind.DELETE, None, applied)
                     self.found.pop(key, None)  # told, or nobody watches it any more
+        held = self._held(asked.prefixes)
+        self.resync = any(
+            mine != count
+            for prefix, mine, count in zip(asked.prefixes, held, answer.counts, strict=True)
+            if prefix not in answer.overflow
+        )
+
+    def _held(self, prefixes: list[bytes]) -> list[int]:
+        """How many keys this feed knows present under each of ``prefixes``."""
         keys = sorted(self.found)
-        self.resync = False
-        for prefix, count in zip(asked.prefixes, answer.counts, strict=True):
-            if prefix in answer.overflow:
-                continue
+        out = []
+        for prefix in prefixes:
             end = prefix_end(prefix)
             hi = len(keys) if end is None else bisect.bisect_left(keys, end)
-            if hi - bisect.bisect_left(keys, prefix) != count:
-                self.resync = True
+            out.append(hi - bisect.bisect_left(keys, prefix))
+        return out
 
     def offer(
         self,
@@ -203,7 +210,9 @@ class Feed:
 
     def asked(self, wait_ms: int) -> Changes:
         """What to ask a replica: the keys watched one by one as known, the prefixes and
-        ``through`` (the cursor under them too; -1 when they lost keys: no wait then)."""
+        ``through`` (the cursor under them too; -1 when they lost keys: no wait then), and
+        how many keys the feed holds under each prefix, so the replica waits for a write
+        the watchers must hear of, not for any."""
         prefixes = self.prefixes()
         since = -1 if self.resync else self.through
         return Changes(
@@ -214,6 +223,7 @@ class Feed:
             self.through,
             0 if self.resync else wait_ms,
             since,
+            self._held(prefixes),
         )
 
     # -- the relay ------------------------------------------------------------------------

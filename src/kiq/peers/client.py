@@ -268,7 +268,7 @@ class Peers:
 
     async def changes(self, target: str, asked: Changes, caller: str | None) -> ChangesResult:
         """What changed of the watched keys in the target's replica (``Changes``), waiting up
-        to ``asked.wait_ms`` for anything past ``asked.through``; ``PeerError`` (421) when
+        to ``asked.wait_ms`` for a write that changes one of them; ``PeerError`` (421) when
         the target holds no usable replica of the partition."""
         body = await self._sender.call(
             target, "POST", INTERNAL_CHANGES, encode(asked), caller, asked.wait_ms / 1000

@@ -388,7 +388,14 @@ class Changes(msgspec.Struct, array_like=True, frozen=True, gc=False):
     holds, so that the request stays small however many keys the asker has seen (it finds
     a deletion by a count lower than its own, and then asks ``since`` -1 to learn which).
     An asker of an older kind sends no ``since`` (None): a key under a prefix that
-    ``known`` lacks counts as known absent then."""
+    ``known`` lacks counts as known absent then.
+
+    ``counts``: how many keys the asker holds under each prefix, in ``prefixes`` order. With
+    them the receiver can tell a write the asker must hear of from one it need not (a count
+    of its own that differs: keys were deleted), and waits for the former only, so a relay
+    costs a round trip per change of what it watches, not per batch its partition applies.
+    Without them (an older asker), a prefix's deletions show only in the counts, and any
+    write past ``through`` is answered."""
 
     table: str
     partition: int
@@ -397,6 +404,7 @@ class Changes(msgspec.Struct, array_like=True, frozen=True, gc=False):
     through: int = -1
     wait_ms: int = 0
     since: int | None = None
+    counts: list[int] | None = None
 
 
 class ChangesResult(msgspec.Struct, array_like=True, frozen=True, gc=False):

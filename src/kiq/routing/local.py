@@ -308,9 +308,14 @@ class LocalReplicas:
 
     async def changes(self, asked: Changes) -> ChangesResult | None:
         """Which of ``asked``'s keys this node's replica holds otherwise than the asker knew:
-        at once when any, else once it applied anything past ``asked.through`` (waited for
-        up to ``asked.wait_ms``); None when no usable replica is here. The answer's
-        ``applied_offset`` is read before the keys: the answer holds everything up to it."""
+        at once when any, else once a write changes one of them (read again after each
+        batch the replica applies), for up to ``asked.wait_ms``; then the answer says only
+        how far the replica got. None when no usable replica is here. The answer's
+        ``applied_offset`` is read before the keys: the answer holds everything up to it.
+
+        An asker that watches prefixes without sending its ``counts`` (an older node) cannot
+        be told a deletion under them by a key: it is answered once anything past
+        ``asked.through`` is applied, as it expects."""
         replica = self._usable(asked.table, asked.partition)
         if replica is None:
             return None
@@ -323,14 +328,24 @@ class LocalReplicas:
             return ChangesResult(out, source, counts, overflow)
 
         answer = await self._through_reopen(replica, read)
-        if answer is None or answer.changed or asked.wait_ms <= 0:
+        if asked.wait_ms <= 0:
             return answer
-        if replica.applied_offset > asked.through:
-            return answer
-        await wait_applied(replica, asked.through + 1, asked.wait_ms / 1000)
-        if self._usable(asked.table, asked.partition) is not replica:
-            return None
-        return await self._through_reopen(replica, read)
+        counts = asked.counts
+        exact = not asked.prefixes or (counts is not None and len(counts) == len(asked.prefixes))
+        deadline = time.monotonic() + asked.wait_ms / 1000
+        while answer is not None and not answer.changed and not answer.overflow:
+            if exact and answer.counts != counts and asked.prefixes:
+                break  # keys deleted under a prefix: the asker finds which by asking again
+            held = answer.source.applied_offset if answer.source is not None else -1
+            if not exact and held > asked.through:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0 or not await wait_applied(replica, max(held, asked.through) + 1, left):
+                break
+            if self._usable(asked.table, asked.partition) is not replica:
+                break  # what was read holds; the asker's next ask finds another replica
+            answer = await self._through_reopen(replica, read)
+        return answer
 
     def _source(self, replica: ReadOnlyReplica, at: BatchView | None = None) -> Source:
         """How fresh ``replica`` was (as of ``at``'s batch when read as of one)."""

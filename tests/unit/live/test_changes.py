@@ -59,3 +59,67 @@ def test_nothing_new_waits_for_the_next_write_then_answers():
 
 def test_no_replica_here_is_none():
     assert asyncio.run(LocalReplicas("n1", {}).changes(Changes("t", 0))) is None
+
+
+def applies(r: Replica, rows: list[tuple[bytes, bytes | None, int]]) -> None:
+    """The materializer's steps for a batch: stored, position moved, waits woken."""
+    r.store.apply(rows, rows[-1][2])
+    r.position = rows[-1][2] + 1
+    r.waits.reached(rows[-1][2])
+
+
+def waits_through(asked: Changes, batches: list[list[tuple[bytes, bytes | None, int]]]):
+    """``asked`` of a replica that applies ``batches`` one by one while it waits: the answer,
+    and how many batches had been applied when it came."""
+    r = replica()
+
+    async def scenario():
+        here = LocalReplicas("n1", {("t", 0): r})
+        waiting = asyncio.create_task(here.changes(asked))
+        done = 0
+        for rows in batches:
+            await asyncio.sleep(0.02)
+            if waiting.done():
+                break
+            applies(r, rows)
+            done += 1
+        return await asyncio.wait_for(waiting, 2), done
+
+    return asyncio.run(scenario())
+
+
+UNRELATED = [[(b"b", b"x", 4)], [(b"c", b"y", 5)], [(b"b", b"z", 6)]]
+
+
+def test_writes_to_other_keys_are_not_answered_a_change_of_a_watched_key_is():
+    batches = [*UNRELATED, [(b"a", b"9", 7)]]
+    (answer, applied) = waits_through(Changes("t", 0, [(b"a", 0)], [], 3, 5_000), batches)
+    assert applied == 4
+    assert answer.changed == [(b"a", b"9", 7)]
+    assert answer.source.applied_offset == 7
+
+
+def test_a_wait_that_runs_out_says_how_far_the_replica_got():
+    asked = Changes("t", 0, [(b"a", 0)], [], 3, 150)
+    answer, applied = waits_through(asked, UNRELATED)
+    assert applied == 3 and answer.changed == []
+    assert answer.source.applied_offset == 6  # the asker's cursor moves past them
+
+
+def test_a_deletion_under_a_prefix_is_answered_by_the_counts_the_asker_sent():
+    asked = Changes("t", 0, [], [b"p:"], 3, 5_000, since=3, counts=[2])
+    answer, applied = waits_through(asked, [*UNRELATED, [(b"p:x", None, 7)]])
+    assert applied == 4 and answer.changed == [] and answer.counts == [1]
+
+
+def test_counts_that_differ_already_are_answered_at_once():
+    asked = Changes("t", 0, [], [b"p:"], 3, 5_000, since=3, counts=[3])
+    answer, applied = waits_through(asked, UNRELATED)
+    assert applied == 0 and answer.counts == [2]
+
+
+def test_an_asker_without_counts_is_answered_after_any_write_past_its_cursor():
+    # An older node watching a prefix learns deletions only from the counts it is sent.
+    asked = Changes("t", 0, [], [b"p:"], 3, 5_000, since=3)
+    answer, applied = waits_through(asked, UNRELATED)
+    assert applied == 1 and answer.changed == [] and answer.source.applied_offset == 4

@@ -110,3 +110,17 @@ def test_a_watcher_that_leaves_takes_the_keys_found_for_it_along():
     assert set(feed.found) == {b"p:a", b"r:a"}
     feed.remove(two)
     assert set(feed.found) == {b"p:a"}
+
+
+def test_the_request_carries_what_the_feed_holds_under_each_prefix():
+    r = replica([(b"p:a", b"1", 0), (b"p:b", b"2", 1), (b"q:a", b"3", 2)])
+    feed = Feed("t", 0, "n1")
+    sub = Subscription("t", frozenset(), (b"p:", b"q:"), (0,), 100_000)
+    feed.add(sub)
+    relay_once(feed, r)
+    assert feed.asked(10_000).counts == [2, 1]
+    write(r, [(b"p:a", None, 3)])
+    relay_once(feed, r)  # the counts differ: the next ask lists every key, and waits not
+    assert feed.resync and feed.asked(10_000).wait_ms == 0
+    relay_once(feed, r)
+    assert not feed.resync and feed.asked(10_000).counts == [1, 1]
