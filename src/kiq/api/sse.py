@@ -5,6 +5,7 @@ came within the heartbeat interval (a comment goes out then, so proxies and clie
 the connection alive), or None at its end. The writer stops when the client goes (its
 ``http.disconnect``), and drops a client that has not taken a write for ``SEND_TIMEOUT_S``
 (its socket full: the source keeps only the latest state meanwhile, never a queue).
+An open stream's objects are kept out of the collector's full passes (``long_lived``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
+
+from kiq.api.long_lived import STREAMS
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ async def send_stream(
         raise
     here = asyncio.current_task()
     writer = asyncio.get_running_loop().create_task(_write(send, frames, heartbeat_s))
+    STREAMS.opened()
+    writer.add_done_callback(_closed)
     listening = False
 
     def ended(_: object) -> None:
@@ -92,6 +97,10 @@ async def send_stream(
         writer.cancel()  # the client went
     with contextlib.suppress(asyncio.CancelledError):
         await writer  # its end, or what it raised
+
+
+def _closed(_: object) -> None:
+    STREAMS.closed()
 
 
 async def _write(

@@ -82,3 +82,19 @@ def test_a_client_that_takes_no_write_is_dropped(monkeypatch):
     asyncio.run(main())
     assert [m.get("body") for m in sent[1:]] == [b"data: 1\n\n", b"data: 2\n\n"]
     assert frames.closed
+
+
+def test_each_stream_counts_as_open_until_its_writer_ends():
+    from kiq.api.long_lived import STREAMS
+
+    before = STREAMS.open
+    seen: list[int] = []
+
+    class Counting(Script):
+        async def next(self, timeout_s: float) -> list[bytes] | None:
+            seen.append(STREAMS.open)
+            return await super().next(timeout_s)
+
+    run(Counting([[sse.frame(b"{}")], None]))  # the stream ends
+    run(Counting([10.0]), gone_after_s=0.05)  # the client goes
+    assert seen and all(n == before + 1 for n in seen) and STREAMS.open == before
