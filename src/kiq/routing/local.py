@@ -330,17 +330,11 @@ class LocalReplicas:
         answer = await self._through_reopen(replica, read)
         if asked.wait_ms <= 0:
             return answer
-        counts = asked.counts
-        exact = not asked.prefixes or (counts is not None and len(counts) == len(asked.prefixes))
         deadline = time.monotonic() + asked.wait_ms / 1000
-        while answer is not None and not answer.changed and not answer.overflow:
-            if exact and answer.counts != counts and asked.prefixes:
-                break  # keys deleted under a prefix: the asker finds which by asking again
-            held = answer.source.applied_offset if answer.source is not None else -1
-            if not exact and held > asked.through:
-                break
+        while answer is not None and not _news(asked, answer):
             left = deadline - time.monotonic()
-            if left <= 0 or not await wait_applied(replica, max(held, asked.through) + 1, left):
+            next_offset = max(_held(answer), asked.through) + 1
+            if left <= 0 or not await wait_applied(replica, next_offset, left):
                 break
             if self._usable(asked.table, asked.partition) is not replica:
                 break  # what was read holds; the asker's next ask finds another replica
@@ -453,6 +447,25 @@ class LocalReplicas:
             reason=f"{replica.table}[{replica.partition}] has applied offset {applied}, "
             f"not yet {min_offset}",
         )
+
+
+def _held(answer: ChangesResult) -> int:
+    """The offset ``answer`` holds everything up to."""
+    return answer.source.applied_offset if answer.source is not None else -1
+
+
+def _news(asked: Changes, answer: ChangesResult) -> bool:
+    """Whether the asker of ``asked`` must hear ``answer`` now: a key changed, a prefix
+    overflows, or a prefix holds another count of keys than the asker does (keys deleted:
+    it finds which by asking again). An asker that sent no counts for its prefixes (an
+    older node) is told anything applied past its cursor."""
+    if answer.changed or answer.overflow:
+        return True
+    if not asked.prefixes:
+        return False
+    if asked.counts is None or len(asked.counts) != len(asked.prefixes):
+        return _held(answer) > asked.through
+    return answer.counts != asked.counts
 
 
 def past_cursor(
